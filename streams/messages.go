@@ -1,0 +1,126 @@
+package streams
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MessageVersion is the version of SliceCommand and PushCommand written
+// today. Consumers reject (dead-letter) versions they do not know.
+const MessageVersion = 1
+
+// ErrMalformed marks a record that can never be processed: bad JSON, a
+// missing field or an unknown version. Consumers dead-letter it and move on.
+var ErrMalformed = errors.New("malformed record")
+
+// MaterialPublished is the payload of the outbox row the publish transaction
+// writes (aggregatetype "material", type "MaterialPublished"). Other teams
+// consume it from outbox.event.material, so fields are only ever added.
+type MaterialPublished struct {
+	EventID     string    `json:"event_id"`
+	MaterialID  string    `json:"material_id"`
+	CourseID    string    `json:"course_id"`
+	Title       string    `json:"title"`
+	URL         string    `json:"url,omitempty"`
+	PublishedAt time.Time `json:"published_at"`
+}
+
+// SliceCommand asks a slice worker to notify the next ≤ SliceSize students of
+// one uuid range. Cursor is the last user id already handled (exclusive lower
+// bound); the range is (Cursor, Hi].
+type SliceCommand struct {
+	Version     int       `json:"v"`
+	EventID     string    `json:"event_id"`
+	CourseID    string    `json:"course_id"`
+	PublishedAt time.Time `json:"published_at"`
+	RangeIndex  int       `json:"range_index"`
+	Ranges      int       `json:"ranges"`
+	// Lo is the inclusive lower bound of the range, Hi its inclusive upper
+	// bound (uuid text form).
+	Lo string `json:"lo"`
+	Hi string `json:"hi"`
+	// Cursor is the exclusive lower bound of this slice; empty for the first
+	// slice of a range (then Lo is inclusive).
+	Cursor    string `json:"cursor,omitempty"`
+	SliceSize int    `json:"slice_size"`
+	// Seq is the slice's position within its range, starting at 0.
+	Seq int `json:"seq"`
+}
+
+// PushCommand asks a push worker to deliver one event to the subscriptions of
+// the students in [FirstUser, LastUser] who were notified of it. A command is
+// identified by (EventID, FirstUser, LastUser); retries add Attempt > 1,
+// NotBefore and the explicit SubscriptionIDs still to send.
+type PushCommand struct {
+	Version   int    `json:"v"`
+	EventID   string `json:"event_id"`
+	CourseID  string `json:"course_id"`
+	FirstUser string `json:"first_user"`
+	LastUser  string `json:"last_user"`
+	// Students is how many students the slice notified.
+	Students int `json:"students"`
+	// Attempt is 1 for a fresh command.
+	Attempt         int        `json:"attempt"`
+	NotBefore       *time.Time `json:"not_before,omitempty"`
+	SubscriptionIDs []int64    `json:"subscription_ids,omitempty"`
+	// Title and URL are carried so a worker need not read the material.
+	Title string `json:"title,omitempty"`
+	URL   string `json:"url,omitempty"`
+}
+
+// DecodeSliceCommand parses and validates a slice command.
+func DecodeSliceCommand(b []byte) (SliceCommand, error) {
+	var c SliceCommand
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: slice command: %v", ErrMalformed, err)
+	}
+	switch {
+	case c.Version != MessageVersion:
+		return c, fmt.Errorf("%w: slice command version %d, want %d", ErrMalformed, c.Version, MessageVersion)
+	case c.EventID == "" || c.CourseID == "" || c.Lo == "" || c.Hi == "":
+		return c, fmt.Errorf("%w: slice command misses event_id, course_id, lo or hi", ErrMalformed)
+	case c.SliceSize < 1:
+		return c, fmt.Errorf("%w: slice command slice_size %d", ErrMalformed, c.SliceSize)
+	}
+	return c, nil
+}
+
+// DecodePushCommand parses and validates a push command.
+func DecodePushCommand(b []byte) (PushCommand, error) {
+	var c PushCommand
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: push command: %v", ErrMalformed, err)
+	}
+	switch {
+	case c.Version != MessageVersion:
+		return c, fmt.Errorf("%w: push command version %d, want %d", ErrMalformed, c.Version, MessageVersion)
+	case c.EventID == "" || c.FirstUser == "" || c.LastUser == "":
+		return c, fmt.Errorf("%w: push command misses event_id, first_user or last_user", ErrMalformed)
+	case c.Attempt < 1:
+		return c, fmt.Errorf("%w: push command attempt %d", ErrMalformed, c.Attempt)
+	}
+	return c, nil
+}
+
+// DecodeMaterialPublished parses a MaterialPublished payload. It accepts
+// both the expanded form (a JSON object) and Debezium's default form (the
+// payload as a JSON string literal holding the object).
+func DecodeMaterialPublished(b []byte) (MaterialPublished, error) {
+	var m MaterialPublished
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return m, fmt.Errorf("%w: material published: %v", ErrMalformed, err)
+		}
+		b = []byte(s)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: material published: %v", ErrMalformed, err)
+	}
+	if m.EventID == "" || m.CourseID == "" || m.PublishedAt.IsZero() {
+		return m, fmt.Errorf("%w: material published misses event_id, course_id or published_at", ErrMalformed)
+	}
+	return m, nil
+}
