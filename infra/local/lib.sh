@@ -1,0 +1,78 @@
+# Shared shell for the local infrastructure scripts (sourced, not run).
+#
+# Everything the scripts create lives under <repo>/.local (ignored by git):
+#   .local/pg/data                Postgres cluster (see pg_data_dir for the fallback)
+#   .local/kafka/{libs,data,config}  Kafka jars (cache), log segments, generated config
+#   .local/log/{postgres,kafka}.log  server logs
+# The scripts resolve the repository from their own path, so they work from any cwd.
+
+set -euo pipefail
+
+NOTIFY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
+LOCAL_DIR="$NOTIFY_ROOT/.local"
+LOG_DIR="$LOCAL_DIR/log"
+INFRA_DIR="$NOTIFY_ROOT/infra/local"
+
+PG_PORT=55432
+PG_HOST=127.0.0.1
+PG_LOG="$LOG_DIR/postgres.log"
+
+KAFKA_PORT=19092
+KAFKA_CONTROLLER_PORT=19093
+KAFKA_HOST=127.0.0.1
+KAFKA_LOG="$LOG_DIR/kafka.log"
+
+SCRIPT_NAME="$(basename "${0:-lib.sh}" .sh)"
+
+info() { printf '%s: %s\n' "$SCRIPT_NAME" "$*"; }
+warn() { printf '%s: warning: %s\n' "$SCRIPT_NAME" "$*" >&2; }
+die() {
+	printf '%s: error: %s\n' "$SCRIPT_NAME" "$*" >&2
+	exit 1
+}
+
+# die_with_log MESSAGE LOGFILE: fail, naming the log and showing its tail.
+die_with_log() {
+	local msg="$1" log="$2"
+	{
+		printf '%s: error: %s\n' "$SCRIPT_NAME" "$msg"
+		if [[ -s "$log" ]]; then
+			printf '%s: last lines of %s:\n' "$SCRIPT_NAME" "$log"
+			tail -n 30 "$log" | sed 's/^/    /'
+		fi
+		printf '%s: full log: %s\n' "$SCRIPT_NAME" "$log"
+	} >&2
+	exit 1
+}
+
+ensure_local_dirs() {
+	mkdir -p "$LOCAL_DIR" "$LOG_DIR"
+}
+
+# with_lock NAME: serialise concurrent runs (parallel test packages may all call up.sh).
+# The lock is fd 9; every server is started with 9>&- so it does not inherit it.
+with_lock() {
+	ensure_local_dirs
+	exec 9>"$LOCAL_DIR/$1.lock"
+	if ! flock -w 300 9; then
+		die "another run holds $LOCAL_DIR/$1.lock for more than 5 minutes"
+	fi
+}
+
+# port_open HOST PORT: true when something accepts TCP connections there.
+port_open() {
+	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# elapsed_since START_SECONDS (from $SECONDS-like epoch via date +%s.%N).
+now() { date +%s.%N; }
+elapsed() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1fs", e - s }'; }
+
+# pid_alive PIDFILE: true when the file names a live process.
+pid_alive() {
+	local pid
+	[[ -s "$1" ]] || return 1
+	pid="$(head -n 1 "$1")"
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null
+}

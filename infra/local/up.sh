@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Start the local infrastructure: PostgreSQL on 127.0.0.1:55432 and Apache Kafka on
+# 127.0.0.1:19092. Idempotent: what already runs is left alone ("already running"), what is
+# stopped or crashed is (re)started. Returns when every server answers.
+#
+#   bash infra/local/up.sh              # both
+#   bash infra/local/up.sh postgres     # one (postgres | kafka)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+services=("$@")
+if ((${#services[@]} == 0)); then
+	services=(postgres)
+	[[ -f "$INFRA_DIR/kafka.sh" ]] && services+=(kafka)
+fi
+for s in "${services[@]}"; do
+	case "$s" in
+	postgres | kafka) ;;
+	*) die "unknown service \"$s\" (want postgres or kafka)" ;;
+	esac
+done
+
+t0="$(now)"
+for s in "${services[@]}"; do
+	bash "$INFRA_DIR/$s.sh" start
+done
+info "up (${services[*]}) in $(elapsed "$t0")"
