@@ -1,0 +1,96 @@
+// Package streamstest gives each test its own topics and consumer groups on
+// the shared test broker: a random prefix applied to every name, with the
+// topics created up front and deleted when the test ends.
+package streamstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/streams"
+)
+
+// DefaultBrokers is the local test broker (infra/local/up.sh).
+const DefaultBrokers = "127.0.0.1:19092"
+
+// Brokers returns NOTIFY_TEST_KAFKA_BROKERS, else NOTIFY_KAFKA_BROKERS, else
+// DefaultBrokers.
+func Brokers(t testing.TB) []string {
+	t.Helper()
+	s := DefaultBrokers
+	for _, k := range []string{"NOTIFY_TEST_KAFKA_BROKERS", "NOTIFY_KAFKA_BROKERS"} {
+		if v := os.Getenv(k); v != "" {
+			s = v
+			break
+		}
+	}
+	b, err := streams.ParseBrokers(s)
+	if err != nil {
+		t.Fatalf("streamstest: brokers: %v", err)
+	}
+	return b
+}
+
+// Prefix returns a fresh random topic/group prefix such as "t3fa9c1.".
+func Prefix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b) + "."
+}
+
+// NewTopics returns the default topic layout under a fresh prefix, with
+// every topic created, and deletes the topics when t ends. Use
+// NewTopicsWith to change partition counts.
+func NewTopics(t testing.TB) streams.Topics {
+	return NewTopicsWith(t, streams.DefaultTopics())
+}
+
+// NewTopicsWith is NewTopics for a given layout (its Prefix is replaced).
+func NewTopicsWith(t testing.TB, layout streams.Topics) streams.Topics {
+	t.Helper()
+	topics := layout.WithPrefix(Prefix())
+	adm := Admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
+		t.Fatalf("streamstest: create topics: %v (is Kafka up? bash infra/local/up.sh)", err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("NOTIFY_TEST_KEEP_TOPICS") != "" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		names := make([]string, 0, 4)
+		for _, s := range topics.Specs() {
+			names = append(names, s.Name)
+		}
+		_, _ = adm.DeleteTopics(ctx, names...)
+	})
+	return topics
+}
+
+// Admin returns an admin client on the test broker, closed when t ends.
+func Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	cl := Client(t)
+	return kadm.NewClient(cl)
+}
+
+// Client returns a plain client on the test broker, closed when t ends.
+func Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(streams.ClientOpts(Brokers(t), "test"), opts...)...)
+	if err != nil {
+		t.Fatalf("streamstest: client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
