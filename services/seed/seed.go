@@ -1,0 +1,408 @@
+package seed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+)
+
+// DefaultSubsRatio is subscriptions per student in the reference data set:
+// 1,097,488 subscriptions for 1,000,000 students.
+const DefaultSubsRatio = 1.097488
+
+// DefaultPushBaseURL points seeded endpoints at the local mock push service.
+const DefaultPushBaseURL = "https://127.0.0.1:8443/wpush/"
+
+// maxBrowsers caps subscriptions per student: "some students have 2–3".
+const maxBrowsers = 3
+
+// ErrAlreadySeeded is returned when the database already holds a course;
+// seeding again would double the data.
+var ErrAlreadySeeded = errors.New("database already holds seed data")
+
+// Options configures Load.
+type Options struct {
+	// Users is the number of students. Required, ≥ 1.
+	Users int
+	// SubsRatio is subscriptions per student. Default (0) DefaultSubsRatio;
+	// at most 3 (no student has more than three browsers).
+	SubsRatio float64
+	// NoSubscriptions seeds students only, ignoring SubsRatio.
+	NoSubscriptions bool
+	// Seed makes ids and keys reproducible. Default 1.
+	Seed int64
+	// PushBaseURL prefixes each endpoint; the subscription id follows.
+	// Default DefaultPushBaseURL.
+	PushBaseURL string
+	// Progress, if set, is called about once a second and at the end.
+	Progress func(Progress)
+}
+
+// Progress is a snapshot of a running Load.
+type Progress struct {
+	Rows    int64         // rows written so far, all tables
+	Total   int64         // rows to write
+	Elapsed time.Duration // since Load started
+}
+
+// Result describes a finished seed.
+type Result struct {
+	CourseID      string  `json:"course_id"`
+	InstructorID  string  `json:"instructor_id"`
+	Users         int64   `json:"users"`
+	Subscriptions int64   `json:"subscriptions"`
+	Seed          int64   `json:"seed"`
+	Seconds       float64 `json:"seconds"`
+}
+
+func (o Options) withDefaults() Options {
+	if o.NoSubscriptions {
+		o.SubsRatio = 0
+	} else if o.SubsRatio == 0 {
+		o.SubsRatio = DefaultSubsRatio
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.PushBaseURL == "" {
+		o.PushBaseURL = DefaultPushBaseURL
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Users < 1 || o.Users > 100_000_000:
+		return fmt.Errorf("users must be between 1 and 100000000, got %d", o.Users)
+	case o.SubsRatio < 0 || o.SubsRatio > maxBrowsers || math.IsNaN(o.SubsRatio):
+		return fmt.Errorf("subs-ratio must be between 0 and %d, got %v", maxBrowsers, o.SubsRatio)
+	}
+	return nil
+}
+
+// Subscriptions returns how many subscriptions Load creates for o.
+func (o Options) Subscriptions() int64 {
+	o = o.withDefaults()
+	return int64(math.Round(float64(o.Users) * o.SubsRatio))
+}
+
+// Load creates one instructor, one course, o.Users students enrolled in it
+// and round(Users × SubsRatio) push subscriptions, with COPY on three
+// connections at once while all cores derive subscription keys. It refuses
+// (ErrAlreadySeeded) when the database already has a course.
+func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	var n int64
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM courses").Scan(&n); err != nil {
+		return Result{}, fmt.Errorf("check for existing seed: %w", err)
+	}
+	if n > 0 {
+		return Result{}, ErrAlreadySeeded
+	}
+
+	ds := newDataset(o)
+	res := Result{
+		CourseID:      uuidString(ds.course),
+		InstructorID:  uuidString(ds.instructor),
+		Users:         int64(o.Users),
+		Subscriptions: int64(len(ds.subOwner)),
+		Seed:          o.Seed,
+	}
+	var written atomic.Int64
+	total := 2*res.Users + res.Subscriptions
+
+	stopProgress := make(chan struct{})
+	var progressDone sync.WaitGroup
+	if o.Progress != nil {
+		progressDone.Add(1)
+		go func() {
+			defer progressDone.Done()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopProgress:
+					return
+				case <-t.C:
+					o.Progress(Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start)})
+				}
+			}
+		}()
+	}
+
+	err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, c.Conn(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO users (id, name) VALUES ($1, 'Instructor')", ds.instructor); err != nil {
+				return fmt.Errorf("insert instructor: %w", err)
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, $3)",
+				ds.course, ds.instructor, fmt.Sprintf("Course for %d students", o.Users))
+			if err != nil {
+				return fmt.Errorf("insert course: %w", err)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		close(stopProgress)
+		return res, err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return copyTable(gctx, pool, "users", []string{"id", "name"}, &written, res.Users, func(i int, row []any) {
+			row[0] = ds.users[i]
+			row[1] = "Student " + strconv.Itoa(i+1)
+		})
+	})
+	g.Go(func() error {
+		return copyTable(gctx, pool, "enrollments", []string{"course_id", "user_id", "enrolled_at"}, &written, res.Users, func(i int, row []any) {
+			row[0] = ds.course
+			row[1] = ds.users[i]
+			row[2] = ds.enrolledAt[i]
+		})
+	})
+	g.Go(func() error { return copySubscriptions(gctx, pool, ds, o, &written) })
+	err = g.Wait()
+	close(stopProgress)
+	progressDone.Wait()
+	if err != nil {
+		return res, err
+	}
+	// Later subscriptions created through the API must not collide with the
+	// seeded ids 1..M.
+	if res.Subscriptions > 0 {
+		if _, err := pool.Exec(ctx, "SELECT setval(pg_get_serial_sequence('push_subscriptions', 'id'), $1)", res.Subscriptions); err != nil {
+			return res, fmt.Errorf("advance subscription id sequence: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE users, enrollments, push_subscriptions"); err != nil {
+		return res, fmt.Errorf("analyze: %w", err)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if o.Progress != nil {
+		o.Progress(Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start)})
+	}
+	return res, nil
+}
+
+// dataset is everything Load writes, derived from the seed alone.
+type dataset struct {
+	instructor, course [16]byte
+	users              [][16]byte
+	enrolledAt         []time.Time
+	// subOwner[i] is the user index of subscription id i+1.
+	subOwner []int32
+}
+
+func newDataset(o Options) *dataset {
+	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f74696679))
+	ds := &dataset{
+		instructor: newUUID(rng),
+		course:     newUUID(rng),
+		users:      make([][16]byte, o.Users),
+		enrolledAt: make([]time.Time, o.Users),
+	}
+	// Enrolment times spread over the year before a fixed epoch so that
+	// every seeded student is enrolled before anything published today,
+	// and the data set is identical whenever it is generated.
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range ds.users {
+		ds.users[i] = newUUID(rng)
+		ds.enrolledAt[i] = epoch.Add(-time.Duration(rng.Int64N(int64(365 * 24 * time.Hour))))
+	}
+	m := int(math.Round(float64(o.Users) * o.SubsRatio))
+	ds.subOwner = make([]int32, 0, m)
+	browsers := make([]uint8, o.Users)
+	// Every student gets a first browser (while subscriptions last) …
+	for i := 0; i < o.Users && len(ds.subOwner) < m; i++ {
+		ds.subOwner = append(ds.subOwner, int32(i))
+		browsers[i] = 1
+	}
+	// … then extra browsers go to random students, at most three each.
+	for len(ds.subOwner) < m {
+		u := rng.IntN(o.Users)
+		if browsers[u] >= maxBrowsers {
+			continue
+		}
+		browsers[u]++
+		ds.subOwner = append(ds.subOwner, int32(u))
+	}
+	return ds
+}
+
+// newUUID returns a version-4 uuid from rng.
+func newUUID(rng *rand.Rand) [16]byte {
+	var u [16]byte
+	for i := 0; i < 16; i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8; j++ {
+			u[i+j] = byte(v >> (8 * j))
+		}
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+func uuidString(u [16]byte) string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&0xf])
+	}
+	return string(b)
+}
+
+// copyTable COPYs n generated rows into table on its own connection.
+func copyTable(ctx context.Context, pool *pgxpool.Pool, table string, cols []string, written *atomic.Int64, n int64, fill func(i int, row []any)) error {
+	src := &genSource{n: int(n), row: make([]any, len(cols)), fill: fill, written: written}
+	return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		if _, err := c.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+			return err
+		}
+		if _, err := c.Conn().CopyFrom(ctx, pgx.Identifier{table}, cols, src); err != nil {
+			return fmt.Errorf("copy %s: %w", table, err)
+		}
+		return nil
+	})
+}
+
+type genSource struct {
+	i, n    int
+	row     []any
+	fill    func(i int, row []any)
+	written *atomic.Int64
+}
+
+func (s *genSource) Next() bool {
+	if s.i >= s.n {
+		return false
+	}
+	s.fill(s.i, s.row)
+	s.i++
+	s.written.Add(1)
+	return true
+}
+func (s *genSource) Values() ([]any, error) { return s.row, nil }
+func (s *genSource) Err() error             { return nil }
+
+// subChunk is a run of consecutive subscriptions with derived keys.
+type subChunk struct {
+	first  int // index into ds.subOwner
+	p256dh [][]byte
+	auth   [][]byte
+}
+
+const chunkSize = 2048
+
+// copySubscriptions derives keys on all cores and streams them into COPY as
+// chunks complete; COPY does not care about row order.
+func copySubscriptions(ctx context.Context, pool *pgxpool.Pool, ds *dataset, o Options, written *atomic.Int64) error {
+	m := len(ds.subOwner)
+	if m == 0 {
+		return nil
+	}
+	chunks := make(chan subChunk, 64)
+	var next atomic.Int64
+	workers := runtime.GOMAXPROCS(0)
+	g, gctx := errgroup.WithContext(ctx)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		g.Go(func() error {
+			defer wg.Done()
+			for {
+				first := int(next.Add(chunkSize)) - chunkSize
+				if first >= m {
+					return nil
+				}
+				last := min(first+chunkSize, m)
+				c := subChunk{first: first, p256dh: make([][]byte, 0, last-first), auth: make([][]byte, 0, last-first)}
+				for i := first; i < last; i++ {
+					k, err := DeriveSubscriptionKeys(o.Seed, int64(i+1))
+					if err != nil {
+						return err
+					}
+					c.p256dh = append(c.p256dh, k.P256DH())
+					c.auth = append(c.auth, append([]byte(nil), k.Auth[:]...))
+				}
+				select {
+				case chunks <- c:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(chunks) }()
+	g.Go(func() error {
+		src := &chunkSource{ch: chunks, ds: ds, base: o.PushBaseURL, row: make([]any, 5), written: written}
+		err := pool.AcquireFunc(gctx, func(c *pgxpool.Conn) error {
+			if _, err := c.Exec(gctx, "SET synchronous_commit = off"); err != nil {
+				return err
+			}
+			_, err := c.Conn().CopyFrom(gctx, pgx.Identifier{"push_subscriptions"},
+				[]string{"id", "user_id", "endpoint", "p256dh", "auth"}, src)
+			return err
+		})
+		if err != nil {
+			// Unblock the derivers so errgroup can return.
+			for range chunks {
+			}
+			return fmt.Errorf("copy push_subscriptions: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+type chunkSource struct {
+	ch      <-chan subChunk
+	cur     subChunk
+	j       int
+	ds      *dataset
+	base    string
+	row     []any
+	written *atomic.Int64
+}
+
+func (s *chunkSource) Next() bool {
+	for s.j >= len(s.cur.p256dh) {
+		c, ok := <-s.ch
+		if !ok {
+			return false
+		}
+		s.cur, s.j = c, 0
+	}
+	i := s.cur.first + s.j
+	id := int64(i + 1)
+	s.row[0] = id
+	s.row[1] = s.ds.users[s.ds.subOwner[i]]
+	s.row[2] = s.base + strconv.FormatInt(id, 10)
+	s.row[3] = s.cur.p256dh[s.j]
+	s.row[4] = s.cur.auth[s.j]
+	s.j++
+	s.written.Add(1)
+	return true
+}
+func (s *chunkSource) Values() ([]any, error) { return s.row, nil }
+func (s *chunkSource) Err() error             { return nil }

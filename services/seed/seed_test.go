@@ -1,0 +1,137 @@
+package seed_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdh"
+	"errors"
+	"strconv"
+	"testing"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/seed"
+)
+
+func TestLoadExactCountsAndValidKeys(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	const users = 10_000
+	o := seed.Options{Users: users, Seed: 42, PushBaseURL: "https://push.example/wpush/"}
+	res, err := seed.Load(ctx, db.Pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSubs := int64(10_975) // round(10,000 × 1.097488)
+	if res.Users != users || res.Subscriptions != wantSubs {
+		t.Fatalf("result users=%d subs=%d, want %d/%d", res.Users, res.Subscriptions, users, wantSubs)
+	}
+	var students, enrolled, subs, maxPerUser, usersWithSub int64
+	err = db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM users WHERE id <> $1),
+		(SELECT count(*) FROM enrollments WHERE course_id = $2),
+		(SELECT count(*) FROM push_subscriptions),
+		(SELECT max(n) FROM (SELECT count(*) n FROM push_subscriptions GROUP BY user_id) x),
+		(SELECT count(DISTINCT user_id) FROM push_subscriptions)`,
+		res.InstructorID, res.CourseID).Scan(&students, &enrolled, &subs, &maxPerUser, &usersWithSub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if students != users || enrolled != users || subs != wantSubs {
+		t.Fatalf("tables: students=%d enrolled=%d subs=%d", students, enrolled, subs)
+	}
+	if usersWithSub != users || maxPerUser < 2 || maxPerUser > 3 {
+		t.Fatalf("every student should have 1–3 browsers, some more than one: users with a sub=%d, max per user=%d", usersWithSub, maxPerUser)
+	}
+
+	// A sample of stored keys: on the curve, and re-derivable from the seed
+	// and the id alone (what the mock push service does).
+	rows, err := db.Pool.Query(ctx, `SELECT id, endpoint, p256dh, auth FROM push_subscriptions WHERE id % 97 = 1 ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id int64
+		var endpoint string
+		var p256dh, auth []byte
+		if err := rows.Scan(&id, &endpoint, &p256dh, &auth); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ecdh.P256().NewPublicKey(p256dh); err != nil {
+			t.Fatalf("subscription %d: p256dh not on P-256: %v", id, err)
+		}
+		k, err := seed.DeriveSubscriptionKeys(42, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(k.P256DH(), p256dh) || !bytes.Equal(k.Auth[:], auth) {
+			t.Fatalf("subscription %d: stored keys differ from re-derived ones", id)
+		}
+		if endpoint != "https://push.example/wpush/"+strconv.FormatInt(id, 10) {
+			t.Fatalf("subscription %d: endpoint %q", id, endpoint)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 {
+		t.Fatalf("sampled only %d subscriptions", n)
+	}
+
+	// Seeding again must refuse and write nothing.
+	if _, err := seed.Load(ctx, db.Pool, o); !errors.Is(err, seed.ErrAlreadySeeded) {
+		t.Fatalf("second Load: %v, want ErrAlreadySeeded", err)
+	}
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM enrollments").Scan(&enrolled); err != nil || enrolled != users {
+		t.Fatalf("after refused re-seed: enrolled=%d err=%v", enrolled, err)
+	}
+	// New subscriptions (API) must not collide with seeded ids.
+	var next int64
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth)
+		SELECT user_id, 'https://x.example/new', p256dh, auth FROM push_subscriptions WHERE id = 1 RETURNING id`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if next != wantSubs+1 {
+		t.Fatalf("next subscription id %d, want %d", next, wantSubs+1)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	t.Parallel()
+	a, err := seed.DeriveSubscriptionKeys(7, 12345)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := seed.DeriveSubscriptionKeys(7, 12345)
+	c, _ := seed.DeriveSubscriptionKeys(8, 12345)
+	if !bytes.Equal(a.P256DH(), b.P256DH()) || a.Auth != b.Auth {
+		t.Fatal("same seed and index gave different keys")
+	}
+	if bytes.Equal(a.P256DH(), c.P256DH()) || a.Auth == c.Auth {
+		t.Fatal("different seeds gave the same keys")
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, o := range []seed.Options{{Users: 0}, {Users: 10, SubsRatio: 3.5}, {Users: 10, SubsRatio: -1}} {
+		if _, err := seed.Load(context.Background(), nil, o); err == nil {
+			t.Errorf("Load(%+v) accepted invalid options", o)
+		}
+	}
+	if got := (seed.Options{Users: 1_000_000}).Subscriptions(); got != 1_097_488 {
+		t.Fatalf("1M students → %d subscriptions, want 1,097,488", got)
+	}
+}
+
+func BenchmarkDeriveSubscriptionKeys(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := seed.DeriveSubscriptionKeys(1, int64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
