@@ -98,6 +98,29 @@ func NewDatabase(t testing.TB) *Database {
 	return db
 }
 
+// NewEmptyDatabase creates a database with no tables at all (for testing
+// migrations themselves), dropped when t ends.
+func NewEmptyDatabase(t testing.TB) *Database {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := adminConn(ctx)
+	if err != nil {
+		t.Fatalf("schematest: %v (is Postgres up? bash infra/local/up.sh)", err)
+	}
+	defer admin.Close(context.Background())
+	name := "notify_t_" + randHex(6)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("schematest: create database %s: %v", name, err)
+	}
+	db := &Database{Name: name, URL: withDatabase(ServerURL(), name)}
+	t.Cleanup(func() { drop(t, db) })
+	if db.Pool, err = pgxpool.New(ctx, db.URL); err != nil {
+		t.Fatalf("schematest: connect %s: %v", name, err)
+	}
+	return db
+}
+
 func drop(t testing.TB, db *Database) {
 	if db.Pool != nil {
 		db.Pool.Close()
