@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test suite, from a clean clone on a fresh machine: installs what the
+# tests need, starts the real Postgres and Kafka (infra/local/up.sh), then
+#   1. go vet ./...
+#   2. every package's tests with the race detector, packages in parallel,
+#      each test in its own database and topic prefix;
+#   3. the disruptive tests (they stop and restart the shared broker or
+#      Postgres, or kill -9 services), one package at a time.
+# Extra arguments go to both go test runs, e.g. -run TestSeed or -v.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$NOTIFY_ROOT"
+
+t0="$(now)"
+# kcat is a Kafka client that is not ours: the connector tests read its
+# records with it to prove other teams' consumers can.
+if ! command -v kcat >/dev/null 2>&1; then
+	if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		info "installing kcat (Debian package) for the connector contract test"
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >"$LOG_DIR/apt-kcat.log" 2>&1 ||
+			warn "could not install kcat (see $LOG_DIR/apt-kcat.log); the test that needs it will fail"
+	else
+		warn "kcat is not installed and cannot be installed here (needs root + apt-get)"
+	fi
+fi
+
+bash "$INFRA_DIR/up.sh"
+
+info "go vet ./..."
+go vet ./...
+
+info "go test -race ./... (real Postgres + Kafka)"
+go test -race -count=1 -timeout 20m "$@" ./...
+
+info "disruptive tests (stop/restart the shared servers; one package at a time)"
+NOTIFY_DISRUPTIVE_TESTS=1 go test -count=1 -p 1 -timeout 20m -run 'Disruptive' "$@" ./...
+
+info "all tests passed in $(elapsed "$t0")"
