@@ -76,3 +76,16 @@ pid_alive() {
 	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
 	kill -0 "$pid" 2>/dev/null
 }
+
+# close_inherited_fds closes every descriptor above stderr in the current (sub)shell. Servers
+# are started from a subshell that calls it first, so they hold no pipe or lock of whoever ran
+# the script (a test harness waiting for its pipe to close would otherwise hang).
+close_inherited_fds() {
+	local fd
+	for fd in /proc/$BASHPID/fd/*; do
+		fd="${fd##*/}"
+		if [[ "$fd" =~ ^[0-9]+$ ]] && ((fd > 2)); then
+			eval "exec $fd>&-" 2>/dev/null || true
+		fi
+	done
+}

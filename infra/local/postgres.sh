@@ -266,7 +266,10 @@ pg_start() {
 	printf '\n==== %s start ====\n' "$(date -u +%FT%TZ)" >>"$PG_LOG"
 	# Without -l the server writes to pg_ctl's stdout: the log file opened here by the caller,
 	# so the postgres user needs no write access to .local/log.
-	if ! pg_as "$PG_BIN/pg_ctl" start -D "$PG_DATA" -w -t 120 -s >>"$PG_LOG" 2>&1 </dev/null 9>&-; then
+	if ! (
+		close_inherited_fds
+		pg_as "$PG_BIN/pg_ctl" start -D "$PG_DATA" -w -t 120 -s
+	) >>"$PG_LOG" 2>&1 </dev/null; then
 		die_with_log "PostgreSQL failed to start" "$PG_LOG"
 	fi
 	pg_wait_ready 60

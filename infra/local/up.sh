@@ -9,8 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 services=("$@")
 if ((${#services[@]} == 0)); then
-	services=(postgres)
-	[[ -f "$INFRA_DIR/kafka.sh" ]] && services+=(kafka)
+	services=(postgres kafka)
 fi
 for s in "${services[@]}"; do
 	case "$s" in
