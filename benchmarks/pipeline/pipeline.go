@@ -1,0 +1,525 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/schema"
+	"github.com/notify-dev/notify/services/seed"
+	"github.com/notify-dev/notify/streams"
+)
+
+// Config describes one run.
+type Config struct {
+	// Binary is the notify executable started for every service. Required.
+	Binary string
+	// DatabaseURL points at the Postgres server; its database part is
+	// replaced by the run's own database. Required.
+	DatabaseURL string
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// Users is the number of enrolled students. Default 100,000.
+	Users int
+	// Seed fixes the data set and subscription keys. Default 1.
+	Seed int64
+	// PushWorkers is how many `notify run push` processes share the push
+	// topic. Default 1.
+	PushWorkers int
+	// Latency is the mock push service's injected response time.
+	// Default 230 ms, the seed write-up's measured FCM round trip.
+	Latency time.Duration
+	// PushPort is the mock push service's port; seeded endpoints point at
+	// it. Default 8443.
+	PushPort int
+	// LogDir receives one log file per service. Default .local/log/run-<ts>.
+	LogDir string
+	// Timeout bounds the wait for the last delivery. Default 15 minutes.
+	Timeout time.Duration
+	// Progress, when set, receives a snapshot about every 500 ms.
+	Progress func(Snapshot)
+	// Say, when set, receives one line per step (starting services, …).
+	Say func(string)
+	// ExtraEnv is added to every child's environment (e.g. tuning knobs).
+	ExtraEnv []string
+}
+
+func (c *Config) defaults() error {
+	if c.Binary == "" || c.DatabaseURL == "" || len(c.Brokers) == 0 {
+		return errors.New("pipeline: Binary, DatabaseURL and Brokers are required")
+	}
+	if c.Users == 0 {
+		c.Users = 100_000
+	}
+	if c.Users < 1 {
+		return fmt.Errorf("users must be ≥ 1, got %d", c.Users)
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.PushWorkers == 0 {
+		c.PushWorkers = 1
+	}
+	if c.PushWorkers < 1 || c.PushWorkers > 64 {
+		return fmt.Errorf("push-workers must be between 1 and 64, got %d", c.PushWorkers)
+	}
+	if c.Latency == 0 {
+		c.Latency = 230 * time.Millisecond
+	}
+	if c.PushPort == 0 {
+		c.PushPort = 8443
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 15 * time.Minute
+	}
+	if c.LogDir == "" {
+		c.LogDir = filepath.Join(".local", "log", "run-"+time.Now().Format("20060102-150405"))
+	}
+	if c.Say == nil {
+		c.Say = func(string) {}
+	}
+	return nil
+}
+
+// Snapshot is the pipeline's progress at one moment.
+type Snapshot struct {
+	Elapsed       time.Duration `json:"elapsed_ns"`
+	Users         int64         `json:"users"`
+	Subscriptions int64         `json:"subscriptions"`
+	Published     bool          `json:"published"`
+	Notified      int64         `json:"notified"`
+	Pushed        int64         `json:"pushed"` // requests the push service received
+	Recorded      int64         `json:"recorded"`
+}
+
+// Result is what a run measured. Times are seconds from the publish
+// request unless named otherwise.
+type Result struct {
+	Users                 int64              `json:"users"`
+	Subscriptions         int64              `json:"subscriptions"`
+	PushWorkers           int                `json:"push_workers"`
+	LatencyMS             float64            `json:"latency_ms"`
+	EventID               string             `json:"event_id"`
+	PublishResponseMS     float64            `json:"publish_response_ms"`
+	CommitToFirstNotified float64            `json:"commit_to_first_notification_seconds"`
+	FanoutSeconds         float64            `json:"fanout_seconds"`
+	FirstPushSeconds      float64            `json:"first_push_seconds"`
+	PushSeconds           float64            `json:"push_seconds"`
+	TotalSeconds          float64            `json:"total_seconds"`
+	SendsPerSecond        float64            `json:"sends_per_second"`
+	Notified              int64              `json:"notified"`
+	Delivered             int64              `json:"delivered"`
+	Gone                  int64              `json:"gone"`
+	Failed                int64              `json:"failed"`
+	Lost                  int64              `json:"lost"`
+	MockReceived          int64              `json:"mock_received"`
+	MockUnique            int64              `json:"mock_unique"`
+	Duplicates            int64              `json:"duplicates"`
+	DecryptFailures       int64              `json:"decrypt_failures"`
+	CPUSeconds            map[string]float64 `json:"cpu_seconds"`
+	PushCPUSeconds        float64            `json:"push_cpu_seconds"`
+	SeedSeconds           float64            `json:"seed_seconds,omitempty"`
+	Database              string             `json:"database"`
+	LogDir                string             `json:"log_dir"`
+	APIAddr               string             `json:"api_addr"`
+}
+
+// Run executes one end-to-end run. It leaves no process, slot or topic
+// behind, also when ctx is cancelled (Ctrl-C).
+func Run(ctx context.Context, cfg Config) (res Result, err error) {
+	if err := cfg.defaults(); err != nil {
+		return res, err
+	}
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		return res, fmt.Errorf("log dir: %w", err)
+	}
+	res.Users, res.PushWorkers, res.LatencyMS, res.LogDir = int64(cfg.Users), cfg.PushWorkers, float64(cfg.Latency)/1e6, cfg.LogDir
+	runID := strconv.FormatInt(time.Now().UnixNano()/1e6, 36)
+
+	// 1. Database: seeded once per (users, seed), run tables emptied.
+	dbName := fmt.Sprintf("notify_run_%d_s%d", cfg.Users, cfg.Seed)
+	res.Database = dbName
+	dbURL, err := withDatabase(cfg.DatabaseURL, dbName)
+	if err != nil {
+		return res, err
+	}
+	pool, subs, seeded, err := prepareDatabase(ctx, cfg, dbName, dbURL)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	res.Subscriptions, res.SeedSeconds = subs, seeded
+	var courseID, instructorID string
+	if err := pool.QueryRow(ctx, "SELECT id::text, instructor_id::text FROM courses LIMIT 1").Scan(&courseID, &instructorID); err != nil {
+		return res, fmt.Errorf("read seeded course: %w", err)
+	}
+
+	// 2. Topics under a fresh prefix, deleted at the end.
+	topics := streams.DefaultTopics().WithPrefix("run" + runID + ".")
+	kcl, err := kgo.NewClient(streams.ClientOpts(cfg.Brokers, "pipeline")...)
+	if err != nil {
+		return res, fmt.Errorf("kafka client: %w", err)
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
+		return res, fmt.Errorf("create topics: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var names []string
+		for _, s := range topics.Specs() {
+			names = append(names, s.Name)
+		}
+		_, _ = adm.DeleteTopics(dctx, names...)
+	}()
+
+	// 3. Services, each its own process.
+	slot := "notify_run_" + runID
+	certFile := filepath.Join(cfg.LogDir, "pushmock-cert.pem")
+	apiPort, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	res.APIAddr = fmt.Sprintf("127.0.0.1:%d", apiPort)
+	env := append([]string{
+		"NOTIFY_DATABASE_URL=" + dbURL,
+		"NOTIFY_KAFKA_BROKERS=" + strings.Join(cfg.Brokers, ","),
+		"NOTIFY_TOPIC_PREFIX=" + topics.Prefix,
+		"NOTIFY_PUSH_CA_FILE=" + certFile,
+		"NOTIFY_LOG_FORMAT=json",
+	}, cfg.ExtraEnv...)
+	var procs []*proc
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			_ = procs[i].stop(30 * time.Second)
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = pool.Exec(dctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", slot)
+	}()
+	start := func(name string, args ...string) (*proc, error) {
+		cfg.Say("starting " + name)
+		p, err := startProc(cfg.Binary, cfg.LogDir, name, env, args...)
+		if err == nil {
+			procs = append(procs, p)
+		}
+		return p, err
+	}
+	mockAddr := fmt.Sprintf("127.0.0.1:%d", cfg.PushPort)
+	if _, err := start("pushmock", "run", "pushmock", "--addr", mockAddr, "--latency", cfg.Latency.String(),
+		"--cert-file", certFile, "--seed", strconv.FormatInt(cfg.Seed, 10), "--decrypt-sample", "0.01"); err != nil {
+		return res, err
+	}
+	mock := &mockClient{base: "https://" + mockAddr}
+	if err := waitFor(ctx, "the mock push service", 30*time.Second, procs, func(ctx context.Context) (bool, error) {
+		if err := mock.load(certFile); err != nil {
+			return false, err
+		}
+		_, err := mock.stats(ctx)
+		return err == nil, err
+	}); err != nil {
+		return res, err
+	}
+	if _, err := start("cdc", "run", "cdc", "--slot", slot, "--publication", "notify_outbox"); err != nil {
+		return res, err
+	}
+	if _, err := start("fanout", "run", "fanout"); err != nil {
+		return res, err
+	}
+	for i := 0; i < cfg.PushWorkers; i++ {
+		if _, err := start(fmt.Sprintf("push-%d", i+1), "run", "push"); err != nil {
+			return res, err
+		}
+	}
+	if _, err := start("api", "run", "api", "--addr", res.APIAddr); err != nil {
+		return res, err
+	}
+	cfg.Say("waiting for every service to be ready")
+	if err := waitFor(ctx, "the api", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+		return httpOK(ctx, "http://"+res.APIAddr+"/readyz")
+	}); err != nil {
+		return res, err
+	}
+	if err := waitFor(ctx, "the CDC connector's slot", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+		var active bool
+		err := pool.QueryRow(ctx, "SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)", slot).Scan(&active)
+		return active, err
+	}); err != nil {
+		return res, err
+	}
+	for _, g := range []struct {
+		group   string
+		members int
+	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}} {
+		name := topics.Group(g.group)
+		if err := waitFor(ctx, "consumer group "+name, 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+			d, err := adm.DescribeGroups(ctx, name)
+			if err != nil {
+				return false, err
+			}
+			gd := d[name]
+			return gd.State == "Stable" && len(gd.Members) >= g.members, nil
+		}); err != nil {
+			return res, err
+		}
+	}
+
+	// 4. Publish one material through the API, as an instructor would.
+	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--user", instructorID).Output()
+	if err != nil {
+		return res, fmt.Errorf("mint token: %w", err)
+	}
+	cfg.Say("publishing one material to a course of " + strconv.Itoa(cfg.Users) + " students")
+	body, _ := json.Marshal(map[string]string{"title": "Week 1 notes", "body": "Read chapter 1.", "url": "https://example.com/week1"})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+res.APIAddr+"/v1/courses/"+courseID+"/materials", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Idempotency-Key", "run-"+runID)
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return res, fmt.Errorf("publish: %w", err)
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	res.PublishResponseMS = float64(time.Since(t0).Microseconds()) / 1000
+	if resp.StatusCode != http.StatusCreated {
+		return res, fmt.Errorf("publish: %s: %s", resp.Status, rb)
+	}
+	var pub struct {
+		EventID string `json:"event_id"`
+	}
+	if err := json.Unmarshal(rb, &pub); err != nil || pub.EventID == "" {
+		return res, fmt.Errorf("publish response %q: %v", rb, err)
+	}
+	res.EventID = pub.EventID
+
+	// 5. Watch until every subscription has a final outcome.
+	if err := watch(ctx, cfg, pool, mock, procs, &res, t0); err != nil {
+		return res, err
+	}
+
+	// 6. Accounting and timings from the tables (database clock throughout).
+	if err := measure(ctx, pool, &res); err != nil {
+		return res, err
+	}
+	st, err := mock.stats(ctx)
+	if err != nil {
+		return res, fmt.Errorf("mock stats: %w", err)
+	}
+	res.MockReceived, res.MockUnique, res.Duplicates, res.DecryptFailures = st.Received, st.Unique, st.Duplicates, st.DecryptFailures
+	res.CPUSeconds = map[string]float64{}
+	for _, p := range procs {
+		c := p.cpuSeconds()
+		res.CPUSeconds[p.name] = c
+		if strings.HasPrefix(p.name, "push-") {
+			res.PushCPUSeconds += c
+		}
+	}
+	return res, nil
+}
+
+func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *mockClient, procs []*proc, res *Result, t0 time.Time) error {
+	deadline := time.Now().Add(cfg.Timeout)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var lastDB time.Time
+	var snap Snapshot
+	snap.Users, snap.Subscriptions, snap.Published = res.Users, res.Subscriptions, true
+	firstNotified := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		for _, p := range procs {
+			if p.exited() {
+				return fmt.Errorf("%s exited during the run (log %s):\n%s", p.name, p.logPath, p.logTail(15))
+			}
+		}
+		if err := pool.QueryRow(ctx, "SELECT coalesce(sum(notified), 0) FROM fanout_ranges WHERE event_id = $1", res.EventID).Scan(&snap.Notified); err != nil {
+			return fmt.Errorf("progress: %w", err)
+		}
+		if !firstNotified && snap.Notified > 0 {
+			firstNotified = true
+			res.CommitToFirstNotified = time.Since(t0).Seconds()
+		}
+		if st, err := mock.stats(ctx); err == nil {
+			snap.Pushed = st.Received
+		}
+		// Counting push_deliveries costs a scan; do it once a second, and
+		// at once when the mock has seen every subscription.
+		if time.Since(lastDB) > time.Second || snap.Pushed >= res.Subscriptions {
+			lastDB = time.Now()
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status <> 'retrying'", res.EventID).Scan(&snap.Recorded); err != nil {
+				return fmt.Errorf("progress: %w", err)
+			}
+		}
+		snap.Elapsed = time.Since(t0)
+		if cfg.Progress != nil {
+			cfg.Progress(snap)
+		}
+		if snap.Recorded >= res.Subscriptions && snap.Notified >= res.Users {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s: notified %d/%d, recorded %d/%d pushes (logs in %s)",
+				cfg.Timeout, snap.Notified, res.Users, snap.Recorded, res.Subscriptions, cfg.LogDir)
+		}
+	}
+}
+
+func measure(ctx context.Context, pool *pgxpool.Pool, res *Result) error {
+	var published time.Time
+	var fanoutEnd, firstPush, lastPush *time.Time
+	err := pool.QueryRow(ctx, `SELECT m.published_at, r.finished_at, coalesce(r.notified, 0)
+		FROM materials m JOIN fanout_runs r ON r.material_id = m.id WHERE r.event_id = $1`, res.EventID).
+		Scan(&published, &fanoutEnd, &res.Notified)
+	if err != nil {
+		return fmt.Errorf("read run: %w", err)
+	}
+	err = pool.QueryRow(ctx, `SELECT min(updated_at), max(updated_at),
+		count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'gone'),
+		count(*) FILTER (WHERE status = 'failed')
+		FROM push_deliveries WHERE event_id = $1`, res.EventID).
+		Scan(&firstPush, &lastPush, &res.Delivered, &res.Gone, &res.Failed)
+	if err != nil {
+		return fmt.Errorf("read deliveries: %w", err)
+	}
+	if fanoutEnd != nil {
+		res.FanoutSeconds = fanoutEnd.Sub(published).Seconds()
+	}
+	if firstPush != nil && lastPush != nil {
+		res.FirstPushSeconds = firstPush.Sub(published).Seconds()
+		res.PushSeconds = lastPush.Sub(*firstPush).Seconds()
+		res.TotalSeconds = lastPush.Sub(published).Seconds()
+		if res.PushSeconds > 0 {
+			res.SendsPerSecond = float64(res.Delivered+res.Gone+res.Failed) / res.PushSeconds
+		}
+	}
+	res.Lost = res.Subscriptions - res.Delivered - res.Gone - res.Failed
+	return nil
+}
+
+// prepareDatabase creates, migrates and seeds the run database when needed
+// and empties the tables a run writes. It returns the subscription count
+// and the seed time (0 when the seed was reused).
+func prepareDatabase(ctx context.Context, cfg Config, dbName, dbURL string) (*pgxpool.Pool, int64, float64, error) {
+	adminURL, err := withDatabase(cfg.DatabaseURL, "postgres")
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("connect to Postgres: %w (start it with: bash infra/local/up.sh)", err)
+	}
+	defer admin.Close(context.Background())
+	want := seed.Options{Users: cfg.Users, Seed: cfg.Seed}.Subscriptions()
+	var exists bool
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", dbName).Scan(&exists); err != nil {
+		return nil, 0, 0, err
+	}
+	if exists {
+		// Reuse only a complete seed of the same size.
+		pool, err := pgxpool.New(ctx, dbURL)
+		if err == nil {
+			var users, subs int64
+			qerr := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM enrollments), (SELECT count(*) FROM push_subscriptions)").Scan(&users, &subs)
+			if qerr == nil && users == int64(cfg.Users) && subs == want {
+				if err := migrate(ctx, dbURL); err != nil {
+					pool.Close()
+					return nil, 0, 0, err
+				}
+				cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
+				_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
+				if err != nil {
+					pool.Close()
+					return nil, 0, 0, fmt.Errorf("empty run tables: %w", err)
+				}
+				_, _ = pool.Exec(ctx, "VACUUM ANALYZE notifications, push_deliveries")
+				return pool, subs, 0, nil
+			}
+			pool.Close()
+		}
+		cfg.Say("dropping incomplete database " + dbName)
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return nil, 0, 0, fmt.Errorf("drop %s: %w", dbName, err)
+		}
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize()); err != nil {
+		return nil, 0, 0, fmt.Errorf("create %s: %w", dbName, err)
+	}
+	if err := migrate(ctx, dbURL); err != nil {
+		return nil, 0, 0, err
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	cfg.Say(fmt.Sprintf("seeding %d students and %d subscriptions into %s", cfg.Users, want, dbName))
+	r, err := seed.Load(ctx, pool, seed.Options{Users: cfg.Users, Seed: cfg.Seed,
+		PushBaseURL: fmt.Sprintf("https://127.0.0.1:%d/wpush/", cfg.PushPort)})
+	if err != nil {
+		pool.Close()
+		return nil, 0, 0, fmt.Errorf("seed: %w", err)
+	}
+	return pool, r.Subscriptions, r.Seconds, nil
+}
+
+func migrate(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = schema.Migrate(ctx, conn)
+	return err
+}
+
+func withDatabase(u, db string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "" {
+		return "", fmt.Errorf("database URL must be a postgres:// URL")
+	}
+	p.Path = "/" + db
+	return p.String(), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func httpOK(ctx context.Context, u string) (bool, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
+}
