@@ -6,10 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/notify-dev/notify/benchmarks/pipeline"
 )
@@ -57,13 +61,29 @@ func runDemo(ctx context.Context, args []string) error {
 	fs := newFlagSet("demo", "[--users N] [--latency 230ms] [flags]")
 	var p pipelineFlags
 	p.register(fs, 100_000)
+	inProcess := fs.String("kafka", "auto", "auto: use the configured broker, or an in-process Kafka-protocol broker when it is unreachable; external; in-process")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	switch *inProcess {
+	case "auto", "external", "in-process":
+	default:
+		return usageError{msg: "--kafka must be auto, external or in-process"}
 	}
 	if err := p.resolve(); err != nil {
 		return err
 	}
 	out := os.Stdout
+	if *inProcess == "in-process" || (*inProcess == "auto" && !reachable(p.cfg.Brokers[0])) {
+		cl, err := kfake.NewCluster(kfake.Ports(brokerPort(p.cfg.Brokers[0])), kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("Kafka at %s is not reachable and the in-process broker could not start: %w (start Kafka with: bash infra/local/up.sh kafka)", p.cfg.Brokers[0], err)
+		}
+		defer cl.Close()
+		p.cfg.Brokers = cl.ListenAddrs()
+		fmt.Fprintf(out, "!! Apache Kafka is not reachable at %s: this demo runs on an IN-PROCESS Kafka-protocol broker (franz-go kfake) at %s.\n!! Numbers from it are not comparable with a real broker; start Kafka with: bash infra/local/up.sh kafka\n",
+			strings.Join(p.cfg.Brokers, ","), strings.Join(cl.ListenAddrs(), ","))
+	}
 	p.cfg.Say = func(s string) { fmt.Fprintf(out, "• %s\n", s) }
 	p.cfg.Progress = runProgressPrinter(out)
 	fmt.Fprintf(out, "notify demo: %d students, push service latency %s, %d push worker(s)\n", p.cfg.Users, p.cfg.Latency, p.cfg.PushWorkers)
@@ -116,6 +136,22 @@ func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) {
 			secs, s.Notified, s.Users, runPct(s.Notified, s.Users), s.Recorded, s.Subscriptions, runPct(s.Recorded, s.Subscriptions),
 			float64(s.Recorded)/max(secs, 0.001), eta)
 	}
+}
+
+// reachable reports whether a TCP connection to addr succeeds quickly.
+func reachable(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func brokerPort(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func runPct(a, b int64) float64 {

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The demo, from a clean clone: starts (or reuses) local Postgres and Kafka,
+# builds notify, and runs `notify demo` — seed, every service as its own
+# process, one publish, live progress, a summary table. Ctrl-C stops it all.
+# Arguments go to notify demo, e.g. --users 1000000.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$NOTIFY_ROOT"
+
+bash "$INFRA_DIR/up.sh" postgres
+if ! bash "$INFRA_DIR/up.sh" kafka; then
+	warn "Apache Kafka could not start (see $KAFKA_LOG); notify demo will fall back to an in-process Kafka-protocol broker and say so"
+fi
+mkdir -p "$LOCAL_DIR/bin"
+info "building notify"
+go build -o "$LOCAL_DIR/bin/notify" ./services/notify
+exec "$LOCAL_DIR/bin/notify" demo "$@"
