@@ -1,0 +1,730 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Handler processes one record. It returns nil only once the record's
+// effects are durable (its Postgres transaction committed): the consumer may
+// commit the offset right after. An error wrapping ErrMalformed means the
+// record can never succeed; it goes to ConsumerConfig.OnMalformed and counts
+// as done. Any other error is retried with capped exponential backoff and
+// jitter, and the record's offset (and every later one of its partition)
+// stays uncommitted until it succeeds.
+//
+// ctx is cancelled when the record's partition is lost or revoked past
+// RevokeTimeout, or when Stop gives up waiting; the handler should then
+// return promptly without committing anything.
+type Handler func(ctx context.Context, r *kgo.Record) error
+
+// ConsumerConfig configures a Consumer. Zero values take the documented
+// defaults.
+type ConsumerConfig struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// Group is the consumer group name (use Topics.Group). Required.
+	Group string
+	// Topics to consume. Required.
+	Topics []string
+	// Component names the client in broker logs ("notify-<component>").
+	// Default: the group name.
+	Component string
+	// Handler processes each record. Required.
+	Handler Handler
+	// MaxInFlight bounds how many records are being handled at once across
+	// every assigned partition. Records of one partition may run
+	// concurrently; only the contiguous completed prefix is committed.
+	// Default 16.
+	MaxInFlight int
+	// CommitInterval is how often completed offsets are committed. A crash
+	// redoes at most this much finished work (handlers are idempotent).
+	// Default 200ms.
+	CommitInterval time.Duration
+	// RetryMin and RetryMax bound the backoff between attempts of a failing
+	// handler: the n-th retry waits a random duration in
+	// [d/2, d] with d = min(RetryMax, RetryMin·2^(n-1)). Defaults 100ms and 10s.
+	RetryMin time.Duration
+	RetryMax time.Duration
+	// RevokeTimeout bounds how long a revoke waits for the revoked
+	// partitions' in-flight handlers before cancelling them and committing
+	// what finished. Keep it well under the group's rebalance timeout (60s).
+	// Default 15s.
+	RevokeTimeout time.Duration
+	// OnMalformed receives records whose handler returned ErrMalformed, for
+	// dead-lettering. An error from it is retried like a handler error.
+	// Default: log the record's coordinates and skip it.
+	OnMalformed func(ctx context.Context, r *kgo.Record, cause error) error
+	// Logger receives the consumer's logs. Default slog.Default().
+	Logger *slog.Logger
+	// ClientOpts are extra franz-go options appended last (tests use them
+	// for fast fetches or small session timeouts).
+	ClientOpts []kgo.Opt
+}
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	if c.Component == "" {
+		c.Component = c.Group
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 16
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = 200 * time.Millisecond
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 100 * time.Millisecond
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 10 * time.Second
+	}
+	if c.RevokeTimeout == 0 {
+		c.RevokeTimeout = 15 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c ConsumerConfig) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("consumer: brokers are required")
+	case c.Group == "":
+		return errors.New("consumer: group is required")
+	case len(c.Topics) == 0:
+		return errors.New("consumer: at least one topic is required")
+	case c.Handler == nil:
+		return errors.New("consumer: handler is required")
+	case c.MaxInFlight < 1 || c.MaxInFlight > 100000:
+		return fmt.Errorf("consumer: max in flight must be between 1 and 100000, got %d", c.MaxInFlight)
+	case c.CommitInterval < 0:
+		return fmt.Errorf("consumer: commit interval must be positive, got %s", c.CommitInterval)
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("consumer: retry backoff must satisfy 0 < min ≤ max, got min %s max %s", c.RetryMin, c.RetryMax)
+	case c.RevokeTimeout <= 0:
+		return fmt.Errorf("consumer: revoke timeout must be positive, got %s", c.RevokeTimeout)
+	}
+	return nil
+}
+
+// Consumer is the consume-then-commit loop every notify consumer uses: it
+// polls records, runs Handler on up to MaxInFlight of them at once, and
+// commits per partition only the contiguous prefix of records whose handler
+// returned nil (or that were dead-lettered). A crash therefore redelivers
+// every record whose effects might not be durable, and never skips one.
+//
+// Rebalances: the group uses the cooperative-sticky balancer and blocks
+// rebalances while a poll is being dispatched. A revoked partition stops
+// being dispatched, its in-flight handlers get RevokeTimeout to finish, and
+// its completed prefix is committed synchronously before the partition moves.
+// A lost partition (session expired) is dropped without committing: another
+// member may own it already.
+type Consumer struct {
+	cfg ConsumerConfig
+	log *slog.Logger
+	cl  *kgo.Client
+
+	mu    sync.Mutex
+	parts map[topicPartition]*partitionState
+
+	// commitMu serialises commits so a periodic commit can never land after
+	// the revoke commit of the same partition.
+	commitMu sync.Mutex
+
+	slots    chan struct{} // one token per in-flight record
+	handlers sync.WaitGroup
+
+	// baseCtx is the parent of every handler context; hardCancel cancels
+	// it when Stop runs out of time.
+	baseCtx    context.Context
+	hardCancel context.CancelFunc
+	pollCancel context.CancelFunc
+
+	// stopping is closed when Stop begins: records waiting to retry give
+	// up (they stay uncommitted) instead of holding up the shutdown.
+	stopping  chan struct{}
+	ready     chan struct{}
+	readyOnce sync.Once
+	loopDone  chan struct{}
+	failed    chan error
+	startOnce sync.Once
+	stopOnce  sync.Once
+	stopErr   error
+	started   bool
+
+	m consumerMetrics
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// partitionState tracks one assignment of one partition. A new assignment
+// of the same partition gets a new state, so late completions from a
+// previous ownership can never move its offsets.
+type partitionState struct {
+	tp     topicPartition
+	ctx    context.Context
+	cancel context.CancelFunc
+	// pending holds dispatched records not yet part of the committable
+	// prefix, in offset order.
+	pending []*tracked
+	// next is the offset to commit (last record of the completed prefix +
+	// 1); valid when hasNext.
+	next      kgo.EpochOffset
+	hasNext   bool
+	committed int64 // last offset committed, -1 if none this assignment
+	inflight  sync.WaitGroup
+	gone      bool // revoked or lost: completions are ignored
+	lag       *metrics.Gauge
+}
+
+type tracked struct {
+	rec  *kgo.Record
+	done bool
+}
+
+type consumerMetrics struct {
+	processed *metrics.Counter
+	malformed *metrics.Counter
+	retries   *metrics.Counter
+	commits   *metrics.Counter
+	commitErr *metrics.Counter
+	duration  *metrics.Histogram
+	inFlight  *metrics.Gauge
+}
+
+// NewConsumer validates cfg and builds the Kafka client. It does not join
+// the group until Start.
+func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Consumer{
+		cfg:      cfg,
+		log:      cfg.Logger.With("group", cfg.Group),
+		parts:    map[topicPartition]*partitionState{},
+		slots:    make(chan struct{}, cfg.MaxInFlight),
+		ready:    make(chan struct{}),
+		stopping: make(chan struct{}),
+		loopDone: make(chan struct{}),
+		failed:   make(chan error, 1),
+	}
+	labels := fmt.Sprintf(`group=%q`, cfg.Group)
+	c.m = consumerMetrics{
+		processed: metrics.GetOrCreateCounter(`notify_consumer_records_total{` + labels + `,outcome="ok"}`),
+		malformed: metrics.GetOrCreateCounter(`notify_consumer_records_total{` + labels + `,outcome="malformed"}`),
+		retries:   metrics.GetOrCreateCounter(`notify_consumer_retries_total{` + labels + `}`),
+		commits:   metrics.GetOrCreateCounter(`notify_consumer_commits_total{` + labels + `}`),
+		commitErr: metrics.GetOrCreateCounter(`notify_consumer_commit_errors_total{` + labels + `}`),
+		duration:  metrics.GetOrCreateHistogram(`notify_consumer_handler_duration_seconds{` + labels + `}`),
+		inFlight:  metrics.GetOrCreateGauge(`notify_consumer_in_flight{`+labels+`}`, nil),
+	}
+	opts := append(ClientOpts(cfg.Brokers, cfg.Component),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(c.onAssigned),
+		kgo.OnPartitionsRevoked(c.onRevoked),
+		kgo.OnPartitionsLost(c.onLost),
+		kgo.WithLogger(kgoLogger{c.log}),
+	)
+	opts = append(opts, cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: kafka client: %w", cfg.Group, err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Client exposes the underlying Kafka client, e.g. to produce dead letters
+// on the same connections.
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Ready is closed once the consumer has been assigned partitions for the
+// first time: benchmarks and tests wait on it so group joining is not
+// counted as processing time.
+func (c *Consumer) Ready() <-chan struct{} { return c.ready }
+
+// Failed yields an error if the poll loop stops on its own (the client was
+// closed underneath it).
+func (c *Consumer) Failed() <-chan error { return c.failed }
+
+// Start begins polling and committing in the background. It returns at
+// once; the group is joined asynchronously (see Ready).
+func (c *Consumer) Start(ctx context.Context) error {
+	c.startOnce.Do(func() {
+		c.started = true
+		// Handlers outlive the start ctx's caller only through Stop: the
+		// base context is detached so that a cancelled run ctx does not
+		// abort in-flight transactions before Stop decides to.
+		c.baseCtx, c.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
+		pollCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		c.pollCancel = cancel
+		go c.pollLoop(pollCtx)
+		go c.commitLoop(pollCtx)
+	})
+	return nil
+}
+
+// Stop stops fetching, waits for in-flight handlers (until ctx is done, then
+// cancels them), commits the completed prefix of every partition and leaves
+// the group. It is safe to call more than once.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() {
+		if !c.started {
+			c.cl.Close()
+			return
+		}
+		close(c.stopping)
+		c.pollCancel()
+		<-c.loopDone
+
+		done := make(chan struct{})
+		go func() { c.handlers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			c.log.Warn("stop: abandoning in-flight records uncommitted", "in_flight", len(c.slots))
+			c.hardCancel()
+			<-done
+		}
+		c.hardCancel()
+
+		// Finished work is worth committing even when ctx ran out; give
+		// the final commit its own short deadline.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := c.commit(cctx, nil); err != nil {
+			c.stopErr = fmt.Errorf("consumer %s: final commit: %w", c.cfg.Group, err)
+		}
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer lcancel()
+		if err := c.cl.LeaveGroupContext(lctx); err != nil && c.stopErr == nil && !errors.Is(err, context.DeadlineExceeded) {
+			c.log.Warn("leave group", "err", err)
+		}
+		c.cl.Close()
+	})
+	return c.stopErr
+}
+
+func (c *Consumer) pollLoop(ctx context.Context) {
+	defer close(c.loopDone)
+	for {
+		// Take one slot (blocking), then as many more as are free, and
+		// poll at most that many records so every polled record can start
+		// at once and the rebalance block is released quickly.
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < c.cfg.MaxInFlight {
+			select {
+			case c.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		fetches := c.cl.PollRecords(ctx, n)
+		if fetches.IsClientClosed() {
+			c.releaseSlots(n)
+			c.cl.AllowRebalance()
+			if ctx.Err() == nil {
+				select {
+				case c.failed <- errors.New("kafka client closed"):
+				default:
+				}
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			c.releaseSlots(n)
+			c.cl.AllowRebalance()
+			return
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		used := 0
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			st := c.partition(fp.Topic, fp.Partition)
+			last := fp.Records[len(fp.Records)-1]
+			st.lag.Set(float64(fp.HighWatermark - last.Offset - 1))
+			for _, r := range fp.Records {
+				used++
+				c.dispatch(st, r)
+			}
+		})
+		c.releaseSlots(n - used)
+		c.cl.AllowRebalance()
+	}
+}
+
+func (c *Consumer) releaseSlots(n int) {
+	for i := 0; i < n; i++ {
+		<-c.slots
+	}
+}
+
+// partition returns the state of a currently owned partition, creating it
+// on its first record after an assignment.
+func (c *Consumer) partition(topic string, p int32) *partitionState {
+	tp := topicPartition{topic, p}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.parts[tp]
+	if st == nil {
+		ctx, cancel := context.WithCancel(c.baseCtx)
+		st = &partitionState{
+			tp: tp, ctx: ctx, cancel: cancel, committed: -1,
+			lag: metrics.GetOrCreateGauge(fmt.Sprintf(`notify_consumer_lag{group=%q,topic=%q,partition="%d"}`, c.cfg.Group, topic, p), nil),
+		}
+		c.parts[tp] = st
+	}
+	return st
+}
+
+func (c *Consumer) dispatch(st *partitionState, r *kgo.Record) {
+	t := &tracked{rec: r}
+	c.mu.Lock()
+	st.pending = append(st.pending, t)
+	c.mu.Unlock()
+	st.inflight.Add(1)
+	c.handlers.Add(1)
+	c.m.inFlight.Inc()
+	go func() {
+		defer func() {
+			c.m.inFlight.Dec()
+			<-c.slots
+			st.inflight.Done()
+			c.handlers.Done()
+		}()
+		if c.process(st.ctx, r) {
+			c.complete(st, t)
+		}
+	}()
+}
+
+// process runs the handler until it succeeds, the record is dead-lettered,
+// or ctx ends. It reports whether the record is done.
+func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := c.cfg.Handler(ctx, r)
+		c.m.duration.UpdateDuration(start)
+		if err == nil {
+			c.m.processed.Inc()
+			return true
+		}
+		if errors.Is(err, ErrMalformed) {
+			if c.deadLetter(ctx, r, err) {
+				c.m.malformed.Inc()
+				return true
+			}
+			return false
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		c.m.retries.Inc()
+		d := backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
+		c.log.Warn("handler failed, retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", attempt, "retry_in", d.String(), "err", err)
+		if !c.sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+func (c *Consumer) deadLetter(ctx context.Context, r *kgo.Record, cause error) bool {
+	if c.cfg.OnMalformed == nil {
+		c.log.Error("malformed record skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", cause)
+		return true
+	}
+	for attempt := 1; ; attempt++ {
+		err := c.cfg.OnMalformed(ctx, r, cause)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		d := backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
+		c.log.Warn("dead-lettering failed, retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "retry_in", d.String(), "err", err)
+		if !c.sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+// complete marks t done and extends the partition's committable prefix.
+func (c *Consumer) complete(st *partitionState, t *tracked) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.gone {
+		return
+	}
+	t.done = true
+	i := 0
+	for i < len(st.pending) && st.pending[i].done {
+		r := st.pending[i].rec
+		st.next = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+		st.hasNext = true
+		i++
+	}
+	if i > 0 {
+		// Copy down rather than reslice so the backing array does not grow
+		// without bound on a long-lived partition.
+		n := copy(st.pending, st.pending[i:])
+		clear(st.pending[n:])
+		st.pending = st.pending[:n]
+	}
+}
+
+func (c *Consumer) commitLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := c.commit(cctx, nil); err != nil && ctx.Err() == nil {
+				c.log.Warn("commit failed; retrying next interval", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// commit commits the completed prefix of the given partitions (all owned
+// partitions when only is nil) that moved since the last commit.
+func (c *Consumer) commit(ctx context.Context, only map[topicPartition]*partitionState) error {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	var states []*partitionState
+	c.mu.Lock()
+	src := only
+	if src == nil {
+		src = c.parts
+	}
+	for tp, st := range src {
+		if !st.hasNext || st.next.Offset-1 == st.committed {
+			continue
+		}
+		if offsets[tp.topic] == nil {
+			offsets[tp.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[tp.topic][tp.partition] = st.next
+		states = append(states, st)
+	}
+	c.mu.Unlock()
+	if len(states) == 0 {
+		return nil
+	}
+	var rerr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil && rerr == nil {
+					rerr = fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, perr)
+				}
+			}
+		}
+	})
+	if rerr != nil {
+		c.m.commitErr.Inc()
+		return rerr
+	}
+	c.m.commits.Inc()
+	c.mu.Lock()
+	for _, st := range states {
+		st.committed = offsets[st.tp.topic][st.tp.partition].Offset - 1
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Consumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	n := 0
+	for _, ps := range assigned {
+		n += len(ps)
+	}
+	c.log.Info("partitions assigned", "partitions", formatAssignment(assigned))
+	if n > 0 {
+		c.readyOnce.Do(func() { close(c.ready) })
+	}
+}
+
+// onRevoked runs with dispatching paused (BlockRebalanceOnPoll): no new
+// record of a revoked partition can start while it waits.
+func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	states := c.take(revoked)
+	if len(states) == 0 {
+		return
+	}
+	c.log.Info("partitions revoked", "partitions", formatAssignment(revoked))
+	waitAll(states, c.cfg.RevokeTimeout, c.log)
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.RevokeTimeout)
+	defer cancel()
+	only := map[topicPartition]*partitionState{}
+	for _, st := range states {
+		only[st.tp] = st
+	}
+	if err := c.commit(cctx, only); err != nil {
+		c.log.Warn("commit on revoke failed; the next owner redoes uncommitted records", "err", err)
+	}
+	c.mu.Lock()
+	for _, st := range states {
+		st.gone = true
+	}
+	c.mu.Unlock()
+}
+
+// onLost drops the partitions without committing: the session is gone and
+// another member may already own and commit them.
+func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	states := c.take(lost)
+	c.mu.Lock()
+	for _, st := range states {
+		st.gone = true
+		st.cancel()
+	}
+	c.mu.Unlock()
+	if len(states) > 0 {
+		c.log.Warn("partitions lost; their uncommitted records will be redelivered", "partitions", formatAssignment(lost))
+	}
+}
+
+// take removes the given partitions from the owned set and returns their
+// states.
+func (c *Consumer) take(m map[string][]int32) []*partitionState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*partitionState
+	for topic, ps := range m {
+		for _, p := range ps {
+			tp := topicPartition{topic, p}
+			if st := c.parts[tp]; st != nil {
+				out = append(out, st)
+				delete(c.parts, tp)
+			}
+		}
+	}
+	return out
+}
+
+// waitAll waits up to d for the in-flight handlers of states, then cancels
+// the stragglers (their records stay uncommitted).
+func waitAll(states []*partitionState, d time.Duration, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		for _, st := range states {
+			st.inflight.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		log.Warn("revoke: in-flight handlers did not finish in time; cancelling them", "timeout", d.String())
+	}
+	for _, st := range states {
+		st.cancel()
+	}
+}
+
+func formatAssignment(m map[string][]int32) string {
+	s := ""
+	for t, ps := range m {
+		if s != "" {
+			s += " "
+		}
+		s += t + ":"
+		for i, p := range ps {
+			if i > 0 {
+				s += ","
+			}
+			s += strconv.Itoa(int(p))
+		}
+	}
+	return s
+}
+
+// backoff returns the wait before retry number attempt (1-based): capped
+// exponential growth with jitter in the upper half, so retries of many
+// records spread out instead of arriving in lockstep.
+func backoff(min, max time.Duration, attempt int) time.Duration {
+	d := min
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits d, or until ctx ends or Stop begins; it reports whether the
+// full wait elapsed.
+func (c *Consumer) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-c.stopping:
+		return false
+	}
+}
+
+// kgoLogger routes franz-go's logs into slog. franz-go is chatty at info
+// (every heartbeat decision); only its warnings and errors are passed on.
+type kgoLogger struct{ log *slog.Logger }
+
+func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lv := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lv = slog.LevelError
+	}
+	l.log.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
+}
