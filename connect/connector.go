@@ -1,0 +1,598 @@
+package connect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/streams"
+)
+
+// errStopped ends a session because Stop was called.
+var errStopped = errors.New("connector stopped")
+
+// Connector streams outbox inserts to Kafka. Create it with New, run it
+// with Start, end it with Stop.
+type Connector struct {
+	cfg    Config
+	log    *slog.Logger
+	format rowFormat
+	tr     *tracker
+	m      *connectorMetrics
+
+	pool    *pgxpool.Pool
+	kc      *kgo.Client
+	cleaner *cleaner
+
+	startOnce sync.Once
+	started   bool
+	stopOnce  sync.Once
+	hardOnce  sync.Once
+
+	// readCtx ends when stopping begins: no new reads, connections or
+	// snapshots. hardStop closes when Stop's context expires: stop waiting
+	// for Kafka's acknowledgements.
+	readCtx  context.Context
+	endRead  context.CancelFunc
+	hardStop chan struct{}
+	bgCancel context.CancelFunc
+	bgWG     sync.WaitGroup
+	done     chan struct{}
+	failed   chan error
+	failOnce sync.Once
+}
+
+// New validates cfg, fills in defaults and returns a connector that does
+// nothing until Start.
+func New(cfg Config) (*Connector, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Connector{
+		cfg:      cfg,
+		log:      cfg.Logger.With("slot", cfg.Slot),
+		format:   rowFormat{template: cfg.TopicTemplate, stringPayload: cfg.StringPayload, plainKey: cfg.PlainKey},
+		hardStop: make(chan struct{}),
+		done:     make(chan struct{}),
+		failed:   make(chan error, 1),
+	}
+	c.readCtx, c.endRead = context.WithCancel(context.Background())
+	c.tr = newTracker(!cfg.KeepRows, func(ids []string) {
+		if c.cleaner != nil {
+			c.cleaner.add(ids)
+		}
+	})
+	c.m = newConnectorMetrics(cfg.Metrics, cfg.Slot, c.tr)
+	return c, nil
+}
+
+// Metrics returns the set holding the connector's metrics.
+func (c *Connector) Metrics() *metrics.Set { return c.cfg.Metrics }
+
+// Failed yields an error when the connector stopped on its own: a record
+// Kafka refused or an outbox it cannot map. Connection losses are not
+// failures; they are retried.
+func (c *Connector) Failed() <-chan error { return c.failed }
+
+// Start prepares the publication, opens the pool and the Kafka producer and
+// starts streaming in the background. It returns once the setup is done;
+// the slot may still be held by another process (the connector then stands
+// by). When ctx ends the connector stops reading; call Stop to drain and
+// release it.
+func (c *Connector) Start(ctx context.Context) error {
+	err := errors.New("connect: Start called twice")
+	c.startOnce.Do(func() { err = c.start(ctx) })
+	return err
+}
+
+func (c *Connector) start(ctx context.Context) error {
+	pcfg, err := pgxpool.ParseConfig(c.cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect: DatabaseURL: %w", err)
+	}
+	pcfg.MaxConns = 3
+	pcfg.MinConns = 0
+	if c.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("connect to Postgres: %w", err)
+	}
+	fail := func(err error) error {
+		c.pool.Close()
+		return err
+	}
+	if err := c.pool.Ping(ctx); err != nil {
+		return fail(fmt.Errorf("connect to Postgres: %w", err))
+	}
+	if err := c.ensurePublication(ctx); err != nil {
+		return fail(err)
+	}
+	if _, err := c.checkSlot(ctx); err != nil {
+		return fail(err)
+	}
+	if c.kc, err = kgo.NewClient(c.producerOpts()...); err != nil {
+		return fail(fmt.Errorf("kafka producer: %w", err))
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	c.bgCancel = cancel
+	if !c.cfg.KeepRows {
+		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log, func(n int) { c.m.deleted.Add(n) })
+		c.bgWG.Add(1)
+		go func() { defer c.bgWG.Done(); c.cleaner.run(bg) }()
+	}
+	c.bgWG.Add(1)
+	go func() { defer c.bgWG.Done(); c.pollLag(bg) }()
+	go c.run()
+	go func() {
+		select {
+		case <-ctx.Done():
+			c.beginStop()
+		case <-c.done:
+		}
+	}()
+	c.started = true
+	return nil
+}
+
+// producerOpts: idempotent (franz-go's default), acks from all in-sync
+// replicas, unlimited retries without a delivery timeout (a record is never
+// given up on: the slot keeps it until Kafka takes it), short capped
+// backoffs so production resumes quickly when a broker returns.
+func (c *Connector) producerOpts() []kgo.Opt {
+	compression := kgo.NoCompression()
+	if c.cfg.Compression == "lz4" {
+		compression = kgo.Lz4Compression()
+	}
+	maxBackoff := c.cfg.KafkaBackoffMax
+	return append(streams.ClientOpts(c.cfg.Brokers, c.cfg.ClientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(c.cfg.Linger),
+		kgo.ProducerBatchCompression(compression),
+		kgo.RecordPartitioner(newOutboxPartitioner()),
+		// Our own MaxInFlight gate pauses reading first; the producer's
+		// buffer is only a backstop and must never block the reader.
+		kgo.MaxBufferedRecords(2*c.cfg.MaxInFlight+1000),
+		kgo.RecordDeliveryTimeout(0),
+		// A topic that does not exist yet stalls its records (and, through
+		// MaxInFlight, reading) until it is created, instead of failing them.
+		kgo.UnknownTopicRetries(-1),
+		kgo.RetryBackoffFn(func(tries int) time.Duration {
+			d := 10 * time.Millisecond << min(tries, 10)
+			d = min(d, maxBackoff)
+			return d/2 + rand.N(d/2+1)
+		}),
+		// After a broker comes back, metadata must be refreshable right away
+		// (default minimum age 5s).
+		kgo.MetadataMinAge(maxBackoff),
+		kgo.DialTimeout(5*time.Second),
+		kgo.WithLogger(kgoLogger{c.log.With("component", "kafka")}),
+	)
+}
+
+// beginStop stops reading; idempotent.
+func (c *Connector) beginStop() { c.stopOnce.Do(c.endRead) }
+
+func (c *Connector) stopping() bool { return c.readCtx.Err() != nil }
+
+// Stop stops reading WAL, waits until Kafka acknowledged what is in flight
+// (or ctx ends), sends the final flush position, deletes the published
+// rows still queued and closes every connection. Records still
+// unacknowledged when ctx ends are left to the next run: their
+// transactions were never flushed, so Postgres sends them again.
+func (c *Connector) Stop(ctx context.Context) error {
+	if !c.started {
+		return nil
+	}
+	c.beginStop()
+	var err error
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		c.hardOnce.Do(func() { close(c.hardStop) })
+		<-c.done
+		err = fmt.Errorf("stop before Kafka acknowledged %d records: %w", c.tr.inFlight(), ctx.Err())
+	}
+	c.bgCancel()
+	c.bgWG.Wait()
+	if c.cleaner != nil && ctx.Err() == nil {
+		if derr := c.cleaner.drain(ctx); derr != nil {
+			c.log.Warn("final outbox cleanup", "err", derr)
+		}
+	}
+	c.kc.Close()
+	c.pool.Close()
+	return err
+}
+
+func (c *Connector) fail(err error) {
+	c.failOnce.Do(func() {
+		c.log.Error("connector failed", "err", err)
+		c.failed <- err
+	})
+}
+
+// run keeps one replication session going: reconnecting with capped
+// backoff after errors, standing by while another process holds the slot.
+func (c *Connector) run() {
+	defer close(c.done)
+	const minBackoff = 100 * time.Millisecond
+	backoff := minBackoff
+	standingBy := false
+	for !c.stopping() {
+		// Let a previous session's records reach Kafka first, so the next
+		// session starts after the last acknowledged transaction instead of
+		// producing again what is in flight.
+		if !c.waitDrained() {
+			return
+		}
+		streamed, err := c.session()
+		if errors.Is(err, errStopped) || c.stopping() {
+			return
+		}
+		if ferr := c.tr.err(); ferr != nil {
+			c.fail(fatalError{fmt.Errorf("kafka refused a record: %w", ferr)})
+			return
+		}
+		var fe fatalError
+		if errors.As(err, &fe) {
+			c.fail(err)
+			return
+		}
+		var inUse slotInUseError
+		if errors.As(err, &inUse) {
+			if !standingBy {
+				c.log.Info("slot in use, standing by", "detail", inUse.Error(), "retry", c.cfg.StandbyRetry.String())
+				standingBy = true
+				c.m.standby.Set(1)
+			}
+			c.sleep(c.cfg.StandbyRetry)
+			continue
+		}
+		if standingBy {
+			standingBy = false
+			c.m.standby.Set(0)
+		}
+		if streamed {
+			backoff = minBackoff
+		}
+		c.m.reconnects.Inc()
+		c.log.Warn("replication connection lost, reconnecting", "err", err, "backoff", backoff.String())
+		c.sleep(backoff/2 + rand.N(backoff/2+1))
+		backoff = min(2*backoff, c.cfg.ReconnectMax)
+	}
+}
+
+func (c *Connector) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.readCtx.Done():
+	}
+}
+
+// waitDrained waits until nothing is in flight; false when stopping.
+func (c *Connector) waitDrained() bool {
+	for c.tr.inFlight() > 0 {
+		select {
+		case <-c.tr.changed:
+		case <-time.After(time.Second):
+		case <-c.readCtx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// waitCapacity blocks while MaxInFlight records await acknowledgement.
+func (c *Connector) waitCapacity(ctx context.Context) error {
+	for c.tr.inFlight() >= c.cfg.MaxInFlight {
+		select {
+		case <-c.tr.changed:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// produce hands one record of x to Kafka.
+func (c *Connector) produce(x *txn, id string, r *kgo.Record) {
+	c.tr.add(x, id)
+	c.kc.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+		switch {
+		case errors.Is(err, kgo.ErrClientClosed):
+			// Stop gave up waiting; the transaction stays unflushed.
+		case err != nil:
+			c.log.Error("kafka refused record", "id", id, "topic", r.Topic, "err", err)
+		default:
+			c.m.published.Inc()
+			if !x.commitTime.IsZero() {
+				lat := time.Since(x.commitTime)
+				c.m.latency.Update(lat.Seconds())
+				if c.cfg.ObserveLatency != nil {
+					c.cfg.ObserveLatency(lat)
+				}
+			}
+		}
+		c.tr.ack(x, err)
+	})
+}
+
+// connectReplication opens a replication=database connection.
+func (c *Connector) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(c.cfg.DatabaseURL)
+	if err != nil {
+		return nil, fatalError{fmt.Errorf("DatabaseURL: %w", err)}
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "notify-cdc"
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	return pgconn.ConnectConfig(ctx, cfg)
+}
+
+// session runs one replication connection until it fails or the connector
+// stops. streamed reports whether it got as far as streaming.
+func (c *Connector) session() (streamed bool, err error) {
+	ctx := c.readCtx
+	conn, err := c.connectReplication(ctx)
+	if err != nil {
+		return false, fmt.Errorf("connect for replication: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	// Whatever transaction the stream is in the middle of when this
+	// session ends will be sent again by the next one.
+	defer c.tr.abandonOpen()
+
+	exists, err := c.checkSlot(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !exists {
+		if _, err := c.createSlot(ctx, conn); err != nil {
+			return false, err
+		}
+	}
+	// 0 on the first session: continue from the slot's confirmed position.
+	// Later sessions start after the last transaction this process saw
+	// acknowledged, which may be ahead of what the slot confirmed.
+	start := c.tr.position()
+	err = pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + c.cfg.Publication + "'",
+		},
+	})
+	if pgCode(err) == codeObjectInUse {
+		return false, slotInUseError{err}
+	}
+	if err != nil {
+		return false, fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
+	}
+	confirmed, err := c.slotConfirmed(ctx)
+	if err != nil {
+		return true, err
+	}
+	c.tr.raiseFloor(confirmed)
+	c.log.Info("streaming", "publication", c.cfg.Publication, "from", c.tr.position().String())
+	return true, c.stream(conn)
+}
+
+// stream reads the replication stream until an error or Stop. It owns conn:
+// pgconn is not safe for concurrent use, so reads, status updates and the
+// pause while Kafka catches up all happen on this goroutine.
+func (c *Connector) stream(conn *pgconn.PgConn) error {
+	var (
+		rels     = map[uint32]*relation{} // rebuilt per connection
+		cur      *txn
+		received pglogrepl.LSN
+		warnedUp bool
+	)
+	nextStatus := time.Now().Add(c.cfg.StatusInterval)
+	status := func() error {
+		nextStatus = time.Now().Add(c.cfg.StatusInterval)
+		return c.sendStatus(conn, received)
+	}
+	for {
+		if c.stopping() {
+			return c.drain(conn, received)
+		}
+		if time.Now().After(nextStatus) {
+			if err := status(); err != nil {
+				return fmt.Errorf("send standby status: %w", err)
+			}
+		}
+		if c.tr.inFlight() >= c.cfg.MaxInFlight {
+			// Paused: Kafka is behind or away. Stop reading (the slot keeps
+			// the WAL) but keep sending status so the walsender does not
+			// time out.
+			t := time.NewTimer(time.Until(nextStatus))
+			select {
+			case <-c.tr.changed:
+			case <-t.C:
+			case <-c.readCtx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		rctx, cancel := context.WithDeadline(c.readCtx, nextStatus)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if c.stopping() {
+				continue
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream: server ended the stream")
+		default:
+			continue
+		}
+		data := msg.(*pgproto3.CopyData).Data
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return fmt.Errorf("parse keepalive: %w", err)
+			}
+			if cur == nil {
+				// Everything before the server's position was sent to us;
+				// with nothing queued it held nothing for us.
+				c.tr.idle(ka.ServerWALEnd)
+				received = max(received, ka.ServerWALEnd)
+			}
+			if ka.ReplyRequested {
+				if err := status(); err != nil {
+					return fmt.Errorf("answer keepalive: %w", err)
+				}
+			}
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return fmt.Errorf("parse XLogData: %w", err)
+			}
+			received = max(received, xld.WALStart)
+			lm, err := pglogrepl.Parse(xld.WALData)
+			if err != nil {
+				return fmt.Errorf("parse pgoutput message: %w", err)
+			}
+			switch m := lm.(type) {
+			case *pglogrepl.RelationMessage:
+				rel, err := newRelation(m, c.cfg.Schema, c.cfg.Table)
+				if err != nil {
+					return fatalError{err}
+				}
+				rels[m.RelationID] = rel
+			case *pglogrepl.BeginMessage:
+				cur = c.tr.begin(m.CommitTime)
+			case *pglogrepl.InsertMessage:
+				rel := rels[m.RelationID]
+				if rel == nil {
+					return fmt.Errorf("insert into relation %d before its Relation message", m.RelationID)
+				}
+				if !rel.outbox {
+					c.m.skipOther.Inc()
+					continue
+				}
+				if cur == nil {
+					return errors.New("insert outside a transaction")
+				}
+				row, err := tupleRow(rel, m.Tuple)
+				if err != nil {
+					return fatalError{err}
+				}
+				rec, err := c.format.record(row, cur.commitTime)
+				if err != nil {
+					return fatalError{err}
+				}
+				c.produce(cur, row.id, rec)
+			case *pglogrepl.UpdateMessage:
+				// Debezium warns and drops updates of the outbox; so do we.
+				c.m.skipUpdate.Inc()
+				if !warnedUp {
+					c.log.Warn("skipping update of a published table: the outbox is insert-only", "relation", m.RelationID)
+					warnedUp = true
+				}
+			case *pglogrepl.DeleteMessage:
+				c.m.skipDelete.Inc()
+			case *pglogrepl.TruncateMessage:
+				c.m.skipTrunc.Inc()
+			case *pglogrepl.CommitMessage:
+				if cur == nil {
+					return errors.New("commit outside a transaction")
+				}
+				c.tr.commit(cur, m.TransactionEndLSN)
+				cur = nil
+			}
+		}
+	}
+}
+
+// drain runs when stopping: no more reads; wait for Kafka's answers (until
+// Stop's context expires), keep the walsender alive meanwhile, then send
+// the final flush position.
+func (c *Connector) drain(conn *pgconn.PgConn, received pglogrepl.LSN) error {
+	c.tr.abandonOpen()
+	t := time.NewTicker(c.cfg.StatusInterval)
+	defer t.Stop()
+	for c.tr.inFlight() > 0 {
+		select {
+		case <-c.tr.changed:
+		case <-t.C:
+			if err := c.sendStatus(conn, received); err != nil {
+				return fmt.Errorf("send standby status: %w", err)
+			}
+		case <-c.hardStop:
+			_ = c.sendStatus(conn, received)
+			return errStopped
+		}
+	}
+	if err := c.sendStatus(conn, received); err != nil {
+		return fmt.Errorf("send final standby status: %w", err)
+	}
+	c.log.Info("stopped streaming", "flushed", c.tr.position().String())
+	return errStopped
+}
+
+// sendStatus reports the flush position explicitly. pglogrepl would copy
+// the write position into a zero flush position, confirming WAL Kafka never
+// saw; a zero flush (nothing known yet) is therefore sent with a zero write
+// position too, which the server ignores.
+func (c *Connector) sendStatus(conn *pgconn.PgConn, received pglogrepl.LSN) error {
+	flush := c.tr.position()
+	write := max(received, flush)
+	if flush == 0 {
+		write = 0
+	}
+	return pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: write,
+		WALFlushPosition: flush,
+		WALApplyPosition: flush,
+		ClientTime:       time.Now(),
+	})
+}
+
+// kgoLogger forwards the producer's warnings and errors to slog.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		k.l.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		k.l.Warn(msg, keyvals...)
+	}
+}

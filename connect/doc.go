@@ -1,0 +1,48 @@
+// Package connect is notify's change-data-capture connector: it streams the
+// rows inserted into the Postgres outbox table to Kafka in the record format
+// of Debezium's outbox EventRouter, so consumers written for Debezium read
+// notify's topics unchanged.
+//
+// # How it reads
+//
+// The connector owns a publication on the outbox table and a persistent
+// logical replication slot decoded with pgoutput (protocol version 1), both
+// created idempotently on Start. Each replication connection starts where
+// the slot's confirmed position says (or, after a reconnect within one
+// process, at the end of the last transaction Kafka acknowledged), decodes
+// Begin/Relation/Insert/Commit messages, and turns every inserted outbox row
+// into one Kafka record. Updates, deletes, truncates and rows of other
+// tables are skipped, as Debezium does. The relation cache is rebuilt on
+// every connection, because Postgres sends Relation messages once per
+// connection.
+//
+// # Record format
+//
+// topic = Config.TopicTemplate with ${routedByValue} replaced by the row's
+// aggregatetype; key = aggregateid as a JSON string (quotes included) or, with
+// PlainKey, the bare string; headers "id" (row id) and "eventType" (type);
+// value = the payload jsonb exactly as Postgres renders it or, with
+// StringPayload, that text as a JSON string literal (Debezium's default);
+// timestamp = the transaction's commit time; partition = kafka_partition when
+// set, otherwise murmur2 of the key like Kafka's Java client.
+//
+// # Never losing a row
+//
+// The slot's flush position is the only thing that lets Postgres discard
+// WAL, so it is set explicitly in every standby status update and advances
+// only to the commit end LSN of transactions whose every record Kafka
+// acknowledged, in commit order (see tracker). A crash therefore replays
+// what was not acknowledged: delivery is at-least-once and consumers dedupe
+// on the "id" header. When Kafka is unreachable the producer retries without
+// limit, the number of unacknowledged records is bounded (MaxInFlight) so
+// reading pauses, status updates keep the walsender alive, and the slot holds
+// the WAL. When nothing is in flight and the server reports WAL beyond ours
+// that held nothing for us, the flush position follows it so an idle slot
+// does not pin WAL.
+//
+// A second connector on the same slot finds it active, logs that it is
+// standing by and retries until the first one's connection ends.
+//
+// Rows whose transaction Kafka acknowledged are deleted from the outbox in
+// batches on a separate connection; the deletes are not published.
+package connect

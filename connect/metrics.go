@@ -1,0 +1,53 @@
+package connect
+
+import (
+	"fmt"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// connectorMetrics are the connector's Prometheus metrics, labelled with the
+// slot so that several connectors can share one /metrics endpoint.
+type connectorMetrics struct {
+	published  *metrics.Counter
+	latency    *metrics.Histogram
+	lagBytes   *metrics.Gauge
+	reconnects *metrics.Counter
+	deleted    *metrics.Counter
+	skipUpdate *metrics.Counter
+	skipDelete *metrics.Counter
+	skipTrunc  *metrics.Counter
+	skipOther  *metrics.Counter
+	standby    *metrics.Gauge
+}
+
+func newConnectorMetrics(s *metrics.Set, slot string, t *tracker) *connectorMetrics {
+	name := func(n string, extra ...string) string {
+		labels := fmt.Sprintf("slot=%q", slot)
+		for i := 0; i+1 < len(extra); i += 2 {
+			labels += fmt.Sprintf(",%s=%q", extra[i], extra[i+1])
+		}
+		return n + "{" + labels + "}"
+	}
+	m := &connectorMetrics{
+		// notify_cdc_events_published_total counts records Kafka acknowledged.
+		published: s.GetOrCreateCounter(name("notify_cdc_events_published_total")),
+		// notify_cdc_commit_to_ack_seconds is the time from a transaction's
+		// commit (its Begin message's timestamp) to Kafka's acknowledgement.
+		latency: s.GetOrCreateHistogram(name("notify_cdc_commit_to_ack_seconds")),
+		// notify_cdc_slot_lag_bytes is pg_current_wal_lsn() minus the slot's
+		// confirmed_flush_lsn: WAL the slot keeps on disk.
+		lagBytes:   s.GetOrCreateGauge(name("notify_cdc_slot_lag_bytes"), nil),
+		reconnects: s.GetOrCreateCounter(name("notify_cdc_reconnects_total")),
+		deleted:    s.GetOrCreateCounter(name("notify_cdc_outbox_rows_deleted_total")),
+		skipUpdate: s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "update")),
+		skipDelete: s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "delete")),
+		skipTrunc:  s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "truncate")),
+		skipOther:  s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "other_table")),
+		// notify_cdc_standby is 1 while another process holds the slot.
+		standby: s.GetOrCreateGauge(name("notify_cdc_standby"), nil),
+	}
+	s.GetOrCreateGauge(name("notify_cdc_inflight_records"), func() float64 { return float64(t.inFlight()) })
+	s.GetOrCreateGauge(name("notify_cdc_flushed_lsn"), func() float64 { return float64(t.position()) })
+	return m
+}
