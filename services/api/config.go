@@ -1,0 +1,100 @@
+package api
+
+import (
+	"crypto/ecdh"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/notify-dev/notify/services/auth"
+)
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	// Addr is the listen address. Default "127.0.0.1:8080"; port 0 picks a
+	// free port (see Server.Addr).
+	Addr string
+	// ReadHeaderTimeout bounds reading request headers (slowloris).
+	// Default 5s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request. Default 10s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds handling plus writing a response. Default 15s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections. Default 60s.
+	IdleTimeout time.Duration
+	// ReadyTimeout bounds the database ping of /readyz. Default 1s.
+	ReadyTimeout time.Duration
+
+	// Key verifies bearer tokens. Required.
+	Key *auth.Key
+	// VAPIDPublicKey is the application server key served by
+	// GET /v1/vapid-public-key. Required.
+	VAPIDPublicKey *ecdh.PublicKey
+	// Status answers GET /v1/events/{id}. Default: NewDBStatus over the
+	// server's pool.
+	Status StatusSource
+	// Metrics receives the API's metrics. Default: a new set, exposed only
+	// on /metrics.
+	Metrics *metrics.Set
+	// Logger receives the access log and errors. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for token expiry. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:8080"
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 5 * time.Second
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 15 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 60 * time.Second
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = time.Second
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("invalid api addr %q: %w", c.Addr, err)
+	}
+	for name, d := range map[string]time.Duration{
+		"read-header-timeout": c.ReadHeaderTimeout, "read-timeout": c.ReadTimeout,
+		"write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "ready-timeout": c.ReadyTimeout,
+	} {
+		if d < 0 {
+			return fmt.Errorf("invalid api %s %s: must be positive", name, d)
+		}
+	}
+	if c.Key == nil {
+		return errors.New("api config: Key (token secret) is required")
+	}
+	if c.VAPIDPublicKey == nil || c.VAPIDPublicKey.Curve() != ecdh.P256() {
+		return errors.New("api config: VAPIDPublicKey (a P-256 key) is required")
+	}
+	return nil
+}

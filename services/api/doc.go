@@ -1,0 +1,77 @@
+// Package api is notify's HTTP API: instructors publish course material,
+// students manage their Web Push subscriptions and read their inbox, and
+// instructors follow an event's fan-out.
+//
+// # Publishing
+//
+// POST /v1/courses/{course_id}/materials writes, in ONE transaction, the
+// material row and one outbox row (id = the event id, aggregatetype
+// "material", aggregateid = the course id, type "MaterialPublished", payload
+// = streams.MaterialPublished). The API has no Kafka client: the CDC
+// connector streams the outbox, so publishing costs two inserts whatever the
+// size of the course, and it succeeds while Kafka is down.
+//
+// An Idempotency-Key header (1–255 printable ASCII characters) is stored in
+// api_idempotency in the same transaction, keyed by (user, key). A retry
+// with the same key and the same request gets the first response (status
+// and body; header Idempotent-Replayed: true) and creates no event; the same
+// key with a different request (another course, title, body or url) is 422
+// idempotency_key_reused. Two concurrent requests with one key serialise on
+// the primary key (INSERT … ON CONFLICT DO NOTHING waits for the first
+// transaction), so exactly one event is created. Requests that fail (4xx,
+// 5xx) store nothing and may be retried with the same key. Keys apply to
+// publishing only.
+//
+// # Choices made for bad input
+//
+//   - Every error body is {"error":{"code":"…","message":"…"}}; codes are
+//     the err* constants in errors.go.
+//   - A path id that is not a uuid is 404 (it cannot name anything), like an
+//     unknown id.
+//   - Request bodies must be Content-Type application/json (parameters such
+//     as charset allowed), else 415; bodies over 64 KiB are 413; malformed
+//     JSON, trailing data or a non-object is 400 malformed_json.
+//   - Publish rejects unknown fields (400 unknown_field), so a typo such as
+//     "titel" fails loudly instead of publishing an untitled material. The
+//     push-subscription body is the browser's PushSubscription.toJSON(),
+//     which may grow fields, so unknown fields there are ignored.
+//   - title is trimmed of surrounding white space and must then be 1–200
+//     characters (Unicode code points) without control characters; body
+//     may be empty and is at most 10 KiB (10,240 bytes of UTF-8); url is
+//     optional and, when given, an absolute https URL with a host, no user
+//     info, at most 2,048 bytes.
+//   - Validation happens before any transaction: a rejected request writes
+//     nothing (no material, no outbox row, no idempotency row).
+//
+// # Push subscriptions
+//
+// POST /v1/me/push-subscriptions takes {endpoint, expirationTime?,
+// keys:{p256dh, auth}}: endpoint an absolute https URL of at most 2,048
+// bytes; p256dh the base64url (padding optional) 65-byte uncompressed
+// point, which must lie on P-256; auth 16 bytes base64url. It answers 201
+// with the new subscription, or 200 when the endpoint was already known (its
+// keys and owner are replaced: an endpoint is a capability only the browser
+// holds, so whoever presents it owns it). expirationTime is accepted and
+// ignored. DELETE /v1/me/push-subscriptions with {"endpoint"} (or
+// ?endpoint=) answers 204, or 404 when the caller has no subscription with
+// that endpoint (another user's is never touched).
+//
+// # Inbox
+//
+// GET /v1/me/notifications?limit=&cursor= lists the caller's notifications
+// newest first by keyset pagination on (created_at, event_id); limit is
+// 1–100 (default 20, anything else 400 invalid_limit); next_cursor is an
+// opaque string, present while more items may follow. POST
+// /v1/me/notifications/{event_id}/read is 204 and idempotent (the first read
+// time is kept); 404 when the caller has no such notification.
+//
+// # Events
+//
+// GET /v1/events/{event_id} reports an event's fan-out progress to the
+// course's instructor (403 for anyone else) through a StatusSource.
+//
+// # Operations
+//
+// /healthz answers while the process runs; /readyz pings Postgres with a
+// short timeout (200 or 503); /metrics is the Prometheus text format.
+package api

@@ -1,0 +1,122 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+)
+
+// Error codes: the "code" of every error body. Clients switch on them, so
+// they never change meaning.
+const (
+	errUnauthorized          = "unauthorized"
+	errForbidden             = "forbidden"
+	errNotFound              = "not_found"
+	errCourseNotFound        = "course_not_found"
+	errEventNotFound         = "event_not_found"
+	errNotificationNotFound  = "notification_not_found"
+	errSubscriptionNotFound  = "subscription_not_found"
+	errMethodNotAllowed      = "method_not_allowed"
+	errUnsupportedMediaType  = "unsupported_media_type"
+	errPayloadTooLarge       = "payload_too_large"
+	errMalformedJSON         = "malformed_json"
+	errUnknownField          = "unknown_field"
+	errInvalidTitle          = "invalid_title"
+	errInvalidBody           = "invalid_body"
+	errInvalidURL            = "invalid_url"
+	errInvalidEndpoint       = "invalid_endpoint"
+	errInvalidP256DH         = "invalid_p256dh"
+	errInvalidAuth           = "invalid_auth"
+	errInvalidLimit          = "invalid_limit"
+	errInvalidCursor         = "invalid_cursor"
+	errInvalidIdempotencyKey = "invalid_idempotency_key"
+	errIdempotencyKeyReused  = "idempotency_key_reused"
+	errInternal              = "internal"
+	errUnavailable           = "unavailable"
+)
+
+// Error is a client-visible failure: an HTTP status and the error body.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func newError(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = e.Code, e.Message
+	writeJSON(w, e.Status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own response types reach here; failing to encode one is a
+		// programming error, reported as such rather than as half a body.
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encode response"}}`)
+	}
+	writeRawJSON(w, status, b)
+}
+
+func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	_, _ = w.Write([]byte{'\n'})
+}
+
+// maxRequestBytes caps every request body (413 beyond).
+const maxRequestBytes = 64 << 10
+
+// readJSONBody checks the content type and reads at most maxRequestBytes.
+func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	if e := requireJSON(r); e != nil {
+		return nil, e
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, newError(http.StatusRequestEntityTooLarge, errPayloadTooLarge, "request body is larger than %d bytes", maxRequestBytes)
+		}
+		return nil, newError(http.StatusBadRequest, errMalformedJSON, "read request body: %v", err)
+	}
+	return b, nil
+}
+
+// requireJSON accepts application/json with any parameters (charset).
+func requireJSON(r *http.Request) *Error {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return newError(http.StatusUnsupportedMediaType, errUnsupportedMediaType, "Content-Type must be application/json, got %q", ct)
+	}
+	return nil
+}
+
+// jsonDecodeError turns an encoding/json error into the client's error.
+func jsonDecodeError(err error) *Error {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) && ute.Field != "" {
+		return newError(http.StatusBadRequest, errMalformedJSON, "field %q: wrong type %s", ute.Field, ute.Value)
+	}
+	return newError(http.StatusBadRequest, errMalformedJSON, "malformed JSON: %v", err)
+}

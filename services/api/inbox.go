@@ -1,0 +1,158 @@
+package api
+
+import (
+	"encoding/binary"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Inbox page sizes.
+const (
+	defaultInboxLimit = 20
+	maxInboxLimit     = 100
+)
+
+// InboxItem is one notification of GET /v1/me/notifications.
+type InboxItem struct {
+	EventID     string     `json:"event_id"`
+	CourseID    string     `json:"course_id"`
+	Title       string     `json:"title"`
+	URL         string     `json:"url,omitempty"`
+	PublishedAt time.Time  `json:"published_at"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ReadAt      *time.Time `json:"read_at"`
+}
+
+// InboxPage is the body of GET /v1/me/notifications.
+type InboxPage struct {
+	Items      []InboxItem `json:"items"`
+	NextCursor string      `json:"next_cursor,omitempty"`
+}
+
+// Both queries walk notifications_inbox (user_id, created_at DESC,
+// event_id DESC) — keyset pagination, never OFFSET. They fetch one row more
+// than the page to know whether a next page exists.
+const (
+	sqlInboxFirst = `SELECT n.event_id, r.course_id, r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at
+		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
+		WHERE n.user_id = $1
+		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
+	sqlInboxAfter = `SELECT n.event_id, r.course_id, r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at
+		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
+		WHERE n.user_id = $1 AND (n.created_at, n.event_id) < ($3, $4)
+		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
+	// coalesce keeps the first read time: marking twice is a no-op.
+	sqlMarkRead = `UPDATE notifications SET read_at = coalesce(read_at, now()) WHERE event_id = $1 AND user_id = $2`
+)
+
+// inboxCursor is the last item of a page: (created_at, event_id).
+type inboxCursor struct {
+	createdAt time.Time
+	eventID   UUID
+}
+
+const cursorVersion = 1
+
+// encode is opaque to clients: version, created_at in microseconds (the
+// column's precision, so the comparison is exact) and the event id.
+func (c inboxCursor) encode() string {
+	var b [25]byte
+	b[0] = cursorVersion
+	binary.BigEndian.PutUint64(b[1:9], uint64(c.createdAt.UnixMicro()))
+	copy(b[9:], c.eventID[:])
+	return b64url.EncodeToString(b[:])
+}
+
+func decodeInboxCursor(s string) (inboxCursor, bool) {
+	b, err := b64url.Strict().DecodeString(s)
+	if err != nil || len(b) != 25 || b[0] != cursorVersion {
+		return inboxCursor{}, false
+	}
+	var c inboxCursor
+	c.createdAt = time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC()
+	copy(c.eventID[:], b[9:])
+	return c, true
+}
+
+func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request, user UUID) {
+	q := r.URL.Query()
+	limit := defaultInboxLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxInboxLimit {
+			writeError(w, newError(http.StatusBadRequest, errInvalidLimit, "limit must be an integer 1–%d", maxInboxLimit))
+			return
+		}
+		limit = n
+	}
+	var rows pgx.Rows
+	var err error
+	if v := q.Get("cursor"); v != "" {
+		c, ok := decodeInboxCursor(v)
+		if !ok {
+			writeError(w, newError(http.StatusBadRequest, errInvalidCursor, "cursor is not one this API returned"))
+			return
+		}
+		rows, err = s.pool.Query(r.Context(), sqlInboxAfter, user, limit+1, c.createdAt, c.eventID)
+	} else {
+		rows, err = s.pool.Query(r.Context(), sqlInboxFirst, user, limit+1)
+	}
+	if err != nil {
+		s.internalError(w, r, "read inbox", err)
+		return
+	}
+	page := InboxPage{Items: make([]InboxItem, 0, limit)}
+	var last inboxCursor
+	more := false
+	for rows.Next() {
+		if len(page.Items) == limit {
+			more = true
+			break
+		}
+		var it InboxItem
+		var ev, course UUID
+		if err := rows.Scan(&ev, &course, &it.Title, &it.URL, &it.PublishedAt, &it.CreatedAt, &it.ReadAt); err != nil {
+			rows.Close()
+			s.internalError(w, r, "read inbox", err)
+			return
+		}
+		last = inboxCursor{createdAt: it.CreatedAt, eventID: ev}
+		it.EventID, it.CourseID = ev.String(), course.String()
+		it.PublishedAt, it.CreatedAt = it.PublishedAt.UTC(), it.CreatedAt.UTC()
+		if it.ReadAt != nil {
+			t := it.ReadAt.UTC()
+			it.ReadAt = &t
+		}
+		page.Items = append(page.Items, it)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		s.internalError(w, r, "read inbox", err)
+		return
+	}
+	if more {
+		page.NextCursor = last.encode()
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (s *Server) handleMarkRead(w http.ResponseWriter, r *http.Request, user UUID) {
+	ev, e := pathUUID(r, "event_id", errNotificationNotFound, "notification")
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	tag, err := s.pool.Exec(r.Context(), sqlMarkRead, ev, user)
+	if err != nil {
+		s.internalError(w, r, "mark notification read", err)
+		return
+	}
+	if tag.RowsAffected() == 0 {
+		writeError(w, newError(http.StatusNotFound, errNotificationNotFound, "no such notification"))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,333 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+		"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/auth"
+)
+
+// Server is the API: an http.Server over a Postgres pool. Start listens,
+// Stop drains in-flight requests.
+type Server struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+	vapid   string // base64url public key
+	m       serverMetrics
+
+	http   *http.Server
+	ln     net.Listener
+	failed chan error
+	// hardCancel cancels every request context once a graceful Stop ran
+	// out of time.
+	hardCancel context.CancelFunc
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+type serverMetrics struct {
+	set        *metrics.Set
+	published  *metrics.Counter
+	replayed   *metrics.Counter
+	pubLatency *metrics.Histogram
+}
+
+// New validates cfg and builds the server; it neither listens nor touches
+// the database. Use Handler to serve it in-process.
+func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, errors.New("api: nil database pool")
+	}
+	if cfg.Status == nil {
+		cfg.Status = NewDBStatus(pool)
+	}
+	s := &Server{
+		cfg:    cfg,
+		pool:   pool,
+		log:    cfg.Logger,
+		vapid:  b64url.EncodeToString(cfg.VAPIDPublicKey.Bytes()),
+		failed: make(chan error, 1),
+		m: serverMetrics{
+			set:        cfg.Metrics,
+			published:  cfg.Metrics.NewCounter("notify_api_publishes_total"),
+			replayed:   cfg.Metrics.NewCounter("notify_api_publish_replays_total"),
+			pubLatency: cfg.Metrics.NewHistogram("notify_api_publish_duration_seconds"),
+		},
+	}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("POST /v1/courses/{course_id}/materials", s.authed(s.handlePublish))
+	m.HandleFunc("POST /v1/me/push-subscriptions", s.authed(s.handleSubscribe))
+	m.HandleFunc("DELETE /v1/me/push-subscriptions", s.authed(s.handleUnsubscribe))
+	m.HandleFunc("GET /v1/vapid-public-key", s.handleVAPIDKey)
+	m.HandleFunc("GET /v1/me/notifications", s.authed(s.handleInbox))
+	m.HandleFunc("POST /v1/me/notifications/{event_id}/read", s.authed(s.handleMarkRead))
+	m.HandleFunc("GET /v1/events/{event_id}", s.authed(s.handleEvent))
+	m.HandleFunc("GET /healthz", s.handleHealthz)
+	m.HandleFunc("GET /readyz", s.handleReadyz)
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+	s.mux = m
+	s.handler = s.instrument(m)
+}
+
+// Handler is the whole API with access log, metrics and panic recovery.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on cfg.Addr and serves until Stop. ctx's values reach
+// every request; its cancellation does not cut requests short (Stop drains).
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	}
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.ln, s.hardCancel = ln, cancel
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.failed <- fmt.Errorf("serve http: %w", err)
+		}
+	}()
+	s.log.Info("api listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr is the address Start listens on (with the real port when cfg.Addr
+// had port 0); empty before Start.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Failed yields the error when serving stops unexpectedly.
+func (s *Server) Failed() <-chan error { return s.failed }
+
+// Stop stops accepting connections and waits for in-flight requests; when
+// ctx expires first it cancels their contexts (their transactions roll
+// back) and closes every connection. Safe to call more than once.
+func (s *Server) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		if s.http == nil {
+			return
+		}
+		err := s.http.Shutdown(ctx)
+		if err != nil {
+			s.hardCancel()
+			_ = s.http.Close()
+			s.stopErr = fmt.Errorf("drain api requests: %w", err)
+		}
+		s.hardCancel()
+	})
+	return s.stopErr
+}
+
+// authed wraps a handler that needs the caller's user id.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, UUID)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user, e := s.authenticate(r)
+		if e != nil {
+			challenge := `Bearer realm="notify"`
+			if e.Code != errUnauthorized || r.Header.Get("Authorization") != "" {
+				challenge += `, error="invalid_token"`
+			}
+			w.Header().Set("WWW-Authenticate", challenge)
+			writeError(w, e)
+			return
+		}
+		h(w, r, user)
+	}
+}
+
+func (s *Server) authenticate(r *http.Request) (UUID, *Error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "missing bearer token")
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "Authorization must be: Bearer <token>")
+	}
+	c, err := s.cfg.Key.Verify(strings.TrimSpace(tok), s.cfg.Now())
+	if err != nil {
+		msg := "invalid token"
+		if errors.Is(err, auth.ErrExpired) {
+			msg = "token expired"
+		}
+		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "%s", msg)
+	}
+	u, err := ParseUUID(c.Subject)
+	if err != nil {
+		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "token subject is not a user id")
+	}
+	return u, nil
+}
+
+// statusWriter records the status for the access log and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// muxErrorWriter replaces the mux's plain-text 404/405 with the JSON error
+// body every other answer uses.
+type muxErrorWriter struct {
+	http.ResponseWriter
+}
+
+func (w muxErrorWriter) WriteHeader(code int) {
+	e := newError(code, errNotFound, "no such resource")
+	if code == http.StatusMethodNotAllowed {
+		e = newError(code, errMethodNotAllowed, "method not allowed here")
+	}
+	w.Header().Del("X-Content-Type-Options")
+	writeError(w.ResponseWriter, e)
+}
+
+func (w muxErrorWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// instrument adds panic recovery, the access log and per-route metrics.
+// The route label is the mux pattern, never the raw path: paths and query
+// strings can hold ids and push endpoints.
+func (s *Server) instrument(next *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		_, route := next.Handler(r)
+		sw := &statusWriter{ResponseWriter: w}
+		var inner http.ResponseWriter = sw
+		if route == "" {
+			route = "unmatched"
+			inner = muxErrorWriter{sw}
+		}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("panic in handler", "route", route, "panic", fmt.Sprint(p))
+				if sw.status == 0 {
+					writeError(sw, newError(http.StatusInternalServerError, errInternal, "internal error"))
+				}
+			}
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			d := time.Since(start)
+			s.m.set.GetOrCreateCounter(fmt.Sprintf(`notify_api_requests_total{route=%q,status="%d"}`, route, status)).Inc()
+			s.m.set.GetOrCreateHistogram(fmt.Sprintf(`notify_api_request_duration_seconds{route=%q}`, route)).Update(d.Seconds())
+			level := slog.LevelInfo
+			if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
+				level = slog.LevelDebug
+			}
+			s.log.LogAttrs(r.Context(), level, "request",
+				slog.String("method", r.Method),
+				slog.String("route", route),
+				slog.Int("status", status),
+				slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+			)
+		}()
+		next.ServeHTTP(inner, r)
+	})
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		s.log.Warn("readyz: database unreachable", "err", err)
+		writeError(w, newError(http.StatusServiceUnavailable, errUnavailable, "database unreachable"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	s.m.set.WritePrometheus(w)
+	st := s.pool.Stat()
+	fmt.Fprintf(w, "notify_api_db_pool_acquired_conns %d\nnotify_api_db_pool_total_conns %d\nnotify_api_db_pool_max_conns %d\n",
+		st.AcquiredConns(), st.TotalConns(), st.MaxConns())
+	metrics.WriteProcessMetrics(w)
+}
+
+func (s *Server) handleVAPIDKey(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"public_key": s.vapid})
+}
+
+// internalError logs err and answers 500 without leaking details.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if r.Context().Err() != nil {
+		// The client went away or a hard stop cancelled the request: not
+		// a server fault, and the transaction rolled back.
+		s.log.Debug(what+": request cancelled", "err", err)
+		writeError(w, newError(http.StatusServiceUnavailable, errUnavailable, "request cancelled"))
+		return
+	}
+	s.log.Error(what, "err", err)
+	writeError(w, newError(http.StatusInternalServerError, errInternal, "internal error"))
+}
+
+// pathUUID parses a path id; a non-uuid is "not found" (see the package doc).
+func pathUUID(r *http.Request, name, code, what string) (UUID, *Error) {
+	u, err := ParseUUID(r.PathValue(name))
+	if err != nil {
+		return UUID{}, newError(http.StatusNotFound, code, "no such %s", what)
+	}
+	return u, nil
+}
+
+var b64url = base64.RawURLEncoding

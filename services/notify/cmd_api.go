@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/api"
+	"github.com/notify-dev/notify/services/auth"
+)
+
+func init() {
+	registerService(serviceDef{
+		name:    "api",
+		summary: "HTTP API: publish materials, push subscriptions, inbox, event status",
+		flags:   apiFlags,
+	})
+}
+
+const defaultAPIAddr = "127.0.0.1:8080"
+
+func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+	var infra infraFlags
+	infra.register(fs, false)
+	addr := fs.String("addr", envOr("NOTIFY_API_ADDR", defaultAPIAddr), "listen address (NOTIFY_API_ADDR)")
+	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the API; concurrent publishes share commits (group commit), so a few per core pay off")
+	return func(ctx context.Context, log *slog.Logger) (service, error) {
+		key, err := auth.KeyFromEnv(log)
+		if err != nil {
+			return nil, err
+		}
+		vapid, err := api.VAPIDKeyFromEnv(log)
+		if err != nil {
+			return nil, err
+		}
+		if *maxConns < 1 {
+			return nil, usageError{msg: fmt.Sprintf("--db-max-conns %d must be at least 1", *maxConns)}
+		}
+		pool, err := openAPIPool(ctx, &infra, int32(*maxConns))
+		if err != nil {
+			return nil, err
+		}
+		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log}, pool)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return &apiService{Server: srv, pool: pool}, nil
+	}
+}
+
+// openAPIPool opens the API's pool with maxConns connections and checks the
+// database answers.
+func openAPIPool(ctx context.Context, infra *infraFlags, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := infra.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(infra.databaseURL), err)
+	}
+	return pool, nil
+}
+
+// apiService closes the pool after the server drained.
+type apiService struct {
+	*api.Server
+	pool *pgxpool.Pool
+}
+
+func (s *apiService) Stop(ctx context.Context) error {
+	err := s.Server.Stop(ctx)
+	s.pool.Close()
+	return err
+}
