@@ -130,6 +130,18 @@ kafka_render_config() {
 	fi
 }
 
+# kafka_random_uuid prints a cluster id the way Kafka's Uuid.randomUuid does (16 random bytes,
+# URL-safe base64 without padding, never starting with "-"), without a JVM start for
+# `StorageTool random-uuid`.
+kafka_random_uuid() {
+	local id
+	while :; do
+		id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+		[[ "$id" =~ ^[A-Za-z0-9_][A-Za-z0-9_-]{21}$ ]] && break
+	done
+	printf '%s' "$id"
+}
+
 # Format once; the cluster id is kept in .local/kafka/cluster-id (and in meta.properties).
 kafka_format() {
 	if [[ -f "$KAFKA_DATA/meta.properties" ]]; then
@@ -139,8 +151,7 @@ kafka_format() {
 		return
 	fi
 	local id
-	id="$(java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid 2>>"$KAFKA_LOG" </dev/null 9>&- | tail -n 1)"
-	[[ "$id" =~ ^[A-Za-z0-9_-]{22}$ ]] || die_with_log "kafka.tools.StorageTool random-uuid printed no cluster id" "$KAFKA_LOG"
+	id="$(kafka_random_uuid)"
 	info "formatting Kafka storage in $KAFKA_DATA (cluster id $id)"
 	if ! java -cp "$KAFKA_LIBS/*" "-Dlog4j2.configurationFile=$KAFKA_SRC/log4j2.xml" \
 		kafka.tools.StorageTool format --standalone --cluster-id "$id" --config "$KAFKA_CONFIG" \
