@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -40,5 +41,11 @@ func ClientOpts(brokers []string, component string) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("notify-" + component),
+		// franz-go answers metadata lookups from a cache younger than this
+		// (default 5 s). A short floor lets a topic created a moment ago, or
+		// a broker that just came back, be seen within the 2 s the
+		// recovery contract allows, at the cost of a few more metadata
+		// requests while something is wrong.
+		kgo.MetadataMinAge(250 * time.Millisecond),
 	}
 }

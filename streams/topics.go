@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -146,23 +147,20 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, t Topics) ([]EnsureResu
 	var out []EnsureResult
 	for _, s := range t.Specs() {
 		resp, err := adm.CreateTopic(ctx, s.Partitions, -1, nil, s.Name)
+		if err == nil {
+			err = resp.Err
+		}
 		switch {
-		case err == nil && resp.Err == nil:
+		case err == nil:
 			out = append(out, EnsureResult{Topic: s.Name, Partitions: s.Partitions, Created: true})
 			continue
-		case err == nil && errors.Is(resp.Err, kerr.TopicAlreadyExists):
-		case err == nil:
-			return out, fmt.Errorf("create topic %s: %w", s.Name, resp.Err)
+		case errors.Is(err, kerr.TopicAlreadyExists):
 		default:
 			return out, fmt.Errorf("create topic %s: %w", s.Name, err)
 		}
-		details, err := adm.ListTopics(ctx, s.Name)
+		d, err := describeTopic(ctx, adm, s.Name)
 		if err != nil {
-			return out, fmt.Errorf("describe topic %s: %w", s.Name, err)
-		}
-		d := details[s.Name]
-		if d.Err != nil {
-			return out, fmt.Errorf("describe topic %s: %w", s.Name, d.Err)
+			return out, err
 		}
 		n := int32(len(d.Partitions))
 		if n < s.Partitions {
@@ -171,4 +169,28 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, t Topics) ([]EnsureResu
 		out = append(out, EnsureResult{Topic: s.Name, Partitions: n})
 	}
 	return out, nil
+}
+
+// describeTopic reads a topic's metadata. A topic created a moment ago (by
+// us or a concurrent caller) may not be in every broker's metadata yet, so
+// "unknown topic" is retried briefly.
+func describeTopic(ctx context.Context, adm *kadm.Client, name string) (kadm.TopicDetail, error) {
+	for attempt := 0; ; attempt++ {
+		details, err := adm.ListTopics(ctx, name)
+		if err != nil {
+			return kadm.TopicDetail{}, fmt.Errorf("describe topic %s: %w", name, err)
+		}
+		d := details[name]
+		if d.Err == nil {
+			return d, nil
+		}
+		if !errors.Is(d.Err, kerr.UnknownTopicOrPartition) || attempt >= 50 {
+			return d, fmt.Errorf("describe topic %s: %w", name, d.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
