@@ -1,0 +1,53 @@
+// Package webpush delivers Web Push messages: RFC 8291 message encryption
+// (aes128gcm, one record, a fresh ephemeral P-256 key and salt per message),
+// RFC 8292 VAPID authentication (ES256, one token per push-service origin,
+// reused until shortly before it expires) and an RFC 8030 sender over
+// HTTP/2 that many goroutines share.
+//
+// # Sending
+//
+// A Sender is safe for concurrent use and meant to be shared by every
+// goroutine of a push worker:
+//
+//	s, err := webpush.NewSender(webpush.Config{VAPID: vapidCfg})
+//	out := s.Send(ctx, webpush.Message{Subscription: sub, Payload: body})
+//	switch out.Kind {
+//	case webpush.Delivered:        // record it
+//	case webpush.Gone:             // delete the subscription, never retry
+//	case webpush.PermanentFailure: // record it, never retry
+//	case webpush.Retryable:        // retry after max(out.RetryAfter, own backoff)
+//	}
+//
+// Send never retries by itself: the caller owns the retry policy (attempt
+// counting, exponential backoff, dead-lettering) because only it knows how
+// often a message has been tried.
+//
+// # Flow control
+//
+// Three limits apply to every send, in this order:
+//
+//  1. Retry-After. When a push service answers 429 (or 503) with
+//     Retry-After, no request goes to that origin before the given time.
+//     Sends that arrive meanwhile either wait (when the remaining time is at
+//     most Config.RetryAfterWait) or return at once as Retryable with
+//     RetryAfter set to the remaining time and Err wrapping ErrOriginPaused,
+//     without touching the network. The default (RetryAfterWait 0) returns
+//     at once, so a worker can park the message and move on to other work;
+//     a worker that prefers to block sets RetryAfterWait.
+//  2. A per-origin adaptive concurrency limit (AIMD): it grows by one for
+//     each delivered message while at least half of it is in use, and
+//     halves on 429, 5xx, timeouts and connection errors — at most once per
+//     round trip, so a burst of failures from requests that were already in
+//     flight counts once. It never drops below 1 or grows above
+//     Config.OriginMaxLimit.
+//  3. A global cap on in-flight sends (Config.MaxInFlight) that bounds
+//     memory whatever the number of callers.
+//
+// # Connections
+//
+// Each origin gets its own HTTP/2-only transport. HTTP/2 multiplexes many
+// streams over one TLS connection; when every connection is at the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS the transport dials another one instead of
+// queueing (HTTP2Config.StrictMaxConcurrentRequests is false). HTTP/1.1's
+// two-idle-connections-per-host default never applies.
+package webpush

@@ -1,0 +1,604 @@
+package webpush
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Urgency is the RFC 8030 §5.3 Urgency header.
+type Urgency string
+
+// Urgency values; the empty Urgency sends no header (the service assumes normal).
+const (
+	UrgencyVeryLow Urgency = "very-low"
+	UrgencyLow     Urgency = "low"
+	UrgencyNormal  Urgency = "normal"
+	UrgencyHigh    Urgency = "high"
+)
+
+// ParseUrgency validates an urgency name; "" is allowed (no header).
+func ParseUrgency(s string) (Urgency, error) {
+	switch u := Urgency(s); u {
+	case "", UrgencyVeryLow, UrgencyLow, UrgencyNormal, UrgencyHigh:
+		return u, nil
+	}
+	return "", fmt.Errorf("urgency %q: want very-low, low, normal or high", s)
+}
+
+// TTLZero asks the push service to deliver only if the browser is reachable
+// right now, and otherwise drop the message (header "TTL: 0").
+const TTLZero time.Duration = -1
+
+// DefaultTTL is the TTL sent when neither the message nor Config sets one.
+const DefaultTTL = 24 * time.Hour
+
+// MaxTopicLen is RFC 8030 §5.4's limit on the Topic header.
+const MaxTopicLen = 32
+
+// ValidateTopic checks a Topic: at most 32 characters of the base64url
+// alphabet; "" means no topic.
+func ValidateTopic(t string) error {
+	if len(t) > MaxTopicLen {
+		return fmt.Errorf("topic is %d characters, at most %d allowed (RFC 8030 §5.4)", len(t), MaxTopicLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("topic has %q at %d: only the base64url alphabet is allowed (RFC 8030 §5.4)", c, i)
+		}
+	}
+	return nil
+}
+
+// Message is one push to one subscription.
+type Message struct {
+	Subscription Subscription
+	// Payload is the plaintext, at most MaxPayload bytes.
+	Payload []byte
+	// TTL is how long the push service keeps the message for an offline
+	// browser, in whole seconds. Zero means Config.TTL; TTLZero sends 0.
+	TTL time.Duration
+	// Urgency is optional.
+	Urgency Urgency
+	// Topic, when set, makes a newer message replace an undelivered one with
+	// the same topic. At most 32 base64url characters.
+	Topic string
+}
+
+// Kind is what became of a send.
+type Kind uint8
+
+const (
+	// Delivered: the push service accepted the message (2xx, normally 201).
+	Delivered Kind = iota + 1
+	// Gone: 404 or 410, the subscription no longer exists. Delete it and
+	// never retry.
+	Gone
+	// PermanentFailure: the message can never be delivered as it is (400,
+	// 401, 403, 413, other 4xx, invalid subscription keys, payload too
+	// large). Record it; do not retry.
+	PermanentFailure
+	// Retryable: 429, 408, 5xx, a timeout, a connection error, a paused
+	// origin or a cancelled context. Try again no sooner than RetryAfter.
+	Retryable
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Delivered:
+		return "delivered"
+	case Gone:
+		return "gone"
+	case PermanentFailure:
+		return "permanent_failure"
+	case Retryable:
+		return "retryable"
+	}
+	return "unknown"
+}
+
+// Outcome is the typed result of Send.
+type Outcome struct {
+	Kind Kind
+	// Status is the push service's HTTP status, 0 when there was no answer.
+	Status int
+	// RetryAfter is, for Retryable outcomes, the least time to wait before
+	// sending this message again: the push service's Retry-After, or what
+	// is left of its pause of the origin. Zero means no hint was given and
+	// the caller's own backoff applies.
+	RetryAfter time.Duration
+	// Err says why the message was not delivered; nil when delivered.
+	Err error
+}
+
+// ErrOriginPaused is wrapped by the Err of a Retryable outcome returned
+// without sending because the origin's Retry-After has not yet passed.
+var ErrOriginPaused = errors.New("push service asked to wait (Retry-After)")
+
+// ErrSenderClosed is wrapped by outcomes of sends after Close.
+var ErrSenderClosed = errors.New("sender closed")
+
+// Config configures a Sender. Zero fields take the documented defaults.
+type Config struct {
+	// VAPID signs every request. Required.
+	VAPID VAPIDConfig
+	// MaxInFlight caps concurrent requests over all origins. Default 5000.
+	MaxInFlight int
+	// OriginInitialLimit is an origin's first concurrency limit, before
+	// adapting. Default 100.
+	OriginInitialLimit int
+	// OriginMaxLimit is the ceiling of an origin's adaptive limit. Default
+	// MaxInFlight.
+	OriginMaxLimit int
+	// Timeout bounds one request: connecting, sending and reading the
+	// answer. Default 30 s.
+	Timeout time.Duration
+	// DialTimeout bounds the TCP connect and the TLS handshake of a new
+	// connection. Default 10 s.
+	DialTimeout time.Duration
+	// TTL is the TTL header for messages that set none. Default 24 h
+	// (86400 s).
+	TTL time.Duration
+	// RetryAfterWait is the longest a Send waits for an origin's
+	// Retry-After to pass before giving up with a Retryable outcome.
+	// Default 0: never wait, return at once.
+	RetryAfterWait time.Duration
+	// MaxRetryAfter caps a Retry-After the push service gives, so a bad
+	// value cannot pause an origin for days. Default 1 h.
+	MaxRetryAfter time.Duration
+	// PadTo pads every plaintext to a multiple of this many bytes (see
+	// Encrypt). Default 0: no padding.
+	PadTo int
+	// RootCAs verifies push services. Default nil: the system roots. See
+	// LoadCAFile to add a private CA such as the mock's certificate.
+	RootCAs *x509.CertPool
+	// Logger receives origin-level events (new origin, pauses), never
+	// endpoints or keys. Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the sender's metrics. Default: the process-wide
+	// VictoriaMetrics set.
+	Metrics *metrics.Set
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 5000
+	}
+	if c.OriginInitialLimit == 0 {
+		c.OriginInitialLimit = 100
+	}
+	if c.OriginMaxLimit == 0 {
+		c.OriginMaxLimit = c.MaxInFlight
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.MaxRetryAfter == 0 {
+		c.MaxRetryAfter = time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("MaxInFlight %d: want at least 1", c.MaxInFlight)
+	case c.OriginInitialLimit < 1:
+		return fmt.Errorf("OriginInitialLimit %d: want at least 1", c.OriginInitialLimit)
+	case c.OriginMaxLimit < 1:
+		return fmt.Errorf("OriginMaxLimit %d: want at least 1", c.OriginMaxLimit)
+	case c.Timeout < 0 || c.DialTimeout < 0:
+		return fmt.Errorf("Timeout %s / DialTimeout %s: must not be negative", c.Timeout, c.DialTimeout)
+	case c.TTL < 0 && c.TTL != TTLZero:
+		return fmt.Errorf("TTL %s: must not be negative", c.TTL)
+	case c.RetryAfterWait < 0 || c.MaxRetryAfter < 0:
+		return fmt.Errorf("RetryAfterWait %s / MaxRetryAfter %s: must not be negative", c.RetryAfterWait, c.MaxRetryAfter)
+	case c.PadTo < 0 || c.PadTo > MaxPayload:
+		return fmt.Errorf("PadTo %d: want 0 (no padding) up to %d", c.PadTo, MaxPayload)
+	}
+	return nil
+}
+
+// LoadCAFile returns the system roots plus the PEM certificates in path,
+// for push services with a private CA (the mock's self-signed certificate).
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// Sender sends Web Push messages. It is safe for concurrent use by many
+// goroutines; share one per process.
+type Sender struct {
+	cfg    Config
+	signer *Signer
+	sem    chan struct{}
+	tls    *tls.Config
+
+	mu      sync.Mutex // serialises origin creation and Close
+	origins sync.Map   // origin string → *origin
+	closed  atomic.Bool
+
+	m senderMetrics
+}
+
+type origin struct {
+	name      string
+	transport *http.Transport
+	limit     *adaptiveLimit
+	// pausedUntil is the Retry-After deadline in Unix nanoseconds; no
+	// request is sent to the origin before it.
+	pausedUntil atomic.Int64
+}
+
+// NewSender validates cfg and returns a Sender.
+func NewSender(cfg Config) (*Sender, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("webpush sender: %w", err)
+	}
+	signer, err := NewSigner(cfg.VAPID)
+	if err != nil {
+		return nil, fmt.Errorf("webpush sender: %w", err)
+	}
+	s := &Sender{
+		cfg:    cfg,
+		signer: signer,
+		sem:    make(chan struct{}, cfg.MaxInFlight),
+		tls: &tls.Config{
+			RootCAs:            cfg.RootCAs,
+			MinVersion:         tls.VersionTLS12,
+			ClientSessionCache: tls.NewLRUClientSessionCache(256),
+		},
+		m: newSenderMetrics(cfg.Metrics),
+	}
+	return s, nil
+}
+
+// Signer returns the VAPID signer the sender uses.
+func (s *Sender) Signer() *Signer { return s.signer }
+
+// Close drops idle connections and makes later sends fail with
+// ErrSenderClosed. Sends in flight finish on their own.
+func (s *Sender) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed.Store(true)
+	s.origins.Range(func(_, v any) bool {
+		v.(*origin).transport.CloseIdleConnections()
+		return true
+	})
+}
+
+// OriginLimit reports an origin's current adaptive limit and in-flight
+// count (0, 0 for an origin never sent to). For tests and status pages.
+func (s *Sender) OriginLimit(originURL string) (limit float64, inflight int) {
+	v, ok := s.origins.Load(originURL)
+	if !ok {
+		return 0, 0
+	}
+	return v.(*origin).limit.current()
+}
+
+// originOf returns scheme://host[:port] of a parsed https endpoint, without
+// allocating when the endpoint spells it plainly.
+func originOf(endpoint string, u *url.URL) string {
+	const p = "https://"
+	if len(endpoint) >= len(p)+len(u.Host) && endpoint[:len(p)] == p && endpoint[len(p):len(p)+len(u.Host)] == u.Host {
+		return endpoint[:len(p)+len(u.Host)]
+	}
+	return "https://" + u.Host
+}
+
+func (s *Sender) origin(name string) *origin {
+	if v, ok := s.origins.Load(name); ok {
+		return v.(*origin)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.origins.Load(name); ok {
+		return v.(*origin)
+	}
+	name = strings.Clone(name) // the key must not pin a caller's endpoint string
+	o := &origin{name: name, transport: s.newTransport()}
+	limitGauge := s.m.originLimit(name)
+	o.limit = newAdaptiveLimit(s.cfg.OriginInitialLimit, s.cfg.OriginMaxLimit, limitGauge.Set)
+	s.origins.Store(name, o)
+	s.cfg.Logger.Debug("new push service origin", "origin", name)
+	return o
+}
+
+func (s *Sender) newTransport() *http.Transport {
+	var protos http.Protocols
+	protos.SetHTTP2(true) // HTTP/2 only: multiplexing is the point
+	dialer := &net.Dialer{Timeout: s.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        s.tls.Clone(),
+		TLSHandshakeTimeout:    s.cfg.DialTimeout,
+		ForceAttemptHTTP2:      true,
+		Protocols:              &protos,
+		IdleConnTimeout:        90 * time.Second,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 64 << 10,
+		HTTP2: &http.HTTP2Config{
+			// Open another connection when every one is at the server's
+			// stream limit, rather than queueing behind it.
+			StrictMaxConcurrentRequests: false,
+			// Find dead connections without waiting for the request timeout.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
+	}
+}
+
+func permanent(status int, err error) Outcome {
+	return Outcome{Kind: PermanentFailure, Status: status, Err: err}
+}
+
+// Send encrypts and sends one message and reports what happened. It blocks
+// while the origin is at its concurrency limit or the global in-flight cap
+// is reached, and (up to Config.RetryAfterWait) while the origin is paused
+// by Retry-After. It never retries; see Outcome.
+func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
+	if s.closed.Load() {
+		return Outcome{Kind: Retryable, Err: ErrSenderClosed}
+	}
+	sub := msg.Subscription
+	u, err := url.Parse(sub.Endpoint)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return permanent(0, errors.New("endpoint is not an https URL"))
+	}
+	keys, err := NewKeys(sub.P256DH, sub.Auth)
+	if err != nil {
+		return permanent(0, err)
+	}
+	if len(msg.Payload) > MaxPayload {
+		return permanent(0, fmt.Errorf("%w: %d bytes, at most %d fit", ErrPayloadTooLarge, len(msg.Payload), MaxPayload))
+	}
+	ttl := msg.TTL
+	if ttl == 0 {
+		ttl = s.cfg.TTL
+	}
+	ttlSecs := int64(0)
+	if ttl > 0 {
+		ttlSecs = int64(ttl / time.Second)
+	}
+	if _, err := ParseUrgency(string(msg.Urgency)); err != nil {
+		return permanent(0, err)
+	}
+	if err := ValidateTopic(msg.Topic); err != nil {
+		return permanent(0, err)
+	}
+
+	o := s.origin(originOf(sub.Endpoint, u))
+	if out, ok := s.admit(ctx, o); !ok {
+		s.m.count(out.Kind)
+		return out
+	}
+	// Holding both slots from here on.
+	out, sig, started := s.roundTrip(ctx, o, u, keys, msg, ttlSecs)
+	s.m.inflight.Dec()
+	<-s.sem
+	o.limit.release(sig, started)
+	s.m.count(out.Kind)
+	return out
+}
+
+// admit passes the Retry-After gate and takes an origin slot and a global
+// slot. On false the returned outcome says why nothing was sent.
+func (s *Sender) admit(ctx context.Context, o *origin) (Outcome, bool) {
+	for {
+		if out, ok := s.waitGate(ctx, o); !ok {
+			return out, false
+		}
+		if err := o.limit.acquire(ctx); err != nil {
+			return Outcome{Kind: Retryable, Err: fmt.Errorf("waiting for the origin's concurrency limit: %w", err)}, false
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			select {
+			case s.sem <- struct{}{}:
+			case <-ctx.Done():
+				o.limit.release(signalNone, time.Time{})
+				return Outcome{Kind: Retryable, Err: fmt.Errorf("waiting for an in-flight slot: %w", ctx.Err())}, false
+			}
+		}
+		// A 429 may have paused the origin while we queued.
+		if until := o.pausedUntil.Load(); until == 0 || time.Now().UnixNano() >= until {
+			s.m.inflight.Inc()
+			return Outcome{}, true
+		}
+		<-s.sem
+		o.limit.release(signalNone, time.Time{})
+	}
+}
+
+// waitGate returns once the origin's Retry-After has passed, waiting at
+// most Config.RetryAfterWait for it.
+func (s *Sender) waitGate(ctx context.Context, o *origin) (Outcome, bool) {
+	for {
+		until := o.pausedUntil.Load()
+		if until == 0 {
+			return Outcome{}, true
+		}
+		rem := time.Duration(until - time.Now().UnixNano())
+		if rem <= 0 {
+			return Outcome{}, true
+		}
+		if rem > s.cfg.RetryAfterWait {
+			return Outcome{Kind: Retryable, RetryAfter: rem, Err: fmt.Errorf("%w: %s left", ErrOriginPaused, rem.Round(time.Millisecond))}, false
+		}
+		t := time.NewTimer(rem)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Outcome{Kind: Retryable, RetryAfter: rem, Err: fmt.Errorf("%w: %w", ErrOriginPaused, ctx.Err())}, false
+		}
+	}
+}
+
+// pause moves the origin's Retry-After deadline forward (never back).
+func (s *Sender) pause(o *origin, d time.Duration) {
+	until := time.Now().Add(d).UnixNano()
+	for {
+		cur := o.pausedUntil.Load()
+		if cur >= until {
+			return
+		}
+		if o.pausedUntil.CompareAndSwap(cur, until) {
+			s.m.pauses.Inc()
+			s.cfg.Logger.Warn("push service asked to pause the origin", "origin", o.name, "retry_after", d.String())
+			return
+		}
+	}
+}
+
+func (s *Sender) roundTrip(ctx context.Context, o *origin, u *url.URL, keys Keys, msg Message, ttlSecs int64) (Outcome, signal, time.Time) {
+	auth, err := s.signer.Header(o.name)
+	if err != nil {
+		return permanent(0, err), signalNone, time.Time{}
+	}
+	body, err := AppendEncrypt(make([]byte, 0, headerSize+len(msg.Payload)+1+tagSize+s.cfg.PadTo), keys, msg.Payload, s.cfg.PadTo)
+	if err != nil {
+		return permanent(0, err), signalNone, time.Time{}
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, msg.Subscription.Endpoint, bytes.NewReader(body))
+	if err != nil {
+		return permanent(0, fmt.Errorf("build request: %w", err)), signalNone, time.Time{}
+	}
+	h := req.Header
+	h["Authorization"] = []string{auth}
+	h["Content-Encoding"] = contentEncoding
+	h["Content-Type"] = contentType
+	h["Ttl"] = []string{strconv.FormatInt(ttlSecs, 10)}
+	if msg.Urgency != "" {
+		h["Urgency"] = []string{string(msg.Urgency)}
+	}
+	if msg.Topic != "" {
+		h["Topic"] = []string{msg.Topic}
+	}
+
+	started := time.Now()
+	resp, err := o.transport.RoundTrip(req)
+	if err != nil {
+		s.m.latency.UpdateDuration(started)
+		if ctx.Err() != nil {
+			// The caller gave up (shutdown): nothing to learn about the origin.
+			return Outcome{Kind: Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}, signalNone, started
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return Outcome{Kind: Retryable, Err: fmt.Errorf("push service did not answer within %s: %w", s.cfg.Timeout, err)}, signalOverload, started
+		}
+		return Outcome{Kind: Retryable, Err: fmt.Errorf("send to %s: %w", o.name, err)}, signalOverload, started
+	}
+	status := resp.StatusCode
+	var detail []byte
+	if status >= 300 {
+		detail, _ = io.ReadAll(io.LimitReader(resp.Body, 256))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	s.m.latency.UpdateDuration(started)
+
+	out, sig := classify(status, resp.Header.Get("Retry-After"), detail, time.Now(), s.cfg.MaxRetryAfter)
+	if out.RetryAfter > 0 && (status == http.StatusTooManyRequests || status >= 500) {
+		s.pause(o, out.RetryAfter)
+	}
+	return out, sig, started
+}
+
+var (
+	contentEncoding = []string{"aes128gcm"}
+	contentType     = []string{"application/octet-stream"}
+)
+
+// classify maps a push service's answer to an outcome and what it tells the
+// origin's adaptive limit. It is the one place retry decisions for the push
+// service are made.
+func classify(status int, retryAfter string, detail []byte, now time.Time, maxRetryAfter time.Duration) (Outcome, signal) {
+	errFor := func(what string) error {
+		if d := strings.TrimSpace(sanitize(detail)); d != "" {
+			return fmt.Errorf("push service answered %d (%s): %s", status, what, d)
+		}
+		return fmt.Errorf("push service answered %d (%s)", status, what)
+	}
+	retryDelay := func() time.Duration {
+		d, ok := ParseRetryAfter(retryAfter, now)
+		if !ok {
+			return 0
+		}
+		return min(d, maxRetryAfter)
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return Outcome{Kind: Delivered, Status: status}, signalSuccess
+	case status == http.StatusNotFound || status == http.StatusGone:
+		return Outcome{Kind: Gone, Status: status, Err: errFor("subscription gone")}, signalSuccess
+	case status == http.StatusTooManyRequests:
+		return Outcome{Kind: Retryable, Status: status, RetryAfter: retryDelay(), Err: errFor("rate limited")}, signalOverload
+	case status == http.StatusRequestTimeout:
+		return Outcome{Kind: Retryable, Status: status, Err: errFor("request timeout")}, signalOverload
+	case status >= 500:
+		return Outcome{Kind: Retryable, Status: status, RetryAfter: retryDelay(), Err: errFor("server error")}, signalOverload
+	case status == http.StatusRequestEntityTooLarge:
+		return permanent(status, errFor("payload too large")), signalNone
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return permanent(status, errFor("VAPID authorization rejected")), signalNone
+	case status >= 400:
+		return permanent(status, errFor("request rejected")), signalNone
+	default:
+		return permanent(status, errFor("unexpected status")), signalNone
+	}
+}
+
+// sanitize keeps a response excerpt printable and on one line.
+func sanitize(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, string(b))
+}

@@ -1,0 +1,358 @@
+package webpush_test
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/notify-dev/notify/services/push/webpush"
+)
+
+type browser struct {
+	priv *ecdh.PrivateKey
+	auth []byte
+}
+
+func newBrowser(t *testing.T) browser {
+	t.Helper()
+	priv, err := ecdh.P256().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := make([]byte, 16)
+	rand.Read(auth)
+	return browser{priv: priv, auth: auth}
+}
+
+func (b browser) subscription(endpoint string) webpush.Subscription {
+	return webpush.Subscription{Endpoint: endpoint, P256DH: b.priv.PublicKey().Bytes(), Auth: b.auth}
+}
+
+// newH2Server starts a TLS HTTP/2 test server allowing maxStreams
+// concurrent streams per connection.
+func newH2Server(t *testing.T, maxStreams int, h http.HandlerFunc) (*httptest.Server, *x509.CertPool) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	return srv, pool
+}
+
+func newSender(t *testing.T, pool *x509.CertPool, mod func(*webpush.Config)) *webpush.Sender {
+	t.Helper()
+	key, err := webpush.GenerateVAPIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := webpush.Config{
+		VAPID:   webpush.VAPIDConfig{Key: key, Subject: "mailto:ops@example.com"},
+		RootCAs: pool,
+		Metrics: metrics.NewSet(),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := webpush.NewSender(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestSendDelivers(t *testing.T) {
+	b := newBrowser(t)
+	payload := []byte(`{"title":"New material","url":"/courses/1"}`)
+	var srvURL string
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		check := func(ok bool, what string) {
+			if !ok {
+				t.Errorf("request: %s", what)
+			}
+		}
+		check(r.ProtoMajor == 2, "not HTTP/2: "+r.Proto)
+		check(r.Method == http.MethodPost, "method "+r.Method)
+		check(r.Header.Get("Content-Encoding") == "aes128gcm", "Content-Encoding "+r.Header.Get("Content-Encoding"))
+		check(r.Header.Get("TTL") == "3600", "TTL "+r.Header.Get("TTL"))
+		check(r.Header.Get("Urgency") == "high", "Urgency "+r.Header.Get("Urgency"))
+		check(r.Header.Get("Topic") == "course-1", "Topic "+r.Header.Get("Topic"))
+		if _, err := webpush.VerifyVAPID(r.Header.Get("Authorization"), srvURL, time.Now()); err != nil {
+			t.Errorf("vapid: %v", err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		plain, err := webpush.Decrypt(b.priv, b.auth, body)
+		if err != nil {
+			t.Errorf("decrypt: %v", err)
+		}
+		check(string(plain) == string(payload), "payload "+string(plain))
+		w.WriteHeader(http.StatusCreated)
+	})
+	srvURL = srv.URL
+	s := newSender(t, pool, nil)
+	out := s.Send(context.Background(), webpush.Message{
+		Subscription: b.subscription(srv.URL + "/wpush/1"),
+		Payload:      payload,
+		TTL:          time.Hour,
+		Urgency:      webpush.UrgencyHigh,
+		Topic:        "course-1",
+	})
+	if out.Kind != webpush.Delivered || out.Status != 201 || out.Err != nil {
+		t.Fatalf("outcome %+v", out)
+	}
+}
+
+func TestSendDefaultTTLAndTTLZero(t *testing.T) {
+	b := newBrowser(t)
+	ttls := make(chan string, 2)
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		ttls <- r.Header.Get("TTL")
+		w.WriteHeader(http.StatusCreated)
+	})
+	s := newSender(t, pool, nil)
+	sub := b.subscription(srv.URL + "/wpush/1")
+	s.Send(context.Background(), webpush.Message{Subscription: sub, Payload: []byte("x")})
+	s.Send(context.Background(), webpush.Message{Subscription: sub, Payload: []byte("x"), TTL: webpush.TTLZero})
+	if a, b := <-ttls, <-ttls; a != "86400" || b != "0" {
+		t.Fatalf("TTL headers %q, %q; want 86400, 0", a, b)
+	}
+}
+
+func TestSendRejectsBadMessagesWithoutSending(t *testing.T) {
+	var hits atomic.Int64
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	s := newSender(t, pool, nil)
+	good := newBrowser(t).subscription(srv.URL + "/wpush/1")
+	for name, msg := range map[string]webpush.Message{
+		"http endpoint": {Subscription: webpush.Subscription{Endpoint: "http://x/1", P256DH: good.P256DH, Auth: good.Auth}},
+		"short key":     {Subscription: webpush.Subscription{Endpoint: good.Endpoint, P256DH: good.P256DH[:33], Auth: good.Auth}},
+		"large payload": {Subscription: good, Payload: make([]byte, webpush.MaxPayload+1)},
+		"bad topic":     {Subscription: good, Topic: "no spaces allowed"},
+		"bad urgency":   {Subscription: good, Urgency: "now"},
+	} {
+		if out := s.Send(context.Background(), msg); out.Kind != webpush.PermanentFailure || out.Err == nil {
+			t.Errorf("%s: outcome %+v", name, out)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("%d invalid messages reached the server", hits.Load())
+	}
+}
+
+// TestSendOpensConnectionsWhenStreamsRunOut checks that the HTTP/2
+// transport dials more connections once every connection is at the server's
+// stream limit, instead of queueing behind it.
+func TestSendOpensConnectionsWhenStreamsRunOut(t *testing.T) {
+	const maxStreams, sends = 5, 20
+	var (
+		mu      sync.Mutex
+		remotes = map[string]bool{}
+		arrived sync.WaitGroup
+	)
+	arrived.Add(sends)
+	release := make(chan struct{})
+	srv, pool := newH2Server(t, maxStreams, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes[r.RemoteAddr] = true
+		mu.Unlock()
+		arrived.Done()
+		<-release // hold every stream open until all sends are on the wire
+		w.WriteHeader(http.StatusCreated)
+	})
+	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = sends })
+	b := newBrowser(t)
+	var wg sync.WaitGroup
+	for range sends {
+		wg.Go(func() {
+			if out := s.Send(context.Background(), webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")}); out.Kind != webpush.Delivered {
+				t.Errorf("outcome %+v", out)
+			}
+		})
+	}
+	arrived.Wait() // all 20 concurrently in flight: impossible on one connection
+	close(release)
+	wg.Wait()
+	if len(remotes) < sends/maxStreams {
+		t.Fatalf("%d connections for %d concurrent streams at %d per connection", len(remotes), sends, maxStreams)
+	}
+}
+
+func TestSendOutcomes(t *testing.T) {
+	b := newBrowser(t)
+	status := map[string]int{"/gone": 410, "/notfound": 404, "/bad": 400, "/forbidden": 403, "/big": 413, "/error": 500, "/unavailable": 503, "/ok": 201, "/accepted": 202}
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(status[r.URL.Path])
+	})
+	s := newSender(t, pool, nil)
+	want := map[string]webpush.Kind{
+		"/gone": webpush.Gone, "/notfound": webpush.Gone, "/bad": webpush.PermanentFailure,
+		"/forbidden": webpush.PermanentFailure, "/big": webpush.PermanentFailure,
+		"/error": webpush.Retryable, "/unavailable": webpush.Retryable,
+		"/ok": webpush.Delivered, "/accepted": webpush.Delivered,
+	}
+	for path, kind := range want {
+		out := s.Send(context.Background(), webpush.Message{Subscription: b.subscription(srv.URL + path), Payload: []byte("x")})
+		if out.Kind != kind || out.Status != status[path] {
+			t.Errorf("%s: %s %d, want %s %d (%v)", path, out.Kind, out.Status, kind, status[path], out.Err)
+		}
+	}
+}
+
+func TestSendTimeoutIsRetryable(t *testing.T) {
+	b := newBrowser(t)
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	s := newSender(t, pool, func(c *webpush.Config) { c.Timeout = 50 * time.Millisecond })
+	out := s.Send(context.Background(), webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")})
+	if out.Kind != webpush.Retryable || out.Status != 0 || !errors.Is(out.Err, context.DeadlineExceeded) {
+		t.Fatalf("outcome %+v", out)
+	}
+}
+
+func TestSendConnectionErrorIsRetryable(t *testing.T) {
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {})
+	endpoint := srv.URL + "/wpush/1"
+	srv.Close()
+	s := newSender(t, pool, nil)
+	out := s.Send(context.Background(), webpush.Message{Subscription: newBrowser(t).subscription(endpoint), Payload: []byte("x")})
+	if out.Kind != webpush.Retryable || out.Err == nil {
+		t.Fatalf("outcome %+v", out)
+	}
+}
+
+// TestAdaptiveLimitFollowsServer drives an origin's limit down with 503s
+// and back up with successes.
+func TestAdaptiveLimitFollowsServer(t *testing.T) {
+	b := newBrowser(t)
+	var failing atomic.Bool
+	srv, pool := newH2Server(t, 1000, func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 64; c.OriginMaxLimit = 128 })
+	sendN := func(n int) {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				s.Send(context.Background(), webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")})
+			})
+		}
+		wg.Wait()
+	}
+	failing.Store(true)
+	for range 4 { // sequential rounds: each may halve once
+		sendN(1)
+	}
+	if lim, _ := s.OriginLimit(srv.URL); lim != 4 {
+		t.Fatalf("after four failing rounds the limit is %v, want 64/2^4 = 4", lim)
+	}
+	failing.Store(false)
+	sendN(400)
+	lim, inflight := s.OriginLimit(srv.URL)
+	if lim <= 4 || lim > 128 || inflight != 0 {
+		t.Fatalf("after successes: limit %v (want 4 < limit ≤ 128), in flight %d", lim, inflight)
+	}
+}
+
+// TestRetryAfterPausesOrigin checks that after a 429 with Retry-After no
+// request reaches the origin before the deadline: sends either return at
+// once (default) or wait (RetryAfterWait).
+func TestRetryAfterPausesOrigin(t *testing.T) {
+	b := newBrowser(t)
+	var (
+		mu       sync.Mutex
+		requests []time.Time
+		deadline time.Time
+	)
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		requests = append(requests, time.Now())
+		if len(requests) == 1 {
+			deadline = time.Now().Add(time.Second)
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	msg := webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")}
+
+	s := newSender(t, pool, nil)
+	out := s.Send(context.Background(), msg)
+	if out.Kind != webpush.Retryable || out.Status != 429 || out.RetryAfter != time.Second {
+		t.Fatalf("first send: %+v", out)
+	}
+	out = s.Send(context.Background(), msg)
+	if out.Kind != webpush.Retryable || !errors.Is(out.Err, webpush.ErrOriginPaused) || out.RetryAfter <= 0 || out.RetryAfter > time.Second {
+		t.Fatalf("send during the pause: %+v", out)
+	}
+	mu.Lock()
+	if len(requests) != 1 {
+		t.Fatalf("%d requests reached a paused origin", len(requests)-1)
+	}
+	mu.Unlock()
+
+	// A sender that may wait: the send blocks until the pause is over.
+	s2 := newSender(t, pool, func(c *webpush.Config) { c.RetryAfterWait = 10 * time.Second })
+	mu.Lock()
+	requests = nil
+	mu.Unlock()
+	if out := s2.Send(context.Background(), msg); out.Kind != webpush.Retryable || out.Status != 429 {
+		t.Fatalf("first send: %+v", out)
+	}
+	if out := s2.Send(context.Background(), msg); out.Kind != webpush.Delivered {
+		t.Fatalf("waiting send: %+v", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(requests) != 2 || requests[1].Before(deadline) {
+		t.Fatalf("second request at %v, before the Retry-After deadline %v", requests[len(requests)-1], deadline)
+	}
+}
+
+func TestSendCancelledWhileWaiting(t *testing.T) {
+	b := newBrowser(t)
+	release := make(chan struct{})
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	})
+	defer close(release)
+	s := newSender(t, pool, func(c *webpush.Config) { c.MaxInFlight = 1 })
+	msg := webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")}
+	go s.Send(context.Background(), msg) // holds the only slot
+	for {
+		if _, in := s.OriginLimit(srv.URL); in == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := s.Send(ctx, msg)
+	if out.Kind != webpush.Retryable || !errors.Is(out.Err, context.Canceled) {
+		t.Fatalf("outcome %+v", out)
+	}
+}
