@@ -486,7 +486,9 @@ func (s *Sender) pause(o *origin, d time.Duration) {
 		}
 		if o.pausedUntil.CompareAndSwap(cur, until) {
 			s.m.pauses.Inc()
-			s.cfg.Logger.Warn("push service asked to pause the origin", "origin", o.name, "retry_after", d.String())
+			if cur < time.Now().UnixNano() { // log the start of a pause, not each extension
+				s.cfg.Logger.Warn("push service asked to pause the origin", "origin", o.name, "retry_after", d.String())
+			}
 			return
 		}
 	}

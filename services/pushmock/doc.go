@@ -1,0 +1,25 @@
+// Package pushmock is an RFC 8030 push service for tests and benchmarks. It
+// speaks TLS and HTTP/2 with a self-signed certificate it writes to a file
+// for senders to trust, and checks requests as a real push service does:
+// VAPID (RFC 8292: signature, aud = its own origin, exp in the future and at
+// most 24 h ahead), Content-Encoding aes128gcm, a TTL header, a body of at
+// most 4096 bytes — answering 401/403/400/413 otherwise.
+//
+// It answers after an injected latency (default 230 ms, the seed's measured
+// FCM round trip) using timers, so thousands of concurrent streams cost
+// memory, not CPU. Faults are configurable: random 429s with Retry-After,
+// random 503s, a deterministic set of ids that answer 410 (GoneID) and a
+// deterministic set that answer 500 forever (Always5xxID).
+//
+// With DecryptSample > 0 it re-derives the browser keys of a deterministic
+// fraction of subscription ids (seed.DeriveSubscriptionKeys, as `notify
+// seed` does) and decrypts what it received, counting failures.
+//
+// Stats (GET /stats, POST /stats/reset) count requests, distinct delivered
+// ids (a bitset over ids, 128 KiB per million), duplicate deliveries,
+// answers by status, VAPID and decryption failures, and early retries:
+// requests for an id that arrive before the Retry-After it was given.
+//
+// Push resources are /wpush/<id> with <id> a decimal subscription id in
+// [1, 2^30). Use it in-process (New, Start, Stop) or as `notify run pushmock`.
+package pushmock

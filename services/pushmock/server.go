@@ -1,0 +1,427 @@
+package pushmock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/seed"
+)
+
+// Stats is what GET /stats returns.
+type Stats struct {
+	// Received counts every request to a push resource.
+	Received int64 `json:"received"`
+	// Unique counts distinct ids answered 201.
+	Unique int64 `json:"unique"`
+	// Duplicates counts 201s for an id that had already been answered 201:
+	// the same subscription delivered twice.
+	Duplicates int64 `json:"duplicates"`
+	// ByStatus counts answers by HTTP status.
+	ByStatus map[string]int64 `json:"by_status"`
+	// Decrypted counts sampled messages that decrypted.
+	Decrypted int64 `json:"decrypted"`
+	// DecryptFailures counts sampled messages that did not.
+	DecryptFailures int64 `json:"decrypt_failures"`
+	// VAPIDFailures counts requests rejected for their Authorization.
+	VAPIDFailures int64 `json:"vapid_failures"`
+	// EarlyRetries counts requests for an id that arrived before the
+	// Retry-After it was given with a 429 had passed.
+	EarlyRetries int64 `json:"early_retries"`
+	// InFlight and MaxInFlight are concurrent requests, now and at most.
+	InFlight    int64 `json:"in_flight"`
+	MaxInFlight int64 `json:"max_in_flight"`
+	// Connections counts TLS connections accepted.
+	Connections int64 `json:"connections"`
+}
+
+// Server is the mock push service.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	srv    *http.Server
+	ln     net.Listener
+	url    string
+	cert   tls.Certificate
+	failed chan error
+	served chan struct{}
+
+	startOnce, stopOnce sync.Once
+
+	// stats
+	received, unique, duplicates atomic.Int64
+	decrypted, decryptFail       atomic.Int64
+	vapidFail, earlyRetries      atomic.Int64
+	inflight, maxInflight, conns atomic.Int64
+	byStatus                     [600]atomic.Int64
+	delivered                    idSet
+	notBefore                    sync.Map // id int64 → unix nanos of the Retry-After deadline
+	vapidOK                      sync.Map // host + "\x00" + Authorization → expiry (time.Time)
+	vapidCached                  atomic.Int64
+	bodyPool                     sync.Pool
+}
+
+// New validates cfg and returns a server; Start makes it listen.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1), served: make(chan struct{})}
+	s.bodyPool.New = func() any { b := make([]byte, maxBody+1); return &b }
+	return s, nil
+}
+
+const maxBody = 4096
+
+// Start listens, writes the certificate to Config.CertFile and serves until
+// Stop. It returns once the listener is open.
+func (s *Server) Start(ctx context.Context) error {
+	err := errors.New("pushmock: already started")
+	s.startOnce.Do(func() { err = s.start() })
+	return err
+}
+
+func (s *Server) start() error {
+	host, _, err := net.SplitHostPort(s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("pushmock: addr %q: %w", s.cfg.Addr, err)
+	}
+	cert, certPEM, err := selfSigned(host)
+	if err != nil {
+		return fmt.Errorf("pushmock: %w", err)
+	}
+	s.cert = cert
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("pushmock: listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	addr := ln.Addr().(*net.TCPAddr)
+	urlHost := host
+	if urlHost == "" || net.ParseIP(urlHost) != nil && net.ParseIP(urlHost).IsUnspecified() {
+		urlHost = "127.0.0.1"
+	}
+	s.url = "https://" + net.JoinHostPort(urlHost, strconv.Itoa(addr.Port))
+	if err := writeFileAtomic(s.cfg.CertFile, certPEM); err != nil {
+		ln.Close()
+		return fmt.Errorf("pushmock: %w", err)
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /wpush/{id}", s.handlePush)
+	mux.HandleFunc("GET /stats", s.handleStats)
+	mux.HandleFunc("POST /stats/reset", s.handleReset)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+
+	var protos http.Protocols
+	protos.SetHTTP1(true) // for curl and tests
+	protos.SetHTTP2(true)
+	s.srv = &http.Server{
+		Handler:           mux,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Protocols:         &protos,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxStreams},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(slogWriter{s.log}, "", 0),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
+		},
+	}
+	go func() {
+		defer close(s.served)
+		if err := s.srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.failed <- fmt.Errorf("pushmock: serve: %w", err)
+		}
+	}()
+	s.log.Info("push mock listening", "url", s.url, "push_resources", s.url+"/wpush/<id>",
+		"cert_file", s.cfg.CertFile, "latency", s.latencyString(), "max_streams", s.cfg.MaxStreams)
+	return nil
+}
+
+func (s *Server) latencyString() string {
+	if s.cfg.Latency == NoLatency {
+		return "0s"
+	}
+	return s.cfg.Latency.String()
+}
+
+// Stop finishes in-flight requests (each waits out its latency) and closes
+// the listener; when ctx expires it closes the connections.
+func (s *Server) Stop(ctx context.Context) error {
+	var err error
+	s.stopOnce.Do(func() {
+		if s.srv == nil {
+			return
+		}
+		if err = s.srv.Shutdown(ctx); err != nil {
+			s.srv.Close()
+		}
+		<-s.served
+	})
+	return err
+}
+
+// Failed yields an error when serving stops unexpectedly.
+func (s *Server) Failed() <-chan error { return s.failed }
+
+// URL is https://host:port once started.
+func (s *Server) URL() string { return s.url }
+
+// Endpoint returns the push resource URL of subscription id.
+func (s *Server) Endpoint(id int64) string { return s.url + "/wpush/" + strconv.FormatInt(id, 10) }
+
+// CertFile is where the certificate was written.
+func (s *Server) CertFile() string { return s.cfg.CertFile }
+
+// CertPool returns a pool trusting the server's certificate.
+func (s *Server) CertPool() *x509.CertPool {
+	p := x509.NewCertPool()
+	if s.cert.Leaf != nil {
+		p.AddCert(s.cert.Leaf)
+	}
+	return p
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Received:        s.received.Load(),
+		Unique:          s.unique.Load(),
+		Duplicates:      s.duplicates.Load(),
+		ByStatus:        map[string]int64{},
+		Decrypted:       s.decrypted.Load(),
+		DecryptFailures: s.decryptFail.Load(),
+		VAPIDFailures:   s.vapidFail.Load(),
+		EarlyRetries:    s.earlyRetries.Load(),
+		InFlight:        s.inflight.Load(),
+		MaxInFlight:     s.maxInflight.Load(),
+		Connections:     s.conns.Load(),
+	}
+	for code := range s.byStatus {
+		if n := s.byStatus[code].Load(); n > 0 {
+			st.ByStatus[strconv.Itoa(code)] = n
+		}
+	}
+	return st
+}
+
+// ResetStats zeroes every counter and forgets which ids were delivered and
+// which Retry-After deadlines were given.
+func (s *Server) ResetStats() {
+	for _, c := range []*atomic.Int64{&s.received, &s.unique, &s.duplicates, &s.decrypted, &s.decryptFail, &s.vapidFail, &s.earlyRetries, &s.maxInflight, &s.conns} {
+		c.Store(0)
+	}
+	for i := range s.byStatus {
+		s.byStatus[i].Store(0)
+	}
+	s.delivered.reset()
+	s.notBefore.Clear()
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(s.Stats())
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	s.ResetStats()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handlePush answers a push message request after the injected latency.
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	s.received.Add(1)
+	n := s.inflight.Add(1)
+	for {
+		m := s.maxInflight.Load()
+		if n <= m || s.maxInflight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	defer s.inflight.Add(-1)
+
+	status, retryAfter := s.judge(r, start)
+
+	if d := s.latency(); d > 0 {
+		if wait := d - time.Since(start); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+	}
+	s.byStatus[status].Add(1)
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	if status == http.StatusCreated {
+		w.Header().Set("Location", s.url+"/m/"+r.PathValue("id")+"-"+strconv.FormatInt(start.UnixNano(), 36))
+	}
+	w.WriteHeader(status)
+}
+
+func (s *Server) latency() time.Duration {
+	if s.cfg.Latency == NoLatency {
+		return 0
+	}
+	d := s.cfg.Latency
+	if j := s.cfg.Jitter; j > 0 {
+		d += time.Duration(rand.Int64N(int64(2*j)+1)) - j
+	}
+	return max(d, 0)
+}
+
+// judge validates the request as a push service would and decides the
+// answer. It runs before the latency so the checks' CPU is not hidden.
+func (s *Server) judge(r *http.Request, now time.Time) (status int, retryAfter string) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 || id >= MaxID {
+		io.Copy(io.Discard, io.LimitReader(r.Body, maxBody+1))
+		return http.StatusNotFound, ""
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		s.vapidFail.Add(1)
+		return http.StatusUnauthorized, ""
+	}
+	if !s.vapidValid(auth, r.Host, now) {
+		s.vapidFail.Add(1)
+		return http.StatusForbidden, ""
+	}
+	if r.Header.Get("Content-Encoding") != "aes128gcm" {
+		return http.StatusBadRequest, ""
+	}
+	if ttl, err := strconv.ParseInt(r.Header.Get("TTL"), 10, 64); err != nil || ttl < 0 {
+		return http.StatusBadRequest, ""
+	}
+	if u := r.Header.Get("Urgency"); u != "" {
+		if _, err := webpush.ParseUrgency(u); err != nil {
+			return http.StatusBadRequest, ""
+		}
+	}
+	if err := webpush.ValidateTopic(r.Header.Get("Topic")); err != nil {
+		return http.StatusBadRequest, ""
+	}
+	if r.ContentLength > maxBody {
+		return http.StatusRequestEntityTooLarge, ""
+	}
+	bufp := s.bodyPool.Get().(*[]byte)
+	defer s.bodyPool.Put(bufp)
+	n, err := io.ReadFull(r.Body, *bufp)
+	switch {
+	case n > maxBody:
+		return http.StatusRequestEntityTooLarge, ""
+	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
+		return http.StatusBadRequest, ""
+	}
+	body := (*bufp)[:n]
+
+	if v, ok := s.notBefore.Load(id); ok {
+		if now.UnixNano() < v.(int64) {
+			s.earlyRetries.Add(1)
+		} else {
+			s.notBefore.Delete(id)
+		}
+	}
+	switch {
+	case GoneID(id, s.cfg.GoneFraction):
+		return http.StatusGone, ""
+	case Always5xxID(id, s.cfg.Always5xxFraction):
+		return http.StatusInternalServerError, ""
+	case s.cfg.Rate429 > 0 && rand.Float64() < s.cfg.Rate429:
+		return http.StatusTooManyRequests, s.giveRetryAfter(id, now)
+	case s.cfg.Rate5xx > 0 && rand.Float64() < s.cfg.Rate5xx:
+		return http.StatusServiceUnavailable, ""
+	}
+	if Sampled(id, s.cfg.DecryptSample) {
+		s.checkDecrypts(id, body)
+	}
+	if s.delivered.add(id) {
+		s.unique.Add(1)
+	} else {
+		s.duplicates.Add(1)
+	}
+	return http.StatusCreated, ""
+}
+
+// giveRetryAfter records id's deadline and renders the header so that a
+// sender honouring it never arrives before the deadline (rounded up).
+func (s *Server) giveRetryAfter(id int64, now time.Time) string {
+	deadline := now.Add(s.cfg.RetryAfter)
+	s.notBefore.Store(id, deadline.UnixNano())
+	if s.cfg.RetryAfterDate {
+		return deadline.Add(time.Second - 1).UTC().Format(http.TimeFormat)
+	}
+	return strconv.FormatInt(int64(math.Ceil(s.cfg.RetryAfter.Seconds())), 10)
+}
+
+func (s *Server) checkDecrypts(id int64, body []byte) {
+	keys, err := seed.DeriveSubscriptionKeys(s.cfg.Seed, id)
+	if err == nil {
+		_, err = webpush.Decrypt(keys.Private, keys.Auth[:], body)
+	}
+	if err != nil {
+		if s.decryptFail.Add(1) <= 5 {
+			s.log.Warn("sampled message does not decrypt", "id", id, "seed", s.cfg.Seed, "err", err)
+		}
+		return
+	}
+	s.decrypted.Add(1)
+}
+
+// vapidValid verifies the Authorization header against this origin as the
+// client addressed it. A verified header is cached until its exp, because
+// senders reuse one token per origin and an ECDSA verify per request would
+// make the mock, not the sender, the bottleneck.
+func (s *Server) vapidValid(auth, host string, now time.Time) bool {
+	key := host + "\x00" + auth
+	if v, ok := s.vapidOK.Load(key); ok {
+		return now.Before(v.(time.Time))
+	}
+	tok, err := webpush.VerifyVAPID(auth, "https://"+host, now)
+	if err != nil {
+		s.log.Debug("vapid rejected", "err", err)
+		return false
+	}
+	if s.vapidCached.Add(1) > 10000 { // bound the cache against token-per-request senders
+		s.vapidOK.Clear()
+		s.vapidCached.Store(0)
+	}
+	s.vapidOK.Store(key, tok.Expires)
+	return true
+}
+
+// slogWriter routes net/http's internal log lines (TLS handshake errors from
+// clients that do not trust the certificate, …) to slog at debug level.
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Debug("http server", "msg", string(p))
+	return len(p), nil
+}
