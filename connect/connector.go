@@ -39,6 +39,8 @@ type Connector struct {
 	started   bool
 	stopOnce  sync.Once
 	hardOnce  sync.Once
+	closeOnce sync.Once
+	stopErr   error
 
 	// readCtx ends when stopping begins: no new reads, connections or
 	// snapshots. hardStop closes when Stop's context expires: stop waiting
@@ -86,9 +88,12 @@ func (c *Connector) Metrics() *metrics.Set { return c.cfg.Metrics }
 // failures; they are retried.
 func (c *Connector) Failed() <-chan error { return c.failed }
 
-// Start prepares the publication, opens the pool and the Kafka producer and
-// starts streaming in the background. It returns once the setup is done;
-// the slot may still be held by another process (the connector then stands
+// Start prepares the publication and the slot, opens the pool and the
+// Kafka producer and starts streaming in the background. A new slot is
+// created here, and the rows already in the outbox are handed to the
+// producer from its snapshot before Start returns (with MaxInFlight
+// bounding what waits for Kafka). Start returns once the setup is done; the
+// slot may still be held by another process (the connector then stands
 // by). When ctx ends the connector stops reading; call Stop to drain and
 // release it.
 func (c *Connector) Start(ctx context.Context) error {
@@ -117,11 +122,21 @@ func (c *Connector) start(ctx context.Context) error {
 	if err := c.ensurePublication(ctx); err != nil {
 		return fail(err)
 	}
-	if _, err := c.checkSlot(ctx); err != nil {
+	exists, err := c.checkSlot(ctx)
+	if err != nil {
 		return fail(err)
 	}
 	if c.kc, err = kgo.NewClient(c.producerOpts()...); err != nil {
 		return fail(fmt.Errorf("kafka producer: %w", err))
+	}
+	if !exists {
+		// Created here rather than in the background so that every row
+		// committed after Start returns is streamed, and every row before
+		// it is in the slot's snapshot.
+		if err := c.createSlotNow(ctx); err != nil {
+			c.kc.Close()
+			return fail(err)
+		}
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	c.bgCancel = cancel
@@ -193,6 +208,11 @@ func (c *Connector) Stop(ctx context.Context) error {
 	if !c.started {
 		return nil
 	}
+	c.closeOnce.Do(func() { c.stopErr = c.stop(ctx) })
+	return c.stopErr
+}
+
+func (c *Connector) stop(ctx context.Context) error {
 	c.beginStop()
 	var err error
 	select {
@@ -328,6 +348,18 @@ func (c *Connector) produce(x *txn, id string, r *kgo.Record) {
 		}
 		c.tr.ack(x, err)
 	})
+}
+
+// createSlotNow creates the slot and publishes its snapshot on a
+// replication connection of its own.
+func (c *Connector) createSlotNow(ctx context.Context) error {
+	conn, err := c.connectReplication(ctx)
+	if err != nil {
+		return fmt.Errorf("connect for replication: %w", err)
+	}
+	defer conn.Close(context.Background())
+	_, err = c.createSlot(ctx, conn)
+	return err
 }
 
 // connectReplication opens a replication=database connection.

@@ -1,0 +1,273 @@
+package connect_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/streams"
+)
+
+// TestRecordMatchesContract publishes two events through the connector and
+// checks the records byte for byte against the DESIGN.md contract, then
+// reads them with kcat, a Kafka client that is not ours.
+func TestRecordMatchesContract(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.start(t, e.config(t))
+	c := consume(t, e, e.topics.Material())
+
+	course := newUUID()
+	plain := newEvent(course)
+	placed := newEvent(newUUID())
+	two := int32(2)
+	placed.partition = &two
+	before := time.Now().Add(-time.Second) // the broker's and Postgres' clocks are this machine's
+	for _, ev := range []event{plain, placed} {
+		if err := insert(ctx, e.db.Pool, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := time.Now().Add(time.Second)
+	c.waitFor(t, []string{plain.id, placed.id}, time.Minute)
+
+	hasher := kgo.StickyKeyPartitioner(nil).ForTopic(e.topics.Material())
+	for _, ev := range []event{plain, placed} {
+		r := c.record(ev.id)
+		var wantValue string
+		// Postgres renders jsonb in its own canonical form; the record
+		// carries exactly that text.
+		if err := e.db.Pool.QueryRow(ctx, `SELECT $1::jsonb::text`, string(ev.payload)).Scan(&wantValue); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(r.Key), `"`+ev.course+`"`; got != want {
+			t.Errorf("key %s, want %s", got, want)
+		}
+		if string(r.Value) != wantValue {
+			t.Errorf("value\n %s\nwant\n %s", r.Value, wantValue)
+		}
+		if len(r.Headers) != 2 || r.Headers[0].Key != "id" || string(r.Headers[0].Value) != ev.id ||
+			r.Headers[1].Key != "eventType" || string(r.Headers[1].Value) != streams.TypeMaterialPublished {
+			t.Errorf("headers %+v, want id=%s eventType=MaterialPublished", r.Headers, ev.id)
+		}
+		if r.Timestamp.Before(before) || r.Timestamp.After(after) {
+			t.Errorf("timestamp %v is not the commit time (between %v and %v)", r.Timestamp, before, after)
+		}
+		wantPart := int32(hasher.Partition(&kgo.Record{Key: r.Key}, int(e.topics.MaterialPartitions)))
+		if ev.partition != nil {
+			wantPart = *ev.partition
+		}
+		if r.Partition != wantPart {
+			t.Errorf("event %s on partition %d, want %d", ev.id, r.Partition, wantPart)
+		}
+		m, err := streams.DecodeMaterialPublished(r.Value)
+		if err != nil || m.EventID != ev.id || m.CourseID != ev.course {
+			t.Errorf("decode value: %+v %v", m, err)
+		}
+	}
+
+	t.Run("kcat", func(t *testing.T) {
+		kcat, err := exec.LookPath("kcat")
+		if err != nil {
+			if kcat, err = exec.LookPath("kafkacat"); err != nil {
+				t.Skip("kcat is not installed (Debian package kcat; infra/local/test.sh installs it)")
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(cctx, kcat, "-C", "-b", strings.Join(e.brokers, ","), "-t", e.topics.Material(),
+			"-o", "beginning", "-e", "-q", "-J").Output()
+		if err != nil {
+			t.Fatalf("kcat: %v\n%s", err, out)
+		}
+		got := map[string]bool{}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m struct {
+				Partition int32    `json:"partition"`
+				Key       string   `json:"key"`
+				Payload   string   `json:"payload"`
+				Headers   []string `json:"headers"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatalf("kcat line %q: %v", sc.Text(), err)
+			}
+			if len(m.Headers) != 4 || m.Headers[0] != "id" || m.Headers[2] != "eventType" || m.Headers[3] != streams.TypeMaterialPublished {
+				t.Fatalf("kcat headers %v", m.Headers)
+			}
+			var key string
+			if err := json.Unmarshal([]byte(m.Key), &key); err != nil {
+				t.Fatalf("kcat key %q is not a JSON string: %v", m.Key, err)
+			}
+			var payload map[string]any
+			if err := json.Unmarshal([]byte(m.Payload), &payload); err != nil {
+				t.Fatalf("kcat payload %q is not JSON: %v", m.Payload, err)
+			}
+			if payload["event_id"] != m.Headers[1] || payload["course_id"] != key {
+				t.Fatalf("kcat record: header id %s key %s payload %v", m.Headers[1], key, payload)
+			}
+			got[m.Headers[1]] = true
+			if m.Headers[1] == placed.id && m.Partition != 2 {
+				t.Errorf("kcat saw the placed event on partition %d", m.Partition)
+			}
+		}
+		if !got[plain.id] || !got[placed.id] || len(got) != 2 {
+			t.Fatalf("kcat read events %v, want %s and %s", got, plain.id, placed.id)
+		}
+	})
+}
+
+// TestSkipsUpdatesDeletesAndOtherTables uses a publication carrying every
+// operation on the outbox and on another table: only outbox inserts may
+// become records.
+func TestSkipsUpdatesDeletesAndOtherTables(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.db.Pool.Exec(ctx, `CREATE PUBLICATION `+e.slot+` FOR TABLE outbox, users`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(t)
+	cfg.KeepRows = true
+	conn := e.start(t, cfg)
+	c := consume(t, e, e.topics.Material())
+
+	first, last := newEvent(newUUID()), newEvent(newUUID())
+	if err := insert(ctx, e.db.Pool, first); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE outbox SET aggregateid = 'changed' WHERE id = '` + first.id + `'`,
+		`INSERT INTO users (id, name) VALUES ('` + newUUID() + `', 'someone')`,
+		`DELETE FROM outbox WHERE id = '` + first.id + `'`,
+	} {
+		if _, err := e.db.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := insert(ctx, e.db.Pool, last); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, []string{first.id, last.id}, time.Minute)
+	// Everything committed before last was decoded before it.
+	time.Sleep(300 * time.Millisecond)
+	if distinct, total := c.count(); distinct != 2 || total != 2 {
+		t.Fatalf("got %d records (%d distinct), want exactly the 2 inserts", total, distinct)
+	}
+	if got := string(c.record(first.id).Key); got != `"`+first.course+`"` {
+		t.Fatalf("first record key %s: the update leaked", got)
+	}
+	var b bytes.Buffer
+	conn.Metrics().WritePrometheus(&b)
+	for _, kind := range []string{"update", "delete", "other_table"} {
+		if !strings.Contains(b.String(), `kind="`+kind+`"} 1`) {
+			t.Errorf("skipped %s not counted once:\n%s", kind, b.String())
+		}
+	}
+}
+
+// TestStringPayloadAndPlainKey checks Debezium's default value format and
+// the plain-key option.
+func TestStringPayloadAndPlainKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	cfg := e.config(t)
+	cfg.StringPayload = true
+	cfg.PlainKey = true
+	e.start(t, cfg)
+	c := consume(t, e, e.topics.Material())
+	ev := newEvent(newUUID())
+	if err := insert(ctx, e.db.Pool, ev); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, []string{ev.id}, time.Minute)
+	r := c.record(ev.id)
+	if string(r.Key) != ev.course {
+		t.Errorf("plain key %q, want %q", r.Key, ev.course)
+	}
+	var text string
+	if err := json.Unmarshal(r.Value, &text); err != nil {
+		t.Fatalf("string payload %s is not a JSON string: %v", r.Value, err)
+	}
+	var want string
+	if err := e.db.Pool.QueryRow(ctx, `SELECT $1::jsonb::text`, string(ev.payload)).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if text != want {
+		t.Errorf("string payload holds %s, want %s", text, want)
+	}
+	if m, err := streams.DecodeMaterialPublished(r.Value); err != nil || m.EventID != ev.id {
+		t.Errorf("decode string payload: %+v %v", m, err)
+	}
+}
+
+// TestSnapshotCleanupAndTakeover: rows written before the slot existed are
+// published from its snapshot; published rows are deleted from the outbox;
+// a second connector on the same slot stands by and takes over when the
+// first stops.
+func TestSnapshotCleanupAndTakeover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	var ids []string
+	add := func(n int) {
+		for range n {
+			ev := newEvent(newUUID())
+			if err := insert(ctx, e.db.Pool, ev); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, ev.id)
+		}
+	}
+	add(20) // before any connector ran
+	c := consume(t, e, e.topics.Material())
+
+	first := e.start(t, e.config(t))
+	add(20)
+	c.waitFor(t, ids, time.Minute)
+
+	second := e.start(t, e.config(t))
+	waitUntil(t, "second connector standing by", func() bool {
+		var b bytes.Buffer
+		second.Metrics().WritePrometheus(&b)
+		return strings.Contains(b.String(), `notify_cdc_standby{slot="`+e.slot+`"} 1`)
+	})
+	add(20)
+	c.waitFor(t, ids, time.Minute)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := first.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	add(20)
+	c.waitFor(t, ids, time.Minute) // only the second can have published these
+
+	waitUntil(t, "outbox emptied by cleanup", func() bool {
+		var n int
+		_ = e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n)
+		return n == 0
+	})
+	distinct, total := c.count()
+	t.Logf("%d events, %d records (%d duplicates)", distinct, total, total-distinct)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for: %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,178 @@
+package connect
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func outboxRelation(t *testing.T) *relation {
+	t.Helper()
+	m := &pglogrepl.RelationMessage{RelationID: 1, Namespace: "public", RelationName: "outbox"}
+	for _, n := range []string{"id", "aggregatetype", "aggregateid", "type", "payload", "kafka_partition", "created_at"} {
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: n})
+	}
+	rel, err := newRelation(m, "public", "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
+func text(s string) *pglogrepl.TupleDataColumn {
+	return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: []byte(s), Length: uint32(len(s))}
+}
+
+func null() *pglogrepl.TupleDataColumn {
+	return &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeNull}
+}
+
+func header(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return "<missing>"
+}
+
+func TestRecordContract(t *testing.T) {
+	rel := outboxRelation(t)
+	payload := `{"url": "https://example.com/a?b=1&c=<2>", "title": "Week 1 \"intro\"", "event_id": "e1"}`
+	tup := &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{
+		text("11111111-2222-3333-4444-555555555555"), text("material"), text("course-9"),
+		text("MaterialPublished"), text(payload), null(), text("2026-01-01 00:00:00+00"),
+	}}
+	row, err := tupleRow(rel, tup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tuple's buffer is reused by the connection: the row must not alias it.
+	tup.Columns[0].Data[0] = 'X'
+	commit := time.Date(2026, 3, 1, 12, 0, 0, 123000, time.UTC)
+
+	cases := []struct {
+		name      string
+		f         rowFormat
+		key, val  string
+		wantTopic string
+	}{
+		{"default", rowFormat{template: "p.outbox.event.${routedByValue}"}, `"course-9"`, payload, "p.outbox.event.material"},
+		{"plain key", rowFormat{template: DefaultTopicTemplate, plainKey: true}, `course-9`, payload, "outbox.event.material"},
+		{"string payload", rowFormat{template: DefaultTopicTemplate, stringPayload: true}, `"course-9"`,
+			`"{\"url\": \"https://example.com/a?b=1&c=<2>\", \"title\": \"Week 1 \\\"intro\\\"\", \"event_id\": \"e1\"}"`, "outbox.event.material"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := c.f.record(row, commit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Topic != c.wantTopic || string(r.Key) != c.key || string(r.Value) != c.val {
+				t.Fatalf("topic %q key %q value %q\nwant %q %q %q", r.Topic, r.Key, r.Value, c.wantTopic, c.key, c.val)
+			}
+			if header(r, "id") != "11111111-2222-3333-4444-555555555555" || header(r, "eventType") != "MaterialPublished" || len(r.Headers) != 2 {
+				t.Fatalf("headers %v", r.Headers)
+			}
+			if !r.Timestamp.Equal(commit) {
+				t.Fatalf("timestamp %v, want commit time %v", r.Timestamp, commit)
+			}
+			if _, ok := explicitPartition(r); ok {
+				t.Fatal("null kafka_partition produced an explicit partition")
+			}
+		})
+	}
+}
+
+func TestRecordPartitionAndNulls(t *testing.T) {
+	rel := outboxRelation(t)
+	tup := &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{
+		text("id-1"), text("fanout"), null(), text("SliceCommand"), null(), text("7"), null(),
+	}}
+	row, err := tupleRow(rel, tup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rowFormat{template: DefaultTopicTemplate}.record(row, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key != nil || r.Value != nil {
+		t.Fatalf("null aggregateid/payload gave key %q value %q, want nil", r.Key, r.Value)
+	}
+	p := newOutboxPartitioner().ForTopic(r.Topic)
+	if !p.RequiresConsistency(r) || p.Partition(r, 16) != 7 {
+		t.Fatalf("kafka_partition 7 placed on %d", p.Partition(r, 16))
+	}
+	if got := p.Partition(r, 4); got != 3 {
+		t.Fatalf("kafka_partition 7 of 4 partitions placed on %d, want 3 (modulo)", got)
+	}
+
+	if _, err := tupleRow(rel, &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{null(), text("x")}}); err == nil {
+		t.Fatal("row without id accepted")
+	}
+	bad := &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{text("i"), text("x"), text("k"), text("t"), null(), text("nope"), null()}}
+	if _, err := tupleRow(rel, bad); err == nil {
+		t.Fatal("non-numeric kafka_partition accepted")
+	}
+}
+
+// TestKeyPartitioningMatchesKafka checks the default placement against
+// Kafka's own murmur2 vectors (UtilsTest.testMurmur2), so Java consumers
+// and producers agree where a course's events live.
+func TestKeyPartitioningMatchesKafka(t *testing.T) {
+	p := newOutboxPartitioner().ForTopic("t")
+	for _, c := range []struct {
+		key  string
+		hash int32
+	}{{"21", -973932308}, {"foobar", -790332482}, {"a-little-bit-long-string", -985981536}} {
+		want := int(uint32(c.hash)&0x7fffffff) % 24
+		if got := p.Partition(&kgo.Record{Key: []byte(c.key)}, 24); got != want {
+			t.Errorf("key %q on partition %d, want %d", c.key, got, want)
+		}
+	}
+}
+
+func TestNewRelation(t *testing.T) {
+	other, err := newRelation(&pglogrepl.RelationMessage{Namespace: "public", RelationName: "materials"}, "public", "outbox")
+	if err != nil || other.outbox {
+		t.Fatalf("other table: %v %v", other, err)
+	}
+	m := &pglogrepl.RelationMessage{Namespace: "public", RelationName: "outbox",
+		Columns: []*pglogrepl.RelationMessageColumn{{Name: "id"}, {Name: "aggregatetype"}}}
+	if _, err := newRelation(m, "public", "outbox"); err == nil || !strings.Contains(err.Error(), "aggregateid") {
+		t.Fatalf("outbox without aggregateid: %v", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	base := Config{DatabaseURL: "postgres://u@localhost/db", Brokers: []string{"127.0.0.1:9092"}}
+	if _, err := New(base); err != nil {
+		t.Fatalf("minimal config: %v", err)
+	}
+	for _, c := range []struct {
+		setting string
+		mut     func(*Config)
+	}{
+		{"DatabaseURL", func(c *Config) { c.DatabaseURL = "" }},
+		{"Brokers", func(c *Config) { c.Brokers = nil }},
+		{"Brokers", func(c *Config) { c.Brokers = []string{"nohost"} }},
+		{"Slot", func(c *Config) { c.Slot = "Bad-Slot" }},
+		{"Publication", func(c *Config) { c.Publication = "x'y" }},
+		{"TopicTemplate", func(c *Config) { c.TopicTemplate = "a b" }},
+		{"MaxInFlight", func(c *Config) { c.MaxInFlight = -1 }},
+		{"StatusInterval", func(c *Config) { c.StatusInterval = time.Minute }},
+		{"Compression", func(c *Config) { c.Compression = "zstd" }},
+		{"CleanupBatch", func(c *Config) { c.CleanupBatch = -5 }},
+	} {
+		cfg := base
+		c.mut(&cfg)
+		_, err := New(cfg)
+		if err == nil || !strings.Contains(err.Error(), c.setting) {
+			t.Errorf("bad %s: error %v does not name it", c.setting, err)
+		}
+	}
+}
