@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/streams"
+)
+
+// defaultPushMetricsAddr is where a push worker serves /metrics. Several
+// workers on one host (the demo starts N) fall back to a free port, logged.
+const defaultPushMetricsAddr = "127.0.0.1:9103"
+
+func init() {
+	registerService(serviceDef{
+		name:    "push",
+		summary: "send Web Pushes for push commands (consumer group notify-push)",
+		flags:   pushFlags,
+	})
+}
+
+func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+	var infra infraFlags
+	infra.register(fs, true)
+	var cfg push.Config
+	var snd push.SenderSettings
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", push.DefaultMaxInFlight, "sends started but not yet recorded, over all commands: the most a crash can repeat")
+	fs.IntVar(&cfg.MaxCommands, "max-commands", push.DefaultMaxCommands, "push commands handled at once across assigned partitions (half may send, half hold early retries)")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", push.DefaultMaxAttempts, "send attempts per subscription before it is recorded failed and dead-lettered")
+	fs.DurationVar(&cfg.BackoffBase, "backoff-base", push.DefaultBackoffBase, "first retry waits about this long; doubles per attempt (jittered), never below Retry-After")
+	fs.DurationVar(&cfg.BackoffMax, "backoff-max", push.DefaultBackoffMax, "cap of the retry backoff")
+	fs.IntVar(&cfg.BatchSize, "batch-size", push.DefaultBatchSize, "outcomes recorded per transaction (one round trip)")
+	fs.DurationVar(&cfg.FlushInterval, "flush-interval", push.DefaultFlushInterval, "longest an outcome waits for its batch to fill")
+	fs.DurationVar(&cfg.HoldMax, "hold-max", push.DefaultHoldMax, "longest an early retry is held in memory before it is re-queued through the outbox")
+	fs.DurationVar(&cfg.RevokeTimeout, "revoke-timeout", 15*time.Second, "on a rebalance, how long commands of revoked partitions may take to finish before they are cancelled uncommitted")
+	fs.DurationVar(&cfg.LagInterval, "lag-interval", push.DefaultLagInterval, "how often the group's committed lag is read into metrics (negative: never)")
+	urgency := fs.String("urgency", "", "Urgency header: very-low, low, normal or high (default none)")
+	fs.DurationVar(&cfg.TTL, "ttl", webpush.DefaultTTL, "TTL header: how long the push service keeps a message for an offline browser")
+	fs.DurationVar(&snd.Timeout, "send-timeout", 30*time.Second, "bound on one request to the push service")
+	fs.DurationVar(&snd.RetryAfterWait, "retry-after-wait", push.DefaultRetryAfterWait, "wait in place for a push service's Retry-After up to this long before re-queueing (negative: never wait)")
+	fs.StringVar(&snd.CAFile, "ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
+	host, _ := os.Hostname()
+	fs.StringVar(&cfg.WorkerID, "worker-id", host+"-"+strconv.Itoa(os.Getpid()), "name of this worker in logs")
+	metricsAddr := fs.String("metrics-addr", defaultPushMetricsAddr, `serve Prometheus metrics on this address at /metrics ("off" disables)`)
+	return func(ctx context.Context, log *slog.Logger) (service, error) {
+		brokers, err := infra.brokerList()
+		if err != nil {
+			return nil, err
+		}
+		if *metricsAddr == "off" || *metricsAddr == "" {
+			*metricsAddr = ""
+		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
+			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
+		}
+		u, err := webpush.ParseUrgency(*urgency)
+		if err != nil {
+			return nil, usageError{msg: "--urgency: " + err.Error()}
+		}
+		cfg.Urgency = u
+		vapid, err := vapidFromEnv(log, true)
+		if err != nil {
+			return nil, err
+		}
+		snd.VAPID = vapid
+		snd.TTL = cfg.TTL
+		snd.MaxInFlight = cfg.MaxInFlight
+		set := metrics.NewSet()
+		sender, err := push.NewWebPushSender(snd, log, set)
+		if err != nil {
+			return nil, usageError{msg: err.Error()}
+		}
+		pcfg, err := infra.poolConfig()
+		if err != nil {
+			sender.Close()
+			return nil, err
+		}
+		// Commands that send load and record on their own connection;
+		// holders need none.
+		pcfg.MaxConns = int32(max(cfg.MaxCommands/2+4, 4))
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			sender.Close()
+			return nil, fmt.Errorf("connect to Postgres: %w", err)
+		}
+		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
+		cfg.Logger, cfg.Metrics = log, set
+		w, err := push.New(cfg)
+		if err != nil {
+			sender.Close()
+			pool.Close()
+			return nil, usageError{msg: err.Error()}
+		}
+		metrics.RegisterSet(set)
+		return &pushService{w: w, sender: sender, pool: pool, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
+	}
+}
+
+// pushService is a push worker plus its pool, sender, topic check and
+// metrics endpoint.
+type pushService struct {
+	w           *push.Worker
+	sender      *webpush.Sender
+	pool        *pgxpool.Pool
+	infra       infraFlags
+	metricsAddr string
+	log         *slog.Logger
+	srv         *http.Server
+}
+
+func (s *pushService) Start(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(pctx); err != nil {
+		return fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(s.infra.databaseURL), err)
+	}
+	cl, adm, err := s.infra.kafkaAdmin("push-admin")
+	if err != nil {
+		return err
+	}
+	_, err = streams.EnsureTopics(pctx, adm, s.infra.topics())
+	cl.Close()
+	if err != nil {
+		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", s.infra.brokers, err)
+	}
+	if s.metricsAddr != "" {
+		ln, err := net.Listen("tcp", s.metricsAddr)
+		if err != nil && s.metricsAddr == defaultPushMetricsAddr {
+			// Another worker on this host has the default port.
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		}
+		if err != nil {
+			return fmt.Errorf("metrics listener (--metrics-addr): %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) })
+		s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics server", "err", err)
+			}
+		}()
+		s.log.Info("metrics", "addr", ln.Addr().String())
+	}
+	return s.w.Start(ctx)
+}
+
+func (s *pushService) Stop(ctx context.Context) error {
+	err := s.w.Stop(ctx)
+	s.sender.Close()
+	if s.srv != nil {
+		_ = s.srv.Shutdown(ctx)
+	}
+	s.pool.Close()
+	return err
+}
+
+func (s *pushService) Failed() <-chan error { return s.w.Failed() }

@@ -1,0 +1,185 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/streams"
+)
+
+// Sender delivers one Web Push message and reports its typed outcome.
+// *webpush.Sender implements it; tests may substitute their own.
+type Sender interface {
+	Send(ctx context.Context, m webpush.Message) webpush.Outcome
+}
+
+// Defaults of Config, documented on its fields.
+const (
+	DefaultMaxInFlight   = 4000
+	DefaultMaxCommands   = 32
+	DefaultMaxAttempts   = 5
+	DefaultBackoffBase   = time.Second
+	DefaultBackoffMax    = time.Minute
+	DefaultBatchSize     = 1000
+	DefaultFlushInterval = 50 * time.Millisecond
+	DefaultHoldMax       = 5 * time.Second
+	DefaultLagInterval   = 15 * time.Second
+)
+
+// Config configures a Worker. Zero values take the documented defaults.
+type Config struct {
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// Topics names the push topic (consumed), the DLQ topic and the group
+	// (Topics.Group(streams.GroupPush)); PushPartitions spreads retry
+	// commands. Required (use streams.DefaultTopics()).
+	Topics streams.Topics
+	// Pool is the Postgres pool: recipients are read and outcomes recorded
+	// through it. Required. Size it ≥ MaxCommands/2 + 2.
+	Pool *pgxpool.Pool
+	// Sender sends each message. Required.
+	Sender Sender
+
+	// MaxInFlight caps sends that have started but whose outcome is not yet
+	// recorded in push_deliveries, over all commands of this worker. It is
+	// exactly the number of pushes a crash (kill -9) can repeat. Default
+	// 4000: at the seed's 230 ms push-service latency that allows ~17,000
+	// sends/s per worker.
+	MaxInFlight int
+	// MaxCommands is how many push commands are handled at once across all
+	// assigned partitions (the consumer's MaxInFlight). Commands mostly
+	// wait for send slots, so a few dozen keep the pipe full. Default 32.
+	MaxCommands int
+	// MaxAttempts is how many times a subscription is tried before its
+	// retryable failure is recorded as failed and dead-lettered. Sends the
+	// worker never made (the push service's Retry-After had not passed)
+	// do not count. Default 5.
+	MaxAttempts int
+	// BackoffBase and BackoffMax shape the wait before a retry: attempt n+1
+	// waits a random duration in [d/2, d], d = min(BackoffMax,
+	// BackoffBase·2^(n-1)), and never less than the push service's
+	// Retry-After. Defaults 1 s and 1 min.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// BatchSize is how many outcomes one recording transaction writes (one
+	// round trip). Default 1000.
+	BatchSize int
+	// FlushInterval is the longest an outcome waits for its batch to fill
+	// before it is recorded anyway. Default 50 ms.
+	FlushInterval time.Duration
+	// HoldMax bounds how long a retry command that arrives before its
+	// not-before time is held by the worker. A retry due within HoldMax is
+	// held, then sent; a later one is held HoldMax and then re-queued
+	// through the outbox unchanged, so no partition's commits wait on it
+	// for longer. Keep it well under the consumer's revoke timeout.
+	// Default 5 s.
+	HoldMax time.Duration
+	// RevokeTimeout bounds how long a revoke (rebalance) or Stop waits for
+	// in-flight commands of the revoked partitions before cancelling them
+	// uncommitted. Default 15 s (the consumer's default).
+	RevokeTimeout time.Duration
+	// TTL is the push TTL header (how long the push service keeps a
+	// message for an offline browser). Default 0: the sender's default
+	// (24 h).
+	TTL time.Duration
+	// Urgency is the push Urgency header. Default "" (none: the push
+	// service treats it as normal).
+	Urgency webpush.Urgency
+	// LagInterval is how often the group's committed lag per partition is
+	// read into metrics. Default 15 s; negative disables it.
+	LagInterval time.Duration
+	// WorkerID names this worker in logs. Default: the Kafka client id.
+	WorkerID string
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the worker's metrics. Default: the process-wide
+	// VictoriaMetrics set.
+	Metrics *metrics.Set
+	// ConsumerOpts are extra franz-go options for the consumer (tests use
+	// short session timeouts).
+	ConsumerOpts []kgo.Opt
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxCommands == 0 {
+		c.MaxCommands = DefaultMaxCommands
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = DefaultHoldMax
+	}
+	if c.RevokeTimeout == 0 {
+		c.RevokeTimeout = 15 * time.Second
+	}
+	if c.LagInterval == 0 {
+		c.LagInterval = DefaultLagInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate names the bad setting (as the flag spells it).
+func (c Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("push worker: kafka brokers are required")
+	case c.Pool == nil:
+		return errors.New("push worker: a database pool is required")
+	case c.Sender == nil:
+		return errors.New("push worker: a sender is required")
+	case c.MaxInFlight < 1 || c.MaxInFlight > 100_000:
+		return fmt.Errorf("push worker: max-in-flight must be between 1 and 100000, got %d", c.MaxInFlight)
+	case c.MaxCommands < 1 || c.MaxCommands > 10_000:
+		return fmt.Errorf("push worker: max-commands must be between 1 and 10000, got %d", c.MaxCommands)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
+		return fmt.Errorf("push worker: max-attempts must be between 1 and 100, got %d", c.MaxAttempts)
+	case c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:
+		return fmt.Errorf("push worker: backoff must satisfy 0 < backoff-base ≤ backoff-max, got %s and %s", c.BackoffBase, c.BackoffMax)
+	case c.BatchSize < 1 || c.BatchSize > 10_000:
+		return fmt.Errorf("push worker: batch-size must be between 1 and 10000, got %d", c.BatchSize)
+	case c.FlushInterval <= 0:
+		return fmt.Errorf("push worker: flush-interval must be positive, got %s", c.FlushInterval)
+	case c.HoldMax <= 0:
+		return fmt.Errorf("push worker: hold-max must be positive, got %s", c.HoldMax)
+	case c.RevokeTimeout <= 0:
+		return fmt.Errorf("push worker: revoke-timeout must be positive, got %s", c.RevokeTimeout)
+	case c.HoldMax >= c.RevokeTimeout:
+		return fmt.Errorf("push worker: hold-max (%s) must be shorter than revoke-timeout (%s), or a held retry delays every rebalance", c.HoldMax, c.RevokeTimeout)
+	case c.TTL < 0 && c.TTL != webpush.TTLZero:
+		return fmt.Errorf("push worker: ttl must not be negative, got %s", c.TTL)
+	}
+	if _, err := webpush.ParseUrgency(string(c.Urgency)); err != nil {
+		return fmt.Errorf("push worker: urgency: %w", err)
+	}
+	if err := c.Topics.Validate(); err != nil {
+		return fmt.Errorf("push worker: %w", err)
+	}
+	return nil
+}

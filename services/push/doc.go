@@ -1,0 +1,60 @@
+// Package push is the push stage of notify: workers that form the
+// notify-push consumer group on outbox.event.push, turn each PushCommand into
+// encrypted Web Pushes through the webpush delivery engine, and record every
+// outcome in push_deliveries before the command's offset is committed. It
+// also holds the per-event push accounting (EventStatus, Verify).
+//
+// # One command
+//
+// A fresh command (from the fan-out) names an event and a range of students
+// [FirstUser, LastUser]. Its recipients are the subscriptions of the
+// students in that range who were notified of the event (joined to
+// notifications), minus every subscription that already has a
+// push_deliveries row for the event — on a redelivery after a crash or a
+// replay, those were handled. The payload (title, url, event_id, course_id)
+// is encoded once. Sends run concurrently; outcomes are written in batches
+// (one multi-row upsert per BatchSize outcomes, one round trip, together
+// with deleting gone subscriptions and queueing retries, all in one
+// transaction). The handler returns — and the consumer may commit — only
+// when every recipient is recorded.
+//
+// # Send slots and duplicates
+//
+// A send holds one of MaxInFlight slots from the moment it starts until its
+// outcome is committed to push_deliveries, not merely until the push service
+// answers. Those are exactly the sends a kill -9 can repeat (the next owner
+// of the partition redoes the command and skips what was recorded), so
+// duplicates after a crash are at most MaxInFlight per worker.
+//
+// # Retries
+//
+// A retryable outcome (429, 5xx, timeout) is recorded 'retrying' with its
+// attempt count, and in the same transaction a retry command goes into the
+// outbox: same event and range, Attempt+1, the subscription ids, and
+// NotBefore = now + max(exponential backoff with jitter, Retry-After). A
+// retry command sends only to its subscriptions still 'retrying' at exactly
+// the previous attempt, so a duplicated retry sends nothing twice. After
+// MaxAttempts the subscriptions are dead-lettered (a max_attempts record on
+// notify.push.dlq naming them, produced before they are recorded 'failed').
+// A send the delivery engine refused because the push service's Retry-After
+// had not passed was never made: it is re-queued for the same attempt.
+//
+// A retry command usually arrives before its NotBefore. The worker holds it
+// in memory (it occupies a command slot, not a send slot; other records of
+// the partition keep flowing, only that partition's commit waits) for up to
+// HoldMax, then sends; one due later is held HoldMax and re-queued through
+// the outbox unchanged. So a waiting retry never blocks fresh commands and
+// never holds a partition's commits for longer than HoldMax, and a far-off
+// Retry-After costs one outbox row per HoldMax rather than a busy loop.
+// Only the CDC connector produces to outbox topics; the worker itself
+// produces only to the DLQ topic.
+//
+// # Rebalancing and stopping
+//
+// The group uses the cooperative-sticky balancer (streams.Consumer). On a
+// revoke, commands of the revoked partitions get RevokeTimeout to finish and
+// record; then they are cancelled, what is known is recorded on a short
+// deadline, and the rest stays uncommitted for the next owner. Stop hands
+// back held retries (re-queued) and commands that have not started, and lets
+// commands that are sending finish.
+package push

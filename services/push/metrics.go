@@ -1,0 +1,83 @@
+package push
+
+import (
+	"fmt"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// workerMetrics are the worker's series. The delivery engine adds its own
+// (sends by outcome, send latency, requests on the wire, per-origin limit)
+// and the consumer loop its own (records, retries, commits, fetch lag):
+//
+//	notify_push_commands_total{kind="fresh|retry",result="done|requeued|empty"}
+//	notify_push_commands_in_flight          commands being handled
+//	notify_push_commands_held               early retries being held
+//	notify_push_recorded_total{status}      outcomes written to push_deliveries
+//	                                        (status: delivered, gone, failed,
+//	                                        retrying, deferred, dead_lettered)
+//	notify_push_unrecorded_sends            sends started, outcome not yet
+//	                                        recorded (≤ max-in-flight; what a
+//	                                        crash can repeat)
+//	notify_push_record_duration_seconds     one recording round trip
+//	notify_push_load_duration_seconds       loading one command's recipients
+//	notify_push_group_lag{partition}        committed lag of the push group
+//	notify_push_group_lag_total             its sum over partitions
+type workerMetrics struct {
+	set *metrics.Set
+
+	freshDone, freshEmpty, retryDone, retryEmpty, requeued *metrics.Counter
+	inFlight, held, unrecorded                             *metrics.Gauge
+
+	delivered, gone, failed, retrying, deferred, deadLettered *metrics.Counter
+
+	recordDuration, loadDuration *metrics.Histogram
+	lagTotal                     *metrics.Gauge
+}
+
+func newWorkerMetrics(set *metrics.Set) *workerMetrics {
+	m := &workerMetrics{set: set}
+	m.freshDone = m.counter(`notify_push_commands_total{kind="fresh",result="done"}`)
+	m.freshEmpty = m.counter(`notify_push_commands_total{kind="fresh",result="empty"}`)
+	m.retryDone = m.counter(`notify_push_commands_total{kind="retry",result="done"}`)
+	m.retryEmpty = m.counter(`notify_push_commands_total{kind="retry",result="empty"}`)
+	m.requeued = m.counter(`notify_push_commands_total{kind="retry",result="requeued"}`)
+	m.inFlight = m.gauge(`notify_push_commands_in_flight`)
+	m.held = m.gauge(`notify_push_commands_held`)
+	m.unrecorded = m.gauge(`notify_push_unrecorded_sends`)
+	m.delivered = m.counter(`notify_push_recorded_total{status="delivered"}`)
+	m.gone = m.counter(`notify_push_recorded_total{status="gone"}`)
+	m.failed = m.counter(`notify_push_recorded_total{status="failed"}`)
+	m.retrying = m.counter(`notify_push_recorded_total{status="retrying"}`)
+	m.deferred = m.counter(`notify_push_recorded_total{status="deferred"}`)
+	m.deadLettered = m.counter(`notify_push_recorded_total{status="dead_lettered"}`)
+	m.recordDuration = m.histogram(`notify_push_record_duration_seconds`)
+	m.loadDuration = m.histogram(`notify_push_load_duration_seconds`)
+	m.lagTotal = m.gauge(`notify_push_group_lag_total`)
+	return m
+}
+
+func (m *workerMetrics) counter(name string) *metrics.Counter {
+	if m.set != nil {
+		return m.set.GetOrCreateCounter(name)
+	}
+	return metrics.GetOrCreateCounter(name)
+}
+
+func (m *workerMetrics) gauge(name string) *metrics.Gauge {
+	if m.set != nil {
+		return m.set.GetOrCreateGauge(name, nil)
+	}
+	return metrics.GetOrCreateGauge(name, nil)
+}
+
+func (m *workerMetrics) histogram(name string) *metrics.Histogram {
+	if m.set != nil {
+		return m.set.GetOrCreateHistogram(name)
+	}
+	return metrics.GetOrCreateHistogram(name)
+}
+
+func (m *workerMetrics) lag(partition int32) *metrics.Gauge {
+	return m.gauge(fmt.Sprintf(`notify_push_group_lag{partition="%d"}`, partition))
+}
