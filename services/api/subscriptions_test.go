@@ -1,0 +1,115 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+func TestPushSubscriptions(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := context.Background()
+	const ep = "https://fcm.googleapis.com/fcm/send/abc:def"
+	p1, a1 := subscriptionKeys(t)
+	student := e.token(e.student)
+
+	r := e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, p1, a1), token: student})
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var created SubscriptionResponse
+	r.decode(t, &created)
+	var owner UUID
+	var p256dh, auth []byte
+	if err := e.db.Pool.QueryRow(ctx, `SELECT user_id, p256dh, auth FROM push_subscriptions WHERE id = $1`, created.ID).Scan(&owner, &p256dh, &auth); err != nil {
+		t.Fatal(err)
+	}
+	wantP, _ := base64.RawURLEncoding.DecodeString(p1)
+	if owner != e.student || !bytes.Equal(p256dh, wantP) || len(auth) != 16 {
+		t.Fatalf("stored owner %s p256dh %x auth %x", owner, p256dh, auth)
+	}
+
+	// Same endpoint again, padded base64, new keys, another user (the
+	// browser was handed to the instructor): updated in place, 200.
+	p2, _ := subscriptionKeys(t)
+	raw2, _ := base64.RawURLEncoding.DecodeString(p2)
+	padded := base64.URLEncoding.EncodeToString(raw2)
+	a2 := base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{9}, 16))
+	r = e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, padded, a2), token: e.token(e.instructor)})
+	if r.status != http.StatusOK {
+		t.Fatalf("update: %d %s", r.status, r.body)
+	}
+	var updated SubscriptionResponse
+	r.decode(t, &updated)
+	if updated.ID != created.ID || !updated.CreatedAt.Equal(created.CreatedAt) {
+		t.Fatalf("update gave %+v, created %+v", updated, created)
+	}
+	if err := e.db.Pool.QueryRow(ctx, `SELECT user_id, p256dh, auth FROM push_subscriptions WHERE id = $1`, created.ID).Scan(&owner, &p256dh, &auth); err != nil {
+		t.Fatal(err)
+	}
+	if owner != e.instructor || !bytes.Equal(p256dh, raw2) || !bytes.Equal(auth, bytes.Repeat([]byte{9}, 16)) {
+		t.Fatalf("after update: owner %s p256dh %x auth %x", owner, p256dh, auth)
+	}
+	if n := e.count("push_subscriptions"); n != 1 {
+		t.Fatalf("%d subscriptions, want 1", n)
+	}
+
+	// The student no longer owns it: their delete is 404 and changes nothing.
+	r = e.do(req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `"}`, token: student})
+	if r.status != http.StatusNotFound || r.errCode() != errSubscriptionNotFound {
+		t.Fatalf("non-owner delete: %d %s", r.status, r.body)
+	}
+	if n := e.count("push_subscriptions"); n != 1 {
+		t.Fatalf("non-owner delete removed the subscription")
+	}
+	// The owner deletes it (query form), then again: 404.
+	del := req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=" + url.QueryEscape(ep), token: e.token(e.instructor)}
+	if r = e.do(del); r.status != http.StatusNoContent || len(r.body) != 0 {
+		t.Fatalf("owner delete: %d %s", r.status, r.body)
+	}
+	if n := e.count("push_subscriptions"); n != 0 {
+		t.Fatalf("%d subscriptions after delete", n)
+	}
+	if r = e.do(del); r.status != http.StatusNotFound {
+		t.Fatalf("second delete: %d %s", r.status, r.body)
+	}
+
+	// Body form of delete, and unknown fields in a subscription are ignored.
+	body := `{"endpoint":"` + ep + `","expirationTime":1735689600000,"keys":{"p256dh":"` + p1 + `","auth":"` + a1 + `"},"extra":true}`
+	if r = e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: body, token: student}); r.status != http.StatusCreated {
+		t.Fatalf("re-create: %d %s", r.status, r.body)
+	}
+	if r = e.do(req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `"}`, token: student}); r.status != http.StatusNoContent {
+		t.Fatalf("body delete: %d %s", r.status, r.body)
+	}
+}
+
+func TestVAPIDPublicKey(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	r := e.do(req{method: "GET", path: "/v1/vapid-public-key"})
+	var got struct {
+		PublicKey string `json:"public_key"`
+	}
+	r.decode(t, &got)
+	const want = "BOsnZk1frP_x7sb8y367DeuJcU83TbHN100Qibbl-ZyVwbGtp0RERFQeGwUaLpVqN33fK8f8TIhcPJ5iD9jmB9U"
+	if r.status != 200 || got.PublicKey != want {
+		t.Fatalf("got %d %s, want the dev key's public half %s", r.status, r.body, want)
+	}
+}
+
+func TestParseVAPIDPrivateKey(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"", "***", base64.RawURLEncoding.EncodeToString(make([]byte, 31)), base64.RawURLEncoding.EncodeToString(make([]byte, 32))} {
+		if _, err := ParseVAPIDPrivateKey(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := ParseVAPIDPrivateKey(DevVAPIDPrivateKey + "="); err != nil {
+		t.Errorf("padded dev key: %v", err)
+	}
+}
