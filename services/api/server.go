@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-		"strings"
+	"strings"
 	"sync"
 	"time"
 
