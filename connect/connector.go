@@ -19,6 +19,10 @@ import (
 	"github.com/notify-dev/notify/streams"
 )
 
+// statusEager is the shortest gap between two standby status updates sent
+// because the flush position moved.
+const statusEager = 100 * time.Millisecond
+
 // errStopped ends a session because Stop was called.
 var errStopped = errors.New("connector stopped")
 
@@ -441,15 +445,21 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 		warnedUp bool
 	)
 	nextStatus := time.Now().Add(c.cfg.StatusInterval)
+	var sentFlush pglogrepl.LSN
+	var sentAt time.Time
 	status := func() error {
 		nextStatus = time.Now().Add(c.cfg.StatusInterval)
+		sentAt = time.Now()
+		sentFlush = c.tr.position()
 		return c.sendStatus(conn, received)
 	}
 	for {
 		if c.stopping() {
 			return c.drain(conn, received)
 		}
-		if time.Now().After(nextStatus) {
+		// Besides the regular update, report a moved flush position within
+		// statusEager: the less the slot lags, the less a crash replays.
+		if time.Now().After(nextStatus) || (time.Since(sentAt) >= statusEager && c.tr.position() != sentFlush) {
 			if err := status(); err != nil {
 				return fmt.Errorf("send standby status: %w", err)
 			}

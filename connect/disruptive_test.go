@@ -1,0 +1,183 @@
+package connect_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Disruptive tests stop or restart the shared broker or Postgres, which
+// disturbs every other test running at the time. They run only with
+// NOTIFY_DISRUPTIVE_TESTS=1, which infra/local/test.sh sets in its serial
+// phase (-run Disruptive -p 1).
+func disruptive(t *testing.T) {
+	t.Helper()
+	if os.Getenv("NOTIFY_DISRUPTIVE_TESTS") != "1" {
+		t.Skip("stops shared servers; runs with NOTIFY_DISRUPTIVE_TESTS=1 (infra/local/test.sh, serial phase)")
+	}
+}
+
+// infra runs bash infra/local/<script> args... and fails the test on error.
+func infra(t *testing.T, script string, args ...string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	cmd := exec.Command("bash", append([]string{filepath.Join(root, "infra", "local", script)}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", script, args, err, out)
+	}
+}
+
+// TestDisruptiveBrokerOutage stops the broker while events are committed and
+// measures how soon after it answers again the held-back events reach it.
+func TestDisruptiveBrokerOutage(t *testing.T) {
+	disruptive(t)
+	e := newEnv(t)
+	ctx := t.Context()
+	var (
+		mu   sync.Mutex
+		acks []time.Time
+	)
+	cfg := e.config(t)
+	cfg.ObserveLatency = func(time.Duration) {
+		mu.Lock()
+		acks = append(acks, time.Now())
+		mu.Unlock()
+	}
+	e.start(t, cfg)
+	c := consume(t, e, e.topics.Material())
+	var before, during []string
+	for range 100 {
+		ev := newEvent(newUUID())
+		if err := insert(ctx, e.db.Pool, ev); err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, ev.id)
+	}
+	c.waitFor(t, before, time.Minute)
+
+	infra(t, "kafka.sh", "stop")
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			infra(t, "kafka.sh", "start")
+		}
+	})
+	for i := range 200 {
+		ev := newEvent(newUUID())
+		if err := insert(ctx, e.db.Pool, ev); err != nil {
+			t.Fatal(err)
+		}
+		during = append(during, ev.id)
+		if i%20 == 19 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Outage long enough for the producer's backoff to reach its cap.
+	time.Sleep(3 * time.Second)
+	infra(t, "kafka.sh", "start") // returns once the broker answers metadata
+	restarted = true
+	back := time.Now()
+
+	c.waitFor(t, during, 2*time.Minute)
+	mu.Lock()
+	all := slices.Clone(acks)
+	mu.Unlock()
+	var after []time.Time
+	for _, a := range all {
+		if a.After(back) {
+			after = append(after, a)
+		}
+	}
+	if len(after) == 0 {
+		t.Fatal("no acknowledgement after the broker returned")
+	}
+	c.mu.Lock()
+	var firstSeen, lastSeen time.Time
+	for _, id := range during {
+		a := c.arrived[id]
+		if firstSeen.IsZero() || a.Before(firstSeen) {
+			firstSeen = a
+		}
+		if a.After(lastSeen) {
+			lastSeen = a
+		}
+	}
+	c.mu.Unlock()
+	t.Logf("broker back (answering) → first held-back event acknowledged after %v, last after %v (%d acks after return); a consumer saw the first after %v, the last after %v",
+		after[0].Sub(back).Round(time.Millisecond), after[len(after)-1].Sub(back).Round(time.Millisecond), len(after),
+		firstSeen.Sub(back).Round(time.Millisecond), lastSeen.Sub(back).Round(time.Millisecond))
+	distinct, total := c.count()
+	t.Logf("%d events, %d records, %d duplicates", distinct, total, total-distinct)
+}
+
+// TestDisruptivePostgresRestart restarts Postgres while events are being
+// committed: the connector reconnects and nothing is lost.
+func TestDisruptivePostgresRestart(t *testing.T) {
+	disruptive(t)
+	e := newEnv(t)
+	ctx := t.Context()
+	conn := e.start(t, e.config(t))
+	c := consume(t, e, e.topics.Material())
+
+	var (
+		mu  sync.Mutex
+		ids []string
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ev := newEvent(newUUID())
+				// Retry the same id until it commits: when a commit's
+				// outcome is unknown the retry is a no-op (ON CONFLICT)
+				// or a re-insert after cleanup (a duplicate, never a loss).
+				for insert(ctx, e.db.Pool, ev) != nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+				mu.Lock()
+				ids = append(ids, ev.id)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	waitUntil(t, "events flowing", func() bool { d, _ := c.count(); return d >= 200 })
+	infra(t, "postgres.sh", "restart")
+	mu.Lock()
+	atRestart := len(ids)
+	mu.Unlock()
+	waitUntil(t, "inserts after the restart", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ids) >= atRestart+300
+	})
+	close(stop)
+	wg.Wait()
+	c.waitFor(t, ids, 2*time.Minute)
+	distinct, total := c.count()
+	buf := &syncBuffer{}
+	conn.Metrics().WritePrometheus(buf)
+	reconnects := ""
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.HasPrefix(l, "notify_cdc_reconnects_total") {
+			reconnects = l
+		}
+	}
+	t.Logf("all %d events reached Kafka across a Postgres restart: %d records, %d duplicates (%s)", len(ids), total, total-distinct, reconnects)
+}
