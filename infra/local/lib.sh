@@ -91,3 +91,20 @@ close_inherited_fds() {
 		fi
 	done
 }
+
+# reserve_port PORT keeps the kernel from handing PORT out as the local port of an outgoing
+# connection. 55432 lies inside Linux's default ephemeral range (32768-60999): on a busy
+# machine a client socket can sit on it and the server's bind fails with "Address already in
+# use" although nothing listens. Needs root; otherwise only the retry in postgres.sh helps.
+reserve_port() {
+	local port="$1" f=/proc/sys/net/ipv4/ip_local_reserved_ports lo hi current
+	read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+	((port >= lo && port <= hi)) || return 0
+	[[ $EUID -eq 0 && -w "$f" ]] || return 0
+	current="$(cat "$f" 2>/dev/null)" || return 0
+	if awk -v p="$port" -F, '{ for (i = 1; i <= NF; i++) { n = split($i, r, "-"); if ((n == 1 && r[1] == p) || (n == 2 && p >= r[1] && p <= r[2])) found = 1 } } END { exit !found }' <<<"$current"; then
+		return 0
+	fi
+	printf '%s\n' "${current:+$current,}$port" >"$f" 2>/dev/null ||
+		warn "could not reserve port $port in $f (ephemeral range $lo-$hi)"
+}

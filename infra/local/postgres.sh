@@ -193,6 +193,30 @@ EOF
 	PG_CONFIG_CHANGED=$changed
 }
 
+# pg_cluster_pids lists the processes of this cluster: every postgres process works in its
+# data directory. After a crash of the postmaster this finds orphaned backends too.
+pg_cluster_pids() {
+	local p out=""
+	for p in /proc/[0-9]*; do
+		if [[ "$(readlink "$p/cwd" 2>/dev/null)" == "$PG_DATA" ]]; then
+			out+="${p#/proc/} "
+		fi
+	done
+	printf '%s' "$out"
+}
+
+# pg_wait_orphans waits for processes left by a crashed postmaster: they notice its death
+# and exit, and until they do they keep the old shared memory and may hold the port.
+pg_wait_orphans() {
+	local deadline=$((SECONDS + 30)) pids
+	while pids="$(pg_cluster_pids)" && [[ -n "$pids" ]]; do
+		if ((SECONDS >= deadline)); then
+			die "processes of a crashed postgres are still running after 30s (pids $pids); stop them, then re-run"
+		fi
+		sleep 0.1
+	done
+}
+
 pg_running() {
 	[[ -n "${PG_BIN:-}" && -f "$PG_DATA/postmaster.pid" ]] || return 1
 	pg_as "$PG_BIN/pg_ctl" status -D "$PG_DATA" >/dev/null 2>&1 </dev/null 9>&-
@@ -256,6 +280,8 @@ pg_start() {
 		return
 	fi
 
+	pg_wait_orphans
+	reserve_port "$PG_PORT"
 	if port_open "$PG_HOST" "$PG_PORT"; then
 		die "port $PG_HOST:$PG_PORT is taken by another program, not this project's cluster ($PG_DATA): $(ss -Hltnp "sport = :$PG_PORT" 2>/dev/null | awk '{print $NF}' | head -n 1). Stop it, then re-run."
 	fi
@@ -266,12 +292,26 @@ pg_start() {
 	printf '\n==== %s start ====\n' "$(date -u +%FT%TZ)" >>"$PG_LOG"
 	# Without -l the server writes to pg_ctl's stdout: the log file opened here by the caller,
 	# so the postgres user needs no write access to .local/log.
-	if ! (
-		close_inherited_fds
-		pg_as "$PG_BIN/pg_ctl" start -D "$PG_DATA" -w -t 120 -s
-	) >>"$PG_LOG" 2>&1 </dev/null; then
+	local attempt
+	for attempt in 1 2 3 4; do
+		if (
+			close_inherited_fds
+			pg_as "$PG_BIN/pg_ctl" start -D "$PG_DATA" -w -t 120 -s
+		) >>"$PG_LOG" 2>&1 </dev/null; then
+			break
+		fi
+		# Right after a crash the kernel can still hold the old listening socket for a moment
+		# (seen once under heavy load): retry a bind failure a few times, nothing else.
+		if ((attempt < 4)) && tail -n 5 "$PG_LOG" | grep -q 'could not create any TCP/IP sockets'; then
+			warn "port $PG_PORT not bindable yet; retrying in 2s"
+			sleep 2
+			continue
+		fi
+		if tail -n 5 "$PG_LOG" | grep -q 'could not create any TCP/IP sockets'; then
+			die_with_log "PostgreSQL could not bind $PG_HOST:$PG_PORT: a socket holds the port without listening (see: ss -tanp | grep :$PG_PORT)" "$PG_LOG"
+		fi
 		die_with_log "PostgreSQL failed to start" "$PG_LOG"
-	fi
+	done
 	pg_wait_ready 60
 	pg_ensure_database
 	info "postgres ready on $PG_HOST:$PG_PORT in $(elapsed "$t0"): $PG_URL"
@@ -303,18 +343,19 @@ pg_kill() {
 	local pid
 	pid="$(head -n 1 "$PG_DATA/postmaster.pid")"
 	# Every server process runs in its own session, so a process-group kill would miss the
-	# backends; kill the postmaster and all its children at once, like a power cut would.
-	local pids
-	pids="$pid $(pgrep -P "$pid" | tr '\n' ' ')"
-	info "killing postgres (SIGKILL to postmaster $pid and its children)"
-	# shellcheck disable=SC2086
-	kill -KILL $pids 2>/dev/null || true
-	local deadline=$((SECONDS + 30)) p
-	for p in $pids; do
-		while kill -0 "$p" 2>/dev/null; do
-			((SECONDS < deadline)) || die "postgres process $p survived SIGKILL for 30s"
-			sleep 0.05
-		done
+	# backends; kill the postmaster and everything running in the cluster's directory at once,
+	# like a power cut would, and repeat for a child forked meanwhile.
+	info "killing postgres (SIGKILL to postmaster $pid and every process of the cluster)"
+	kill -KILL "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + 30)) pids
+	while :; do
+		pids="$(pg_cluster_pids)"
+		kill -0 "$pid" 2>/dev/null && pids="$pid $pids"
+		[[ -n "${pids// /}" ]] || break
+		((SECONDS < deadline)) || die "postgres processes survived SIGKILL for 30s: $pids"
+		# shellcheck disable=SC2086
+		kill -KILL $pids 2>/dev/null || true
+		sleep 0.05
 	done
 	info "postgres killed (postmaster.pid left behind, as after a crash)"
 }
