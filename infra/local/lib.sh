@@ -1,11 +1,13 @@
 # Shared shell for the local infrastructure scripts (sourced, not run).
 #
 # Everything the scripts create lives under <repo>/.local (ignored by git):
-#   .local/pg/data                Postgres cluster (see pg_data_dir for the fallback)
+#   .local/pg/data                Postgres cluster (or elsewhere: postgres.sh, pg_choose_data_dir)
 #   .local/kafka/{libs,data,config}  Kafka jars (cache), log segments, generated config
 #   .local/log/{postgres,kafka}.log  server logs
 # The scripts resolve the repository from their own path, so they work from any cwd.
 
+# The variables below are used by the scripts that source this file.
+# shellcheck disable=SC2034
 set -euo pipefail
 
 NOTIFY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
@@ -84,7 +86,7 @@ pid_alive() {
 # the script (a test harness waiting for its pipe to close would otherwise hang).
 close_inherited_fds() {
 	local fd
-	for fd in /proc/$BASHPID/fd/*; do
+	for fd in "/proc/$BASHPID/fd/"*; do
 		fd="${fd##*/}"
 		if [[ "$fd" =~ ^[0-9]+$ ]] && ((fd > 2)); then
 			eval "exec $fd>&-" 2>/dev/null || true
