@@ -9,7 +9,11 @@
 // "material", aggregateid = the course id, type "MaterialPublished", payload
 // = streams.MaterialPublished). The API has no Kafka client: the CDC
 // connector streams the outbox, so publishing costs two inserts whatever the
-// size of the course, and it succeeds while Kafka is down.
+// size of the course, and it succeeds while Kafka is down. The whole write
+// is a single SQL statement (one round trip, one implicit transaction).
+// published_at is the API server's clock when the request was accepted,
+// truncated to microseconds; the response, the material row and the event
+// payload carry the same instant.
 //
 // An Idempotency-Key header (1–255 printable ASCII characters) is stored in
 // api_idempotency in the same transaction, keyed by (user, key). A retry

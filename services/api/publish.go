@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -30,21 +28,42 @@ type PublishResponse struct {
 	PublishedAt time.Time `json:"published_at"`
 }
 
-const (
-	// now() is the transaction's start: the publish time the fan-out
-	// compares enrolled_at with, taken from the database clock every
-	// enrolment is stamped with.
-	sqlCourseInstructor = `SELECT instructor_id, now() FROM courses WHERE id = $1`
-	// ON CONFLICT DO NOTHING waits for a concurrent transaction holding the
-	// same key and then reports 0 rows, so two racing requests create one event.
-	sqlIdempotencyClaim = `INSERT INTO api_idempotency (user_id, key, request_hash, status, response)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (user_id, key) DO NOTHING`
-	sqlIdempotencyGet = `SELECT request_hash, status, response FROM api_idempotency WHERE user_id = $1 AND key = $2`
-	sqlInsertMaterial = `INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at)
-		VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), $8)`
-	sqlInsertOutbox = `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-		VALUES ($1, $2, $3, $4, $5)`
+// sqlPublish is the whole publish as ONE statement, so one round trip and
+// one implicit transaction: the course check, the idempotency claim, the
+// material and the outbox event commit together or not at all.
+//
+//   - Nothing is inserted unless the caller is the course's instructor; the
+//     first column tells 404 (NULL) from 403 (someone else).
+//   - With a key ($3 <> ''), the claim is INSERT … ON CONFLICT DO NOTHING:
+//     a concurrent request holding the same key makes it wait for that
+//     transaction and then yield no row, and then neither the material nor
+//     the event is written (the caller replays the stored response).
+//   - The last column counts the rows written: 2 (material + event) or 0.
+const sqlPublish = `
+WITH course AS (
+    SELECT instructor_id FROM courses WHERE id = $1
+), claim AS (
+    INSERT INTO api_idempotency (user_id, key, request_hash, status, response)
+    SELECT $2, $3, $4, 201, $5 FROM course
+    WHERE course.instructor_id = $2 AND $3 <> ''
+    ON CONFLICT (user_id, key) DO NOTHING
+    RETURNING 1
+), allowed AS (
+    SELECT 1 FROM course
+    WHERE course.instructor_id = $2 AND ($3 = '' OR EXISTS (SELECT 1 FROM claim))
+), material AS (
+    INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at)
+    SELECT $6, $7, $1, $2, $8, $9, NULLIF($10, ''), $11 FROM allowed
+    RETURNING 1
+), event AS (
+    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    SELECT $7, $12, $13, $14, $15 FROM allowed
+    RETURNING 1
 )
+SELECT (SELECT instructor_id FROM course),
+       (SELECT count(*) FROM material) + (SELECT count(*) FROM event)`
+
+const sqlIdempotencyGet = `SELECT request_hash, status, response FROM api_idempotency WHERE user_id = $1 AND key = $2`
 
 func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, user UUID) {
 	start := time.Now()
@@ -107,44 +126,18 @@ type publishResult struct {
 }
 
 // publish runs the publish transaction: the material, its outbox event and,
-// with a key, the idempotency record — all or nothing.
+// with a key, the idempotency record — all or nothing, in one statement.
+//
+// published_at is this server's clock when the request was accepted,
+// truncated to the microseconds Postgres stores, so the response, the
+// material row and the event payload carry exactly the same instant.
 func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequest, key string) (publishResult, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return publishResult{}, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-
-	var instructor UUID
-	var now time.Time
-	if err := tx.QueryRow(ctx, sqlCourseInstructor, course).Scan(&instructor, &now); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return publishResult{}, newError(http.StatusNotFound, errCourseNotFound, "no such course")
-		}
-		return publishResult{}, fmt.Errorf("read course %s: %w", course, err)
-	}
-	if instructor != user {
-		return publishResult{}, newError(http.StatusForbidden, errForbidden, "only the course's instructor may publish")
-	}
-
 	materialID, eventID := NewUUID(), NewUUID()
-	publishedAt := now.UTC()
+	publishedAt := time.Now().UTC().Truncate(time.Microsecond)
 	resp, err := json.Marshal(PublishResponse{MaterialID: materialID.String(), EventID: eventID.String(), PublishedAt: publishedAt})
 	if err != nil {
 		return publishResult{}, fmt.Errorf("encode response: %w", err)
 	}
-
-	if key != "" {
-		hash := publishRequestHash(course, req)
-		tag, err := tx.Exec(ctx, sqlIdempotencyClaim, user, key, hash[:], http.StatusCreated, resp)
-		if err != nil {
-			return publishResult{}, fmt.Errorf("claim idempotency key: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return s.replay(ctx, tx, user, key, hash[:])
-		}
-	}
-
 	payload, err := json.Marshal(streams.MaterialPublished{
 		EventID:     eventID.String(),
 		MaterialID:  materialID.String(),
@@ -156,26 +149,46 @@ func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequ
 	if err != nil {
 		return publishResult{}, fmt.Errorf("encode event: %w", err)
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlInsertMaterial, materialID, eventID, course, user, req.Title, req.Body, req.URL, publishedAt)
-	b.Queue(sqlInsertOutbox, eventID, outboxAggregateType, course.String(), outboxEventType, string(payload))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return publishResult{}, fmt.Errorf("insert material and outbox event: %w", err)
+	var hash []byte
+	if key != "" {
+		h := publishRequestHash(course, req)
+		hash = h[:]
+	} else {
+		hash = []byte{} // unused without a key, but the parameter is NOT NULL-typed
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return publishResult{}, fmt.Errorf("commit publish: %w", err)
+
+	var instructor *UUID
+	var written int64
+	err = s.pool.QueryRow(ctx, sqlPublish,
+		course, user, key, hash, string(resp),
+		materialID, eventID, req.Title, req.Body, req.URL, publishedAt,
+		outboxAggregateType, course.String(), outboxEventType, string(payload),
+	).Scan(&instructor, &written)
+	if err != nil {
+		return publishResult{}, fmt.Errorf("publish to course %s: %w", course, err)
 	}
-	return publishResult{status: http.StatusCreated, body: resp}, nil
+	switch {
+	case instructor == nil:
+		return publishResult{}, newError(http.StatusNotFound, errCourseNotFound, "no such course")
+	case *instructor != user:
+		return publishResult{}, newError(http.StatusForbidden, errForbidden, "only the course's instructor may publish")
+	case written == 2:
+		return publishResult{status: http.StatusCreated, body: resp}, nil
+	case written == 0 && key != "":
+		return s.replay(ctx, user, key, hash)
+	default:
+		return publishResult{}, fmt.Errorf("publish to course %s wrote %d rows, want 2", course, written)
+	}
 }
 
 // replay answers a retry from the stored first response. The stored JSON is
 // re-encoded through PublishResponse because jsonb does not keep key order;
 // the client gets byte-for-byte the first body.
-func (s *Server) replay(ctx context.Context, tx pgx.Tx, user UUID, key string, hash []byte) (publishResult, error) {
+func (s *Server) replay(ctx context.Context, user UUID, key string, hash []byte) (publishResult, error) {
 	var stored []byte
 	var status int
 	var response []byte
-	if err := tx.QueryRow(ctx, sqlIdempotencyGet, user, key).Scan(&stored, &status, &response); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlIdempotencyGet, user, key).Scan(&stored, &status, &response); err != nil {
 		return publishResult{}, fmt.Errorf("read idempotency key: %w", err)
 	}
 	if string(stored) != string(hash) {
