@@ -14,6 +14,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -54,6 +55,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (se
 	fs.StringVar(&snd.CAFile, "ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
 	host, _ := os.Hostname()
 	fs.StringVar(&cfg.WorkerID, "worker-id", host+"-"+strconv.Itoa(os.Getpid()), "name of this worker in logs")
+	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "how long the group waits for a silent (crashed) worker before giving its partitions to others; the broker allows 6s–30m by default")
 	metricsAddr := fs.String("metrics-addr", defaultPushMetricsAddr, `serve Prometheus metrics on this address at /metrics ("off" disables)`)
 	return func(ctx context.Context, log *slog.Logger) (service, error) {
 		brokers, err := infra.brokerList()
@@ -97,6 +99,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (se
 		}
 		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
 		cfg.Logger, cfg.Metrics = log, set
+		cfg.ConsumerOpts = append(cfg.ConsumerOpts, kgo.SessionTimeout(*sessionTimeout))
 		w, err := push.New(cfg)
 		if err != nil {
 			sender.Close()

@@ -24,7 +24,7 @@ type Sender interface {
 // Defaults of Config, documented on its fields.
 const (
 	DefaultMaxInFlight   = 4000
-	DefaultMaxCommands   = 32
+	DefaultMaxCommands   = 16
 	DefaultMaxAttempts   = 5
 	DefaultBackoffBase   = time.Second
 	DefaultBackoffMax    = time.Minute
@@ -55,8 +55,12 @@ type Config struct {
 	// sends/s per worker.
 	MaxInFlight int
 	// MaxCommands is how many push commands are handled at once across all
-	// assigned partitions (the consumer's MaxInFlight). Commands mostly
-	// wait for send slots, so a few dozen keep the pipe full. Default 32.
+	// assigned partitions (the consumer's MaxInFlight). Half of them may
+	// load and send (a fan-out command of ~5,500 subscriptions alone fills
+	// the default send slots, so a few keep the pipe full); the other half
+	// is room for early retries being held. More is not faster: on a
+	// rebalance every in-flight command of a revoked partition must finish
+	// within RevokeTimeout. Default 16.
 	MaxCommands int
 	// MaxAttempts is how many times a subscription is tried before its
 	// retryable failure is recorded as failed and dead-lettered. Sends the

@@ -1,0 +1,582 @@
+package push_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/seed"
+	"github.com/notify-dev/notify/streams"
+	"github.com/notify-dev/notify/streams/streamstest"
+)
+
+// fixture is one test's world: a database seeded with students and their
+// subscriptions, all notified of one event; private topics; a mock push
+// service the seeded endpoints point at.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	db      *schematest.Database
+	topics  streams.Topics
+	brokers []string
+	mock    *pushmock.Server
+	seed    seed.Result
+	eventID string
+	course  string
+	users   []string // notified students, sorted
+	prod    *kgo.Client
+	adm     *kadm.Client
+}
+
+type fixtureOpts struct {
+	users     int
+	subsRatio float64
+	mock      pushmock.Config
+}
+
+func newFixture(t *testing.T, o fixtureOpts) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &fixture{t: t, ctx: ctx}
+	f.db = schematest.NewDatabase(t)
+	f.topics = streamstest.NewTopics(t)
+	f.brokers = streamstest.Brokers(t)
+	f.prod = streamstest.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	f.adm = streamstest.Admin(t)
+
+	mc := o.mock
+	mc.Addr = "127.0.0.1:0"
+	mc.CertFile = filepath.Join(t.TempDir(), "pushmock-cert.pem")
+	if mc.Latency == 0 {
+		mc.Latency = 10 * time.Millisecond
+	}
+	mc.Seed = 1
+	mc.Logger = quietLogger()
+	m, err := pushmock.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = m.Stop(sctx)
+	})
+	f.mock = m
+
+	ratio := o.subsRatio
+	if ratio == 0 {
+		ratio = seed.DefaultSubsRatio
+	}
+	f.seed, err = seed.Load(ctx, f.db.Pool, seed.Options{Users: o.users, SubsRatio: ratio, Seed: 1, PushBaseURL: m.URL() + "/wpush/"})
+	if err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	f.course = f.seed.CourseID
+	f.eventID = newUUID()
+	if _, err := f.db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at)
+		SELECT $1, user_id, now() FROM enrollments WHERE course_id = $2`, f.eventID, f.course); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := f.db.Pool.Query(ctx, `SELECT user_id::text FROM notifications WHERE event_id = $1 ORDER BY user_id`, f.eventID)
+	f.users, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// testLogger logs warnings and errors through t.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func newUUID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// commands splits the notified students into n push commands, as the
+// fan-out would.
+func (f *fixture) commands(n int) []streams.PushCommand {
+	var out []streams.PushCommand
+	per := (len(f.users) + n - 1) / n
+	for i := 0; i < len(f.users); i += per {
+		chunk := f.users[i:min(i+per, len(f.users))]
+		out = append(out, streams.PushCommand{
+			Version: streams.MessageVersion, EventID: f.eventID, CourseID: f.course,
+			FirstUser: chunk[0], LastUser: chunk[len(chunk)-1], Students: len(chunk), Attempt: 1,
+			Title: "Week 1 notes", URL: "https://learn.example.com/week1",
+		})
+	}
+	return out
+}
+
+// produceCommands writes commands to the push topic in the connector's
+// format (key = JSON-quoted event id, headers id and eventType), command i
+// on partition i mod partitions.
+func (f *fixture) produceCommands(cmds []streams.PushCommand) {
+	f.t.Helper()
+	for i, c := range cmds {
+		b, err := json.Marshal(c)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		f.produceRaw(b, int32(i)%f.topics.PushPartitions)
+	}
+}
+
+func (f *fixture) produceRaw(value []byte, partition int32) {
+	f.t.Helper()
+	r := &kgo.Record{
+		Topic: f.topics.Push(), Partition: partition,
+		Key:   []byte(strconv.Quote(f.eventID)),
+		Value: value,
+		Headers: []kgo.RecordHeader{
+			{Key: "id", Value: []byte(newUUID())},
+			{Key: "eventType", Value: []byte(streams.TypePushCommand)},
+		},
+	}
+	if err := f.prod.ProduceSync(f.ctx, r).FirstErr(); err != nil {
+		f.t.Fatalf("produce command: %v", err)
+	}
+}
+
+// startRelay stands in for the CDC connector: it moves outbox rows (the
+// workers' retry commands) to their topics in the connector's format until
+// the test ends.
+func (f *fixture) startRelay() {
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	f.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for f.relayOnce(ctx) > 0 {
+			}
+		}
+	}()
+}
+
+func (f *fixture) relayOnce(ctx context.Context) int {
+	rows, err := f.db.Pool.Query(ctx, `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY created_at LIMIT 500)
+		RETURNING id::text, aggregatetype, aggregateid, type, payload::text, coalesce(kafka_partition, 0)`)
+	if err != nil {
+		return 0
+	}
+	var recs []*kgo.Record
+	for rows.Next() {
+		var id, agg, aggID, typ, payload string
+		var part int32
+		if err := rows.Scan(&id, &agg, &aggID, &typ, &payload, &part); err != nil {
+			break
+		}
+		recs = append(recs, &kgo.Record{
+			Topic: f.topics.Outbox(agg), Partition: part % f.topics.PushPartitions,
+			Key: []byte(strconv.Quote(aggID)), Value: []byte(payload),
+			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}, {Key: "eventType", Value: []byte(typ)}},
+		})
+	}
+	rows.Close()
+	if len(recs) > 0 {
+		if err := f.prod.ProduceSync(context.WithoutCancel(ctx), recs...).FirstErr(); err != nil {
+			f.t.Errorf("relay: %v", err)
+		}
+	}
+	return len(recs)
+}
+
+// newWorker starts an in-process worker with test-sized settings.
+func (f *fixture) newWorker(mod func(*push.Config)) *push.Worker {
+	f.t.Helper()
+	set := metrics.NewSet()
+	cfg := push.Config{
+		Brokers: f.brokers, Topics: f.topics, Pool: f.db.Pool,
+		MaxInFlight: 500, BatchSize: 250, FlushInterval: 20 * time.Millisecond,
+		LagInterval: -1, Logger: testLogger(f.t), Metrics: set,
+		ConsumerOpts: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.FetchMaxWait(100 * time.Millisecond)},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	sender, err := push.NewWebPushSender(push.SenderSettings{
+		VAPID:       webpush.VAPIDConfig{Key: mustVAPID(f.t), Subject: "mailto:tests@notify.invalid"},
+		CAFile:      f.mock.CertFile(),
+		MaxInFlight: cfg.MaxInFlight,
+	}, quietLogger(), set)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg.Sender = sender
+	w, err := push.New(cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := w.Start(f.ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		sctx, c := context.WithTimeout(context.Background(), 20*time.Second)
+		defer c()
+		_ = w.Stop(sctx)
+		sender.Close()
+	})
+	return w
+}
+
+func mustVAPID(t *testing.T) *webpush.VAPIDKey {
+	k, err := webpush.GenerateVAPIDKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// waitSettled waits until every target subscription has a final outcome
+// and returns the status.
+func (f *fixture) waitSettled(timeout time.Duration) push.Status {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var st push.Status
+	var err error
+	for {
+		st, err = push.EventStatus(f.ctx, f.db.Pool, f.eventID)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if st.Target > 0 && st.Pending == 0 {
+			return st
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("not settled after %s: %+v; mock %+v", timeout, st, f.mock.Stats())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitCaughtUp waits until the push group has committed every record of
+// the push topic, i.e. nothing is left to process.
+func (f *fixture) waitCaughtUp(timeout time.Duration) {
+	f.t.Helper()
+	group := f.topics.Group(streams.GroupPush)
+	deadline := time.Now().Add(timeout)
+	for {
+		ends, err := f.adm.ListEndOffsets(f.ctx, f.topics.Push())
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		committed, err := f.adm.FetchOffsetsForTopics(f.ctx, group, f.topics.Push())
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		behind := int64(0)
+		ends.Each(func(o kadm.ListedOffset) {
+			c, ok := committed.Lookup(o.Topic, o.Partition)
+			at := int64(0)
+			if ok && c.At >= 0 {
+				at = c.At
+			}
+			behind += o.Offset - at
+		})
+		if behind == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("push group still %d records behind after %s", behind, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitMembers waits until the push group is stable with n members.
+func (f *fixture) waitMembers(n int, timeout time.Duration) {
+	f.t.Helper()
+	group := f.topics.Group(streams.GroupPush)
+	deadline := time.Now().Add(timeout)
+	for {
+		d, err := f.adm.DescribeGroups(f.ctx, group)
+		if err == nil {
+			if g := d[group]; g.State == "Stable" && len(g.Members) == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("group %s not stable with %d members after %s: %+v", group, n, timeout, d[group].State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (f *fixture) verify() push.Status {
+	f.t.Helper()
+	v, err := push.Verify(f.ctx, f.db.Pool, f.eventID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if !v.OK() {
+		f.t.Fatalf("accounting does not hold: %v (status %+v)", v.Problems, v.Status)
+	}
+	return v.Status
+}
+
+func (f *fixture) count(sql string, args ...any) int64 {
+	f.t.Helper()
+	var n int64
+	if err := f.db.Pool.QueryRow(f.ctx, sql, args...).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// --- worker processes ---
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// notifyBinary builds the notify binary once per test binary.
+func notifyBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "notify-push-test-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "notify")
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", binPath, "./services/notify")
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// proc is a `notify run push` process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func (f *fixture) startWorkerProcess(name string, args ...string) *proc {
+	f.t.Helper()
+	bin := notifyBinary(f.t)
+	logPath := filepath.Join(f.t.TempDir(), name+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	all := append([]string{"run", "push", "--metrics-addr", "off", "--session-timeout", "6s", "--lag-interval", "-1s"}, args...)
+	cmd := exec.Command(bin, all...)
+	cmd.Env = append(os.Environ(),
+		"NOTIFY_DATABASE_URL="+f.db.URL,
+		"NOTIFY_KAFKA_BROKERS="+strings.Join(f.brokers, ","),
+		"NOTIFY_TOPIC_PREFIX="+f.topics.Prefix,
+		"NOTIFY_PUSH_CA_FILE="+f.mock.CertFile(),
+		"NOTIFY_LOG_FORMAT=json",
+		"NOTIFY_VAPID_SUBJECT=mailto:tests@notify.invalid",
+	)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); lf.Close(); close(p.done) }()
+	f.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if f.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			f.t.Logf("--- %s log ---\n%s", name, tail(string(b), 40))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// kill ends the process with SIGKILL: no stop, no commit, no leave.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+// stop ends the process gracefully and returns the worker's final stats
+// from its log.
+func (p *proc) stop(t *testing.T) push.Stats {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("%s did not stop within 60s", p.name)
+	}
+	if p.err != nil {
+		t.Fatalf("%s exited with %v", p.name, p.err)
+	}
+	return p.stats(t)
+}
+
+func (p *proc) stats(t *testing.T) push.Stats {
+	t.Helper()
+	fh, err := os.Open(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg string `json:"msg"`
+			push.Stats
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "push worker stopped" {
+			return line.Stats
+		}
+	}
+	t.Fatalf("%s logged no final stats", p.name)
+	return push.Stats{}
+}
+
+// waitLog waits until the process logs a line containing s.
+func (p *proc) waitLog(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		b, _ := os.ReadFile(p.log)
+		if strings.Contains(string(b), s) {
+			return
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before logging %q: %v\n%s", p.name, s, p.err, tail(string(b), 20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q within %s", p.name, s, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logSink keeps a worker's warnings for assertions.
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (s *logSink) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(s, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func (s *logSink) contains(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.lines, "\n")
+}

@@ -1,0 +1,258 @@
+package push_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/streams"
+)
+
+// deadLetters reads the whole DLQ topic.
+func (f *fixture) deadLetters() []streams.DeadLetter {
+	f.t.Helper()
+	var out []streams.DeadLetter
+	_, err := streams.DeadLetterScan{Topic: f.topics.DLQ()}.Scan(f.ctx, f.prod, func(d streams.DeadLetter, derr error) error {
+		if derr != nil {
+			return derr
+		}
+		out = append(out, d)
+		return nil
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+// TestDeliversEachSubscriptionOnceAndReplaySendsNothing: 20,000
+// subscriptions in 48 commands, fault-free, reach the push service exactly
+// once; a malformed command is dead-lettered without stopping its
+// partition; replaying the topic from the start sends nothing new.
+func TestDeliversEachSubscriptionOnceAndReplaySendsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{users: 16000, subsRatio: 1.25})
+	if f.seed.Subscriptions != 20000 {
+		t.Fatalf("seeded %d subscriptions, want 20000", f.seed.Subscriptions)
+	}
+	w := f.newWorker(nil)
+	f.produceRaw([]byte("{not json"), 0)
+	f.produceCommands(f.commands(48))
+
+	st := f.waitSettled(2 * time.Minute)
+	f.waitCaughtUp(time.Minute)
+	ms := f.mock.Stats()
+	if ms.Unique != 20000 || ms.Duplicates != 0 || ms.Received != 20000 {
+		t.Fatalf("mock saw received %d unique %d duplicates %d, want 20000/20000/0", ms.Received, ms.Unique, ms.Duplicates)
+	}
+	if st.Target != 20000 || st.Delivered != 20000 || st.Notified != 16000 {
+		t.Fatalf("status %+v", st)
+	}
+	f.verify()
+	if ws := w.Stats(); ws.FreshCommands != 48 || ws.Delivered != 20000 {
+		t.Fatalf("worker stats %+v", ws)
+	}
+	dl := f.deadLetters()
+	if len(dl) != 1 || dl[0].Reason != streams.ReasonMalformed || string(dl[0].Value) != "{not json" || dl[0].Partition != 0 || dl[0].Header("eventType") != streams.TypePushCommand {
+		t.Fatalf("dead letters %+v", dl)
+	}
+
+	// Replay: stop the worker, move the group back to the start, run again.
+	sctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	if err := w.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := streams.PlanReplay(f.ctx, f.adm, f.topics.Group(streams.GroupPush), f.topics.Push(), streams.ReplayTarget{Earliest: true}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Records() != 49 {
+		t.Fatalf("replay plan re-reads %d records, want 49", plan.Records())
+	}
+	if err := streams.ApplyReplay(f.ctx, f.adm, plan); err != nil {
+		t.Fatal(err)
+	}
+	w2 := f.newWorker(nil)
+	<-w2.Ready()
+	f.waitCaughtUp(time.Minute)
+	if ms2 := f.mock.Stats(); ms2.Received != ms.Received {
+		t.Fatalf("replay sent %d new pushes, want 0", ms2.Received-ms.Received)
+	}
+	if ws := w2.Stats(); ws.EmptyCommands != 48 || ws.Delivered != 0 {
+		t.Fatalf("replaying worker stats %+v, want 48 empty commands", ws)
+	}
+	f.verify()
+}
+
+// TestRetryAfterIsHonoured: 10% of sends answer 429 with Retry-After 1 s;
+// every subscription is delivered in the end and none is retried before
+// its Retry-After.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{users: 1500, subsRatio: 1.0, mock: pushmock.Config{Rate429: 0.10, RetryAfter: time.Second}})
+	f.startRelay()
+	f.newWorker(func(c *push.Config) {
+		c.BackoffBase, c.BackoffMax = 100*time.Millisecond, time.Second
+		c.MaxAttempts = 10
+	})
+	f.produceCommands(f.commands(6))
+	st := f.waitSettled(2 * time.Minute)
+	ms := f.mock.Stats()
+	t.Logf("status %+v; mock received %d, 429s %d, early retries %d", st, ms.Received, ms.ByStatus["429"], ms.EarlyRetries)
+	if st.Delivered != st.Target || st.Target != f.seed.Subscriptions {
+		t.Fatalf("not all delivered: %+v", st)
+	}
+	if ms.ByStatus["429"] == 0 {
+		t.Fatal("the mock answered no 429; the test tested nothing")
+	}
+	if ms.EarlyRetries != 0 {
+		t.Fatalf("%d sends arrived before their Retry-After", ms.EarlyRetries)
+	}
+	if ms.Unique != f.seed.Subscriptions || ms.Duplicates != 0 {
+		t.Fatalf("mock unique %d duplicates %d", ms.Unique, ms.Duplicates)
+	}
+	f.verify()
+}
+
+// TestGoneAndForeverFailing: 5% of subscriptions answer 410 — recorded
+// gone, deleted, never retried; another 2% answer 500 forever — retried
+// MaxAttempts times, then recorded failed and dead-lettered with their ids.
+// Redriving the dead letters re-queues them once (a second redrive is a
+// no-op), and they fail and are dead-lettered again.
+func TestGoneAndForeverFailing(t *testing.T) {
+	t.Parallel()
+	const attempts = 3
+	f := newFixture(t, fixtureOpts{users: 2000, subsRatio: 1.0, mock: pushmock.Config{GoneFraction: 0.05, Always5xxFraction: 0.02}})
+	f.startRelay()
+	f.newWorker(func(c *push.Config) {
+		c.BackoffBase, c.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+		c.MaxAttempts = attempts
+	})
+	var goneIDs, badIDs int64
+	for id := int64(1); id <= f.seed.Subscriptions; id++ {
+		switch {
+		case pushmock.GoneID(id, 0.05):
+			goneIDs++
+		case pushmock.Always5xxID(id, 0.02):
+			badIDs++
+		}
+	}
+	f.produceCommands(f.commands(8))
+	st := f.waitSettled(2 * time.Minute)
+	f.waitCaughtUp(time.Minute)
+	ms := f.mock.Stats()
+	t.Logf("status %+v; mock by status %v", st, ms.ByStatus)
+	if st.Gone != goneIDs || st.Failed != badIDs || st.Delivered != f.seed.Subscriptions-goneIDs-badIDs {
+		t.Fatalf("status %+v, want gone %d failed %d", st, goneIDs, badIDs)
+	}
+	if ms.ByStatus["410"] != goneIDs {
+		t.Fatalf("mock answered 410 %d times for %d gone subscriptions: gone ones were retried", ms.ByStatus["410"], goneIDs)
+	}
+	if ms.ByStatus["500"] != attempts*badIDs {
+		t.Fatalf("mock answered 500 %d times, want %d attempts × %d", ms.ByStatus["500"], attempts, badIDs)
+	}
+	if left := f.count(`SELECT count(*) FROM push_subscriptions s JOIN push_deliveries d ON d.subscription_id = s.id WHERE d.status = 'gone'`); left != 0 {
+		t.Fatalf("%d gone subscriptions were not deleted", left)
+	}
+	f.verify()
+
+	dl := f.deadLetters()
+	var named int
+	for _, d := range dl {
+		if d.Reason != streams.ReasonMaxAttempts || d.Attempt != attempts || d.Error == "" || d.Topic != f.topics.Push() {
+			t.Fatalf("dead letter %+v", d)
+		}
+		cmd, err := streams.DecodePushCommand(d.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named += len(cmd.SubscriptionIDs)
+	}
+	if int64(named) != badIDs {
+		t.Fatalf("dead letters name %d subscriptions, want %d", named, badIDs)
+	}
+	t.Logf("dead letter: %s", dl[0].Error)
+
+	// Redrive: every dead-lettered subscription goes back to retrying once.
+	var requeued int
+	for _, d := range dl {
+		res, err := push.Redrive(f.ctx, f.db.Pool, f.topics, d, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requeued += res.Requeued
+		again, err := push.Redrive(f.ctx, f.db.Pool, f.topics, d, true)
+		if err != nil || again.Requeued != 0 {
+			t.Fatalf("second redrive would re-queue %d (err %v), want 0", again.Requeued, err)
+		}
+	}
+	if int64(requeued) != badIDs {
+		t.Fatalf("redrive re-queued %d, want %d", requeued, badIDs)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for f.mock.Stats().ByStatus["500"] < 2*attempts*badIDs {
+		if time.Now().After(deadline) {
+			t.Fatalf("redriven subscriptions were not retried: 500s %d", f.mock.Stats().ByStatus["500"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st = f.waitSettled(time.Minute)
+	if st.Failed != badIDs {
+		t.Fatalf("after redrive: %+v", st)
+	}
+	f.waitCaughtUp(time.Minute)
+	if n := len(f.deadLetters()); n < 2*len(dl) {
+		t.Fatalf("after redrive the DLQ holds %d letters, want ≥ %d", n, 2*len(dl))
+	}
+	if ms := f.mock.Stats(); ms.ByStatus["500"] != 2*attempts*badIDs {
+		t.Fatalf("500s %d after redrive, want exactly %d", ms.ByStatus["500"], 2*attempts*badIDs)
+	}
+	f.verify()
+	if _, err := push.Redrive(f.ctx, f.db.Pool, f.topics, streams.DeadLetter{Reason: streams.ReasonMalformed}, false); !errors.Is(err, push.ErrNotRedrivable) {
+		t.Fatalf("redrive of a malformed letter: %v", err)
+	}
+}
+
+// TestRevokeCancelsSlowCommandsUncommitted: when a second worker joins,
+// the first must hand over half its partitions; commands of those
+// partitions that cannot finish within RevokeTimeout are cancelled and left
+// uncommitted, and the new owner completes them. Nothing is lost, and what
+// is repeated is at most the first worker's in-flight sends.
+func TestRevokeCancelsSlowCommandsUncommitted(t *testing.T) {
+	t.Parallel()
+	const cap = 50
+	f := newFixture(t, fixtureOpts{users: 1500, subsRatio: 1.0, mock: pushmock.Config{Latency: 200 * time.Millisecond}})
+	logs := &logSink{}
+	f.newWorker(func(c *push.Config) {
+		c.MaxInFlight, c.BatchSize, c.RevokeTimeout, c.HoldMax = cap, 10, time.Second, 500*time.Millisecond
+		c.Logger = logs.logger()
+	})
+	f.waitMembers(1, time.Minute)
+	f.produceCommands(f.commands(24))
+	deadline := time.Now().Add(time.Minute)
+	for f.mock.Stats().Unique < 150 {
+		if time.Now().After(deadline) {
+			t.Fatal("no progress")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.newWorker(func(c *push.Config) { c.MaxInFlight = 200 })
+	st := f.waitSettled(2 * time.Minute)
+	f.waitCaughtUp(time.Minute)
+	ms := f.mock.Stats()
+	t.Logf("duplicates %d (cap %d); status %+v", ms.Duplicates, cap, st)
+	if !logs.contains("did not finish in time") {
+		t.Fatalf("the revoke did not time out; the test tested nothing. logs:\n%s", logs)
+	}
+	if st.Delivered != f.seed.Subscriptions || ms.Unique != f.seed.Subscriptions {
+		t.Fatalf("delivered %d, unique %d, want %d", st.Delivered, ms.Unique, f.seed.Subscriptions)
+	}
+	if ms.Duplicates > cap {
+		t.Fatalf("%d duplicates, more than the revoked worker's in-flight cap %d", ms.Duplicates, cap)
+	}
+	f.verify()
+}
