@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -16,7 +17,9 @@ func init() {
 
 // runToken prints only the token on stdout, so TOKEN=$(notify token --user X)
 // works; the dev-secret warning goes to stderr.
-func runToken(ctx context.Context, args []string) error {
+func runToken(ctx context.Context, args []string) error { return printToken(os.Stdout, args) }
+
+func printToken(w io.Writer, args []string) error {
 	fs := newFlagSet("token", "--user ID [--ttl 1h]")
 	user := fs.String("user", "", "user id (uuid) the token speaks for; required")
 	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
@@ -45,6 +48,6 @@ func runToken(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(os.Stdout, tok)
+	_, err = fmt.Fprintln(w, tok)
 	return err
 }

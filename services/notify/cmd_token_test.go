@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notify-dev/notify/services/auth"
+)
+
+func TestTokenPrintsOnlyAVerifiableToken(t *testing.T) {
+	t.Setenv(auth.EnvSecret, "")
+	const user = "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"
+	var out bytes.Buffer
+	if err := printToken(&out, []string{"--user", user, "--ttl", "5m"}); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSuffix(out.String(), "\n")
+	if strings.ContainsAny(tok, " \n") {
+		t.Fatalf("stdout is not just the token: %q", out.String())
+	}
+	key, err := auth.NewKey([]byte(auth.DevSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := key.Verify(tok, time.Now())
+	if err != nil || c.Subject != user {
+		t.Fatalf("verify: %v %+v", err, c)
+	}
+	if d := c.ExpiresAt.Sub(c.IssuedAt); d != 5*time.Minute {
+		t.Fatalf("ttl %s", d)
+	}
+}
+
+func TestTokenUsesConfiguredSecret(t *testing.T) {
+	t.Setenv(auth.EnvSecret, "a-configured-secret-of-32-bytes-or-more")
+	var out bytes.Buffer
+	if err := printToken(&out, []string{"--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"}); err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := auth.NewKey([]byte(auth.DevSecret))
+	if _, err := dev.Verify(strings.TrimSpace(out.String()), time.Now()); !errors.Is(err, auth.ErrSignature) {
+		t.Fatalf("token verifies with the dev secret: %v", err)
+	}
+}
+
+func TestTokenUsageErrors(t *testing.T) {
+	t.Setenv(auth.EnvSecret, "")
+	for _, args := range [][]string{
+		{},
+		{"--user", "42"},
+		{"--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa", "--ttl", "0s"},
+		{"--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa", "extra"},
+	} {
+		var out bytes.Buffer
+		var ue usageError
+		if err := printToken(&out, args); !errors.As(err, &ue) || out.Len() != 0 {
+			t.Errorf("%v: got %v, stdout %q; want a usage error and no output", args, err, out.String())
+		}
+	}
+	t.Setenv(auth.EnvSecret, "short")
+	var out bytes.Buffer
+	if err := printToken(&out, []string{"--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"}); err == nil || !strings.Contains(err.Error(), auth.EnvSecret) {
+		t.Errorf("short secret: %v", err)
+	}
+}
