@@ -19,7 +19,18 @@ for s in "${services[@]}"; do
 done
 
 t0="$(now)"
+# Both start at once: a first run spends most of its time fetching Kafka's jars, which
+# overlaps with initdb. Every line is prefixed with the service that printed it.
+declare -A pids
 for s in "${services[@]}"; do
-	bash "$INFRA_DIR/$s.sh" start
+	bash "$INFRA_DIR/$s.sh" start &
+	pids[$s]=$!
 done
+failed=()
+for s in "${services[@]}"; do
+	wait "${pids[$s]}" || failed+=("$s")
+done
+if ((${#failed[@]} > 0)); then
+	die "could not start: ${failed[*]} (see the errors above and $LOG_DIR/)"
+fi
 info "up (${services[*]}) in $(elapsed "$t0")"
