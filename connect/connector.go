@@ -194,7 +194,7 @@ func (c *Connector) producerOpts() []kgo.Opt {
 		// (default minimum age 5s).
 		kgo.MetadataMinAge(maxBackoff),
 		kgo.DialTimeout(5*time.Second),
-		kgo.WithLogger(kgoLogger{c.log.With("component", "kafka")}),
+		kgo.WithLogger(newKgoLogger(c.log.With("component", "kafka"))),
 	)
 }
 
@@ -443,6 +443,9 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 		cur      *txn
 		received pglogrepl.LSN
 		warnedUp bool
+
+		pausedSince time.Time
+		pauseLogged bool
 	)
 	nextStatus := time.Now().Add(c.cfg.StatusInterval)
 	var sentFlush pglogrepl.LSN
@@ -468,6 +471,12 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 			// Paused: Kafka is behind or away. Stop reading (the slot keeps
 			// the WAL) but keep sending status so the walsender does not
 			// time out.
+			if pausedSince.IsZero() {
+				pausedSince = time.Now()
+			} else if !pauseLogged && time.Since(pausedSince) > 5*time.Second {
+				c.log.Warn("reading paused: Kafka is not acknowledging; the slot holds the WAL", "in_flight", c.tr.inFlight())
+				pauseLogged = true
+			}
 			t := time.NewTimer(time.Until(nextStatus))
 			select {
 			case <-c.tr.changed:
@@ -477,6 +486,10 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 			t.Stop()
 			continue
 		}
+		if pauseLogged {
+			c.log.Info("reading resumed", "paused", time.Since(pausedSince).Round(time.Millisecond).String())
+		}
+		pausedSince, pauseLogged = time.Time{}, false
 		rctx, cancel := context.WithDeadline(c.readCtx, nextStatus)
 		msg, err := conn.ReceiveMessage(rctx)
 		cancel()
@@ -625,12 +638,32 @@ func (c *Connector) sendStatus(conn *pgconn.PgConn, received pglogrepl.LSN) erro
 	})
 }
 
-// kgoLogger forwards the producer's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
+// kgoLogger forwards the producer's warnings and errors to slog, each
+// distinct message at most once per kgoLogEvery: while a broker is away the
+// client reports every failed dial and retry, several times a second.
+type kgoLogger struct {
+	l    *slog.Logger
+	mu   *sync.Mutex
+	last map[string]time.Time
+}
+
+const kgoLogEvery = 10 * time.Second
+
+func newKgoLogger(l *slog.Logger) kgoLogger {
+	return kgoLogger{l: l, mu: &sync.Mutex{}, last: map[string]time.Time{}}
+}
 
 func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
 
 func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	now := time.Now()
+	k.mu.Lock()
+	if now.Sub(k.last[msg]) < kgoLogEvery {
+		k.mu.Unlock()
+		return
+	}
+	k.last[msg] = now
+	k.mu.Unlock()
 	switch level {
 	case kgo.LogLevelError:
 		k.l.Error(msg, keyvals...)

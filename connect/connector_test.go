@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/streams"
@@ -270,4 +271,74 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestLargeTransaction commits one transaction of 5,000 fan-out rows with
+// kafka_partition set, with MaxInFlight far below that: reading pauses in
+// the middle of the transaction, every row arrives on its partition, and
+// the slot is flushed past the transaction only once all are acknowledged.
+func TestLargeTransaction(t *testing.T) {
+	t.Parallel()
+	const rows = 5000
+	e := newEnv(t)
+	ctx := t.Context()
+	cfg := e.config(t)
+	cfg.MaxInFlight = 300
+	e.start(t, cfg)
+	c := consume(t, e, e.topics.Fanout())
+
+	var before string
+	if err := e.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	rowsIDs := make([]string, 0, rows)
+	err := pgx.BeginFunc(ctx, e.db.Pool, func(tx pgx.Tx) error {
+		for i := range rows {
+			id := newUUID()
+			rowsIDs = append(rowsIDs, id)
+			if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
+				VALUES ($1, 'fanout', 'event-1', 'SliceCommand', jsonb_build_object('seq', $2::int), $3)`, id, i, i%16); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, rowsIDs, 2*time.Minute)
+	for i, id := range rowsIDs {
+		if r := c.record(id); r.Partition != int32(i%16) {
+			t.Fatalf("row %d on partition %d, want %d", i, r.Partition, i%16)
+		}
+	}
+	waitUntil(t, "slot flushed past the transaction", func() bool {
+		var passed bool
+		_ = e.db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn > $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, e.slot, before).Scan(&passed)
+		return passed
+	})
+}
+
+// TestIdleWALNotPinned writes WAL that holds nothing for the connector: the
+// slot's confirmed position must follow it, or the slot would keep that WAL
+// on disk for as long as the outbox stays quiet.
+func TestIdleWALNotPinned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.start(t, e.config(t))
+	for range 50 {
+		if _, err := e.db.Pool.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, 'not published')`, newUUID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var written string
+	if err := e.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&written); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "confirmed_flush_lsn past unrelated WAL", func() bool {
+		var passed bool
+		_ = e.db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, e.slot, written).Scan(&passed)
+		return passed
+	})
 }

@@ -70,18 +70,32 @@ func TestDisruptiveBrokerOutage(t *testing.T) {
 			infra(t, "kafka.sh", "start")
 		}
 	})
+	var afterFirst string
 	for i := range 200 {
 		ev := newEvent(newUUID())
 		if err := insert(ctx, e.db.Pool, ev); err != nil {
 			t.Fatal(err)
 		}
 		during = append(during, ev.id)
+		if i == 0 {
+			if err := e.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&afterFirst); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if i%20 == 19 {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	// Outage long enough for the producer's backoff to reach its cap.
 	time.Sleep(3 * time.Second)
+	// The slot must still hold the first event committed during the outage.
+	var held bool
+	if err := e.db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn < $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, e.slot, afterFirst).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("the slot was flushed past an event Kafka never acknowledged")
+	}
 	infra(t, "kafka.sh", "start") // returns once the broker answers metadata
 	restarted = true
 	back := time.Now()
