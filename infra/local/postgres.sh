@@ -300,8 +300,9 @@ pg_start() {
 		) >>"$PG_LOG" 2>&1 </dev/null; then
 			break
 		fi
-		# Right after a crash the kernel can still hold the old listening socket for a moment
-		# (seen once under heavy load): retry a bind failure a few times, nothing else.
+		# A bind failure with nothing listening means some socket sits on the port, most likely
+		# a client's ephemeral port when 55432 could not be reserved (see reserve_port; seen
+		# once under heavy load). Those go away: retry a few times, and nothing else.
 		if ((attempt < 4)) && tail -n 5 "$PG_LOG" | grep -q 'could not create any TCP/IP sockets'; then
 			warn "port $PG_PORT not bindable yet; retrying in 2s"
 			sleep 2
