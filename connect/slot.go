@@ -167,7 +167,7 @@ func (c *Connector) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("create replication slot %s: consistent point %q: %w", c.cfg.Slot, res.ConsistentPoint, err)
 	}
-	c.log.Info("created replication slot", "slot", c.cfg.Slot, "consistent_point", cp.String())
+	c.log.Info("created replication slot", "consistent_point", cp.String())
 	n, err := c.snapshot(ctx, res.SnapshotName, cp)
 	if err != nil {
 		c.tr.abandonOpen()
@@ -176,11 +176,11 @@ func (c *Connector) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, 
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if derr := pglogrepl.DropReplicationSlot(dctx, conn, c.cfg.Slot, pglogrepl.DropReplicationSlotOptions{}); derr != nil {
-			c.log.Error("drop slot after failed initial snapshot; drop it by hand before restarting", "slot", c.cfg.Slot, "err", derr)
+			c.log.Error("drop slot after failed initial snapshot; drop it by hand before restarting", "err", derr)
 		}
 		return false, fmt.Errorf("initial snapshot of the outbox: %w", err)
 	}
-	c.log.Info("initial snapshot published", "slot", c.cfg.Slot, "rows", n)
+	c.log.Info("initial snapshot published", "rows", n)
 	return true, nil
 }
 
