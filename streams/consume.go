@@ -64,8 +64,13 @@ type ConsumerConfig struct {
 	RevokeTimeout time.Duration
 	// OnMalformed receives records whose handler returned ErrMalformed, for
 	// dead-lettering. An error from it is retried like a handler error.
-	// Default: log the record's coordinates and skip it.
+	// Default: produce the record to DLQTopic when set, else log the
+	// record's coordinates and skip it.
 	OnMalformed func(ctx context.Context, r *kgo.Record, cause error) error
+	// DLQTopic, when set and OnMalformed is nil, receives a copy of every
+	// malformed record (same key, value and headers) with headers
+	// dlq-topic, dlq-partition, dlq-offset and dlq-error added.
+	DLQTopic string
 	// Logger receives the consumer's logs. Default slog.Default().
 	Logger *slog.Logger
 	// ClientOpts are extra franz-go options appended last (tests use them
@@ -253,7 +258,28 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: kafka client: %w", cfg.Group, err)
 	}
 	c.cl = cl
+	if c.cfg.OnMalformed == nil && c.cfg.DLQTopic != "" {
+		c.cfg.OnMalformed = c.produceDLQ
+	}
 	return c, nil
+}
+
+// produceDLQ copies a malformed record to the dead-letter topic, noting
+// where it came from and why it was rejected.
+func (c *Consumer) produceDLQ(ctx context.Context, r *kgo.Record, cause error) error {
+	headers := append([]kgo.RecordHeader(nil), r.Headers...)
+	headers = append(headers,
+		kgo.RecordHeader{Key: "dlq-topic", Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: "dlq-partition", Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: "dlq-offset", Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: "dlq-error", Value: []byte(cause.Error())},
+	)
+	dl := &kgo.Record{Topic: c.cfg.DLQTopic, Key: r.Key, Value: r.Value, Headers: headers}
+	if err := c.cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
+		return fmt.Errorf("produce to %s: %w", c.cfg.DLQTopic, err)
+	}
+	c.log.Warn("malformed record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "dlq", c.cfg.DLQTopic, "err", cause)
+	return nil
 }
 
 // Client exposes the underlying Kafka client, e.g. to produce dead letters

@@ -1,0 +1,36 @@
+// Package fanout turns one published material into an in-app notification
+// for every student enrolled when it was published, at the speed of the
+// database, exactly once under crashes and replays.
+//
+// # Planner
+//
+// The Planner consumes MaterialPublished events. For each it runs one
+// transaction: insert fanout_runs(event_id) — if the row exists the event
+// was planned already and nothing else happens — then split the 128-bit
+// uuid space into R equal ranges (user ids are random v4 uuids, so equal
+// ranges hold about equal numbers of students), insert one fanout_ranges row
+// per range and one SliceCommand per range into the outbox.
+//
+// # Slice worker
+//
+// The SliceWorker consumes SliceCommands. Each range is a chain: a command
+// notifies the next ≤ S students of its range in user-id order with a single
+// INSERT … SELECT … ON CONFLICT DO NOTHING (recipient lists never leave the
+// database), writes one PushCommand for exactly those students and, when the
+// slice was full, the range's next SliceCommand — all in one transaction
+// that also advances the range's cursor. The R chains of an event run in
+// parallel on different partitions of the fan-out topic.
+//
+// # Exactly once
+//
+// The range row is locked first and carries the number of slices done: a
+// redelivered or replayed command (its seq is behind) finds its work already
+// committed and does nothing — no rows, no push command, no next command.
+// Notifications are keyed by (event_id, user_id) as a second line of
+// defence. Offsets are committed only after the transaction (streams.Consumer).
+//
+// # Progress
+//
+// LoadStatus reads a run's progress (notified, slices done of an estimated
+// total, rate, ETA) for `notify status` and the API.
+package fanout

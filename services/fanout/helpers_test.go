@@ -1,0 +1,360 @@
+package fanout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/streams"
+	"github.com/notify-dev/notify/streams/streamstest"
+)
+
+func testLogger() *slog.Logger {
+	if os.Getenv("NOTIFY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// course is a seeded course.
+type course struct {
+	ID, Instructor string
+}
+
+// seedCourse creates an instructor, a course and n students enrolled at
+// enrolledAt, with plain SQL (generate_series + gen_random_uuid()).
+func seedCourse(t testing.TB, pool *pgxpool.Pool, n int, enrolledAt time.Time) course {
+	t.Helper()
+	ctx := context.Background()
+	var c course
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO users (id, name) VALUES (gen_random_uuid(), 'instructor') RETURNING id::text`).Scan(&c.Instructor); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO courses (id, instructor_id, title) VALUES (gen_random_uuid(), $1, 'course') RETURNING id::text`, c.Instructor).Scan(&c.ID); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("seed course: %v", err)
+	}
+	enroll(t, pool, c.ID, n, enrolledAt)
+	return c
+}
+
+// enroll adds n new students to the course.
+func enroll(t testing.TB, pool *pgxpool.Pool, courseID string, n int, at time.Time) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `
+WITH u AS (
+    INSERT INTO users (id, name) SELECT gen_random_uuid(), 'student ' || g FROM generate_series(1, $1) g RETURNING id
+)
+INSERT INTO enrollments (course_id, user_id, enrolled_at) SELECT $2, id, $3 FROM u`, n, courseID, at)
+	if err != nil {
+		t.Fatalf("enroll %d: %v", n, err)
+	}
+	if _, err := pool.Exec(context.Background(), `VACUUM ANALYZE enrollments`); err != nil {
+		t.Fatalf("vacuum: %v", err)
+	}
+}
+
+// publish writes a material and its MaterialPublished outbox row in one
+// transaction, as the API does, and returns the event.
+func publish(t testing.TB, pool *pgxpool.Pool, c course, at time.Time) streams.MaterialPublished {
+	t.Helper()
+	ctx := context.Background()
+	m := streams.MaterialPublished{CourseID: c.ID, Title: "Week 1", URL: "https://example.test/m", PublishedAt: at.UTC().Truncate(time.Microsecond)}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT gen_random_uuid()::text, gen_random_uuid()::text`).Scan(&m.EventID, &m.MaterialID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO materials (id, course_id, author_id, title, body, url, published_at, event_id)
+			VALUES ($1, $2, $3, $4, 'body', $5, $6, $7)`, m.MaterialID, c.ID, c.Instructor, m.Title, m.URL, m.PublishedAt, m.EventID); err != nil {
+			return err
+		}
+		b, _ := json.Marshal(m)
+		_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::text::jsonb)`,
+			m.EventID, streams.AggregateMaterial, c.ID, streams.TypeMaterialPublished, string(b))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	return m
+}
+
+// waitFinished waits until the run of eventID is finished. The deadline is
+// a hang guard, not an assertion on speed.
+func waitFinished(t testing.TB, pool *pgxpool.Pool, eventID string, timeout time.Duration) fanout.Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := fanout.LoadStatus(context.Background(), pool, eventID)
+		if err != nil && !errors.Is(err, fanout.ErrUnknownEvent) {
+			t.Fatalf("status: %v", err)
+		}
+		if st.Finished {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fan-out of %s not finished after %s: %+v", eventID, timeout, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// startService runs the fan-out in-process until the test ends.
+func startService(t testing.TB, pool *pgxpool.Pool, topics streams.Topics, ranges, slice int) *fanout.Service {
+	t.Helper()
+	svc, err := fanout.New(fanout.Config{
+		Pool: pool, Brokers: streamstest.Brokers(t), Topics: topics, Ranges: ranges, SliceSize: slice,
+		Logger: testLogger(), ClientOpts: []kgo.Opt{kgo.FetchMaxWait(200 * time.Millisecond)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop fan-out: %v", err)
+		}
+	})
+	return svc
+}
+
+// pushCommands reads every record of the push topic (up to its current end)
+// and returns the decoded commands with their outbox row ids.
+func pushCommands(t testing.TB, topics streams.Topics) []pushRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	adm := streamstest.Admin(t)
+	ends, err := adm.ListEndOffsets(ctx, topics.Push())
+	if err != nil {
+		t.Fatalf("end offsets: %v", err)
+	}
+	want := map[int32]int64{}
+	total := int64(0)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			total += o.Offset
+		}
+	})
+	if total == 0 {
+		return nil
+	}
+	parts := map[int32]kgo.Offset{}
+	for p := range want {
+		parts[p] = kgo.NewOffset().AtStart()
+	}
+	cl := streamstest.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topics.Push(): parts}), kgo.FetchMaxWait(200*time.Millisecond))
+	var out []pushRecord
+	got := map[int32]int64{}
+	for {
+		done := true
+		for p, end := range want {
+			if got[p] < end {
+				done = false
+			}
+		}
+		if done {
+			return out
+		}
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("reading push topic: %v (got %v of %v)", err, got, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got[r.Partition] = r.Offset + 1
+			cmd, err := streams.DecodePushCommand(r.Value)
+			if err != nil {
+				t.Fatalf("push record %d/%d: %v", r.Partition, r.Offset, err)
+			}
+			pr := pushRecord{cmd: cmd, partition: r.Partition}
+			for _, h := range r.Headers {
+				if h.Key == "id" {
+					pr.id = string(h.Value)
+				}
+			}
+			out = append(out, pr)
+		})
+	}
+}
+
+type pushRecord struct {
+	cmd       streams.PushCommand
+	id        string
+	partition int32
+}
+
+// checkPushCoverage checks that the commands of an event cover the sorted
+// audience exactly once: sorted by first user, each command's students are
+// exactly the next Students users of the audience, from FirstUser to
+// LastUser, with nothing left over.
+func checkPushCoverage(t testing.TB, audience []string, cmds []streams.PushCommand) {
+	t.Helper()
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].FirstUser < cmds[j].FirstUser })
+	i := 0
+	for _, c := range cmds {
+		if c.Students < 1 {
+			t.Fatalf("push command %s..%s has %d students", c.FirstUser, c.LastUser, c.Students)
+		}
+		if i >= len(audience) {
+			t.Fatalf("push command %s..%s beyond the audience (overlap or extra)", c.FirstUser, c.LastUser)
+		}
+		if audience[i] != c.FirstUser {
+			t.Fatalf("push command starts at %s, next uncovered student is %s (gap or overlap)", c.FirstUser, audience[i])
+		}
+		last := i + c.Students - 1
+		if last >= len(audience) || audience[last] != c.LastUser {
+			t.Fatalf("push command %s..%s with %d students does not match the audience", c.FirstUser, c.LastUser, c.Students)
+		}
+		i = last + 1
+	}
+	if i != len(audience) {
+		t.Fatalf("push commands cover %d of %d students; first uncovered %s", i, len(audience), audience[i])
+	}
+}
+
+// audience returns the course's students enrolled at or before at, sorted
+// like Postgres sorts uuids (byte order = lowercase text order).
+func audience(t testing.TB, pool *pgxpool.Pool, courseID string, at time.Time) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT user_id::text FROM enrollments WHERE course_id = $1 AND enrolled_at <= $2 ORDER BY user_id`, courseID, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// relay is a test double for the CDC connector: it polls the outbox,
+// produces each row in the connector's record format (topic
+// outbox.event.<aggregatetype>, key = JSON-quoted aggregateid, headers id
+// and eventType, value = payload, partition = kafka_partition or 0 when
+// unset — the real connector hashes the key then), and deletes what Kafka
+// acknowledged. Rows are read in created_at order; rows of one transaction
+// share created_at, and no consumer here depends on their mutual order.
+// It is used where the test is about the fan-out, not about CDC; the crash
+// test and the benchmark run the real connector.
+type relay struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+func startRelay(t testing.TB, pool *pgxpool.Pool, topics streams.Topics) *relay {
+	t.Helper()
+	cl := streamstest.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &relay{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for ctx.Err() == nil {
+			n, err := r.pass(ctx, pool, cl, topics)
+			if err != nil && ctx.Err() == nil {
+				// Like the connector, retry: the rows stay in the outbox.
+				r.err = err
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if n == 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		r.cancel()
+		<-r.done
+		if r.err != nil && t.Failed() {
+			t.Logf("relay: last error %v", r.err)
+		}
+	})
+	return r
+}
+
+func (r *relay) pass(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, topics streams.Topics) (int, error) {
+	rows, err := pool.Query(ctx, `SELECT id::text, aggregatetype, aggregateid, type, payload::text, kafka_partition
+		FROM outbox ORDER BY created_at LIMIT 1000`)
+	if err != nil {
+		return 0, err
+	}
+	var recs []*kgo.Record
+	var ids []string
+	for rows.Next() {
+		var id, agg, aggID, typ, payload string
+		var part *int32
+		if err := rows.Scan(&id, &agg, &aggID, &typ, &payload, &part); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		key, _ := json.Marshal(aggID)
+		rec := &kgo.Record{Topic: topics.Outbox(agg), Key: key, Value: []byte(payload),
+			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(id)}, {Key: "eventType", Value: []byte(typ)}}}
+		if part != nil {
+			rec.Partition = *part
+		}
+		recs = append(recs, rec)
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return 0, fmt.Errorf("produce: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1::uuid[])`, ids); err != nil {
+		return 0, err
+	}
+	return len(recs), nil
+}
+
+// waitOutboxEmpty waits until every outbox row was published and deleted.
+func waitOutboxEmpty(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for count(t, pool, `SELECT count(*) FROM outbox`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("outbox never drained")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func isMalformed(err error) bool { return errors.Is(err, streams.ErrMalformed) }
+
+func recordOf(value []byte) *kgo.Record { return &kgo.Record{Value: value} }

@@ -1,0 +1,18 @@
+package fanout
+
+import "github.com/VictoriaMetrics/metrics"
+
+// Fan-out metrics, in the default set (served by notify run fanout's
+// /metrics).
+var (
+	metricRunsPlanned  = metrics.GetOrCreateCounter(`notify_fanout_runs_planned_total`)
+	metricRowsInserted = metrics.GetOrCreateCounter(`notify_fanout_rows_inserted_total`)
+	metricSlicesDone   = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="done"}`)
+	// Redelivered or replayed commands that found their work committed.
+	metricSlicesSkipped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="skipped"}`)
+	metricPushCommands  = metrics.GetOrCreateCounter(`notify_fanout_push_commands_total`)
+	metricSliceDuration = metrics.GetOrCreateHistogram(`notify_fanout_slice_duration_seconds`)
+	metricSlicesFlight  = metrics.GetOrCreateGauge(`notify_fanout_slices_in_flight`, nil)
+	metricRunDuration   = metrics.GetOrCreateHistogram(`notify_fanout_run_duration_seconds`)
+	metricRunsFinished  = metrics.GetOrCreateCounter(`notify_fanout_runs_finished_total`)
+)

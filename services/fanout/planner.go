@@ -1,0 +1,174 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/streams"
+)
+
+const (
+	// DefaultRanges is the number of parallel chains per event. Rule: about
+	// twice the Postgres server's physical cores, at least 2. One chain per
+	// core (the seed's rule) keeps the cores busy only while every chain is
+	// inside its INSERT; with a Kafka hop between the slices of a chain, a
+	// second chain per core fills those gaps. Chosen by `notify bench
+	// fanout` on the 2-core reference machine (see benchmarks/RESULTS.md).
+	DefaultRanges = 4
+	// DefaultSliceSize is the number of students one slice transaction
+	// notifies (the seed's 5,000: large enough that per-transaction costs
+	// vanish, small enough that a transaction holds few locks and little WAL).
+	DefaultSliceSize = 5000
+	// MaxRanges bounds Ranges: more chains than this only add contention.
+	MaxRanges = 1024
+	// MaxSliceSize bounds SliceSize: one transaction should stay small.
+	MaxSliceSize = 1_000_000
+)
+
+// PlannerConfig configures a Planner. Zero values take the documented
+// defaults.
+type PlannerConfig struct {
+	// Ranges is how many equal uuid ranges (parallel chains) an event is
+	// split into. Default DefaultRanges.
+	Ranges int
+	// SliceSize is the most students one slice notifies. Default
+	// DefaultSliceSize.
+	SliceSize int
+	// FanoutPartitions is the partition count of the fan-out topic: the
+	// first command of range i goes to partition i mod FanoutPartitions.
+	// Default streams.DefaultTopics().FanoutPartitions.
+	FanoutPartitions int32
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c PlannerConfig) withDefaults() PlannerConfig {
+	if c.Ranges == 0 {
+		c.Ranges = DefaultRanges
+	}
+	if c.SliceSize == 0 {
+		c.SliceSize = DefaultSliceSize
+	}
+	if c.FanoutPartitions == 0 {
+		c.FanoutPartitions = streams.DefaultTopics().FanoutPartitions
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c PlannerConfig) validate() error {
+	switch {
+	case c.Ranges < 1 || c.Ranges > MaxRanges:
+		return fmt.Errorf("fanout: ranges must be between 1 and %d, got %d", MaxRanges, c.Ranges)
+	case c.SliceSize < 1 || c.SliceSize > MaxSliceSize:
+		return fmt.Errorf("fanout: slice size must be between 1 and %d, got %d", MaxSliceSize, c.SliceSize)
+	case c.FanoutPartitions < 1:
+		return fmt.Errorf("fanout: fan-out partitions must be positive, got %d", c.FanoutPartitions)
+	}
+	return nil
+}
+
+// Planner turns MaterialPublished events into fan-out runs: the run row,
+// its ranges and the first slice command of every range, in one
+// transaction.
+type Planner struct {
+	pool   *pgxpool.Pool
+	cfg    PlannerConfig
+	ranges []Range
+}
+
+// NewPlanner validates cfg.
+func NewPlanner(pool *pgxpool.Pool, cfg PlannerConfig) (*Planner, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, errors.New("fanout: planner needs a database pool")
+	}
+	rs, err := SplitRanges(cfg.Ranges)
+	if err != nil {
+		return nil, err
+	}
+	return &Planner{pool: pool, cfg: cfg, ranges: rs}, nil
+}
+
+// Handle is the planner's streams.Handler for outbox.event.material.
+func (p *Planner) Handle(ctx context.Context, r *kgo.Record) error {
+	m, err := streams.DecodeMaterialPublished(r.Value)
+	if err != nil {
+		return err
+	}
+	_, err = p.Plan(ctx, m)
+	return err
+}
+
+// Plan plans the fan-out of one event. It reports false when the event was
+// planned before (a redelivery or replay), in which case nothing is written.
+func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, error) {
+	for _, f := range []struct{ name, v string }{{"event_id", m.EventID}, {"course_id", m.CourseID}, {"material_id", m.MaterialID}} {
+		if _, err := parseUUID(f.v); err != nil {
+			return false, fmt.Errorf("%w: material published %s: %v", streams.ErrMalformed, f.name, err)
+		}
+	}
+	var url *string
+	if m.URL != "" {
+		url = &m.URL
+	}
+	n := len(p.ranges)
+	idx := make([]int32, n)
+	los := make([]string, n)
+	his := make([]string, n)
+	payloads := make([]string, n)
+	parts := make([]int32, n)
+	for i, rg := range p.ranges {
+		idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
+		b, err := json.Marshal(streams.SliceCommand{
+			Version: streams.MessageVersion, EventID: m.EventID, CourseID: m.CourseID,
+			PublishedAt: m.PublishedAt, RangeIndex: i, Ranges: n, Lo: rg.Lo, Hi: rg.Hi,
+			SliceSize: p.cfg.SliceSize, Seq: 0,
+		})
+		if err != nil {
+			return false, fmt.Errorf("encode slice command: %w", err)
+		}
+		payloads[i] = string(b)
+		parts[i] = int32(i) % p.cfg.FanoutPartitions
+	}
+	planned := false
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlInsertRun, m.EventID, m.CourseID, m.MaterialID, m.Title, url, m.PublishedAt, n, p.cfg.SliceSize)
+		if err != nil {
+			return fmt.Errorf("insert run: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, sqlInsertRanges, m.EventID, idx, los, his); err != nil {
+			return fmt.Errorf("insert ranges: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sqlInsertOutboxMany, streams.AggregateFanout, m.EventID, streams.TypeSliceCommand, payloads, parts); err != nil {
+			return fmt.Errorf("insert slice commands: %w", err)
+		}
+		planned = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("plan event %s: %w", m.EventID, err)
+	}
+	if planned {
+		metricRunsPlanned.Inc()
+		p.cfg.Logger.Info("planned fan-out", "event_id", m.EventID, "course_id", m.CourseID, "ranges", n, "slice_size", p.cfg.SliceSize)
+	} else {
+		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.EventID)
+	}
+	return planned, nil
+}

@@ -1,0 +1,108 @@
+package fanout
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/big"
+)
+
+// Range is one slice of the uuid space, both bounds inclusive, in uuid text
+// form.
+type Range struct {
+	Lo, Hi string
+}
+
+var (
+	uuidSpace = new(big.Int).Lsh(big.NewInt(1), 128) // 2^128
+	uuidMax   = new(big.Int).Sub(uuidSpace, big.NewInt(1))
+)
+
+// SplitRanges splits the 128-bit uuid space into n equal, contiguous ranges
+// covering all of it: the first starts at 00000000-0000-0000-0000-000000000000,
+// the last ends at ffffffff-ffff-ffff-ffff-ffffffffffff, and each starts one
+// after the previous one's end. The last range absorbs the remainder of
+// 2^128/n (at most n-1 values out of 2^128).
+func SplitRanges(n int) ([]Range, error) {
+	if n < 1 || n > MaxRanges {
+		return nil, fmt.Errorf("ranges must be between 1 and %d, got %d", MaxRanges, n)
+	}
+	width := new(big.Int).Div(uuidSpace, big.NewInt(int64(n)))
+	out := make([]Range, n)
+	lo := new(big.Int)
+	for i := range out {
+		hi := new(big.Int).Add(lo, width)
+		hi.Sub(hi, big.NewInt(1))
+		if i == n-1 {
+			hi.Set(uuidMax)
+		}
+		out[i] = Range{Lo: formatUUID(lo), Hi: formatUUID(hi)}
+		lo = new(big.Int).Add(hi, big.NewInt(1))
+	}
+	return out, nil
+}
+
+// formatUUID renders a 128-bit integer as a uuid string.
+func formatUUID(v *big.Int) string {
+	var b [16]byte
+	v.FillBytes(b[:])
+	return uuidString(b)
+}
+
+func uuidString(b [16]byte) string {
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// parseUUID parses the canonical 36-character uuid form (any hex case).
+func parseUUID(s string) ([16]byte, error) {
+	var b [16]byte
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return b, fmt.Errorf("%q is not a uuid", s)
+	}
+	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
+	if _, err := hex.Decode(b[:], []byte(h)); err != nil {
+		return b, fmt.Errorf("%q is not a uuid", s)
+	}
+	return b, nil
+}
+
+func uuidInt(s string) (*big.Int, error) {
+	b, err := parseUUID(s)
+	if err != nil {
+		return nil, err
+	}
+	return new(big.Int).SetBytes(b[:]), nil
+}
+
+// rangeFraction is how far cursor (exclusive of nothing: the last user
+// handled) has advanced through [lo, hi], in [0, 1]. Because user ids are
+// uniformly random this estimates the share of the range's students done.
+func rangeFraction(lo, hi, cursor string) float64 {
+	l, err1 := uuidInt(lo)
+	h, err2 := uuidInt(hi)
+	c, err3 := uuidInt(cursor)
+	if err1 != nil || err2 != nil || err3 != nil || h.Cmp(l) < 0 {
+		return 0
+	}
+	num := new(big.Int).Sub(c, l)
+	num.Add(num, big.NewInt(1))
+	den := new(big.Int).Sub(h, l)
+	den.Add(den, big.NewInt(1))
+	f, _ := new(big.Rat).SetFrac(num, den).Float64()
+	switch {
+	case f < 0:
+		return 0
+	case f > 1:
+		return 1
+	}
+	return f
+}

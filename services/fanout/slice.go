@@ -1,0 +1,250 @@
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/streams"
+)
+
+// SliceConfig configures a SliceWorker. Zero values take the documented
+// defaults.
+type SliceConfig struct {
+	// FanoutPartitions is the partition count of the fan-out topic; a
+	// range's next command goes to partition range index mod this, like its
+	// first. Default streams.DefaultTopics().FanoutPartitions.
+	FanoutPartitions int32
+	// PushPartitions is the partition count of the push topic, over which
+	// push commands are spread evenly (see PushPartition). Default
+	// streams.DefaultTopics().PushPartitions.
+	PushPartitions int32
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c SliceConfig) withDefaults() SliceConfig {
+	d := streams.DefaultTopics()
+	if c.FanoutPartitions == 0 {
+		c.FanoutPartitions = d.FanoutPartitions
+	}
+	if c.PushPartitions == 0 {
+		c.PushPartitions = d.PushPartitions
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c SliceConfig) validate() error {
+	switch {
+	case c.FanoutPartitions < 1:
+		return fmt.Errorf("fanout: fan-out partitions must be positive, got %d", c.FanoutPartitions)
+	case c.PushPartitions < 1:
+		return fmt.Errorf("fanout: push partitions must be positive, got %d", c.PushPartitions)
+	}
+	return nil
+}
+
+// SliceWorker executes slice commands.
+type SliceWorker struct {
+	pool *pgxpool.Pool
+	cfg  SliceConfig
+}
+
+// NewSliceWorker validates cfg.
+func NewSliceWorker(pool *pgxpool.Pool, cfg SliceConfig) (*SliceWorker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, errors.New("fanout: slice worker needs a database pool")
+	}
+	return &SliceWorker{pool: pool, cfg: cfg}, nil
+}
+
+// SliceResult is what one slice command did.
+type SliceResult struct {
+	// Skipped: the command had been executed before (redelivery or
+	// replay); nothing was written.
+	Skipped bool
+	// Students is the number of students in the slice; Inserted how many
+	// notification rows were new.
+	Students int64
+	Inserted int64
+	// FirstUser and LastUser bound the slice (empty when it was empty).
+	FirstUser, LastUser string
+	// RangeDone: the range is exhausted. RunFinished: this slice finished
+	// the last open range of the event.
+	RangeDone   bool
+	RunFinished bool
+}
+
+// Handle is the slice worker's streams.Handler for outbox.event.fanout.
+func (w *SliceWorker) Handle(ctx context.Context, r *kgo.Record) error {
+	cmd, err := streams.DecodeSliceCommand(r.Value)
+	if err != nil {
+		return err
+	}
+	_, err = w.Run(ctx, cmd)
+	return err
+}
+
+// Run executes one slice command in one transaction (see the package doc).
+func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceResult, error) {
+	if _, err := parseUUID(cmd.EventID); err != nil {
+		return SliceResult{}, fmt.Errorf("%w: slice command event_id: %v", streams.ErrMalformed, err)
+	}
+	if _, err := parseUUID(cmd.CourseID); err != nil {
+		return SliceResult{}, fmt.Errorf("%w: slice command course_id: %v", streams.ErrMalformed, err)
+	}
+	metricSlicesFlight.Inc()
+	defer metricSlicesFlight.Dec()
+	start := time.Now()
+	var res SliceResult
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		res = SliceResult{}
+		return w.run(ctx, tx, cmd, &res)
+	})
+	if err != nil {
+		return res, fmt.Errorf("slice %d/%d of event %s: %w", cmd.RangeIndex, cmd.Seq, cmd.EventID, err)
+	}
+	if res.Skipped {
+		metricSlicesSkipped.Inc()
+		return res, nil
+	}
+	metricSliceDuration.UpdateDuration(start)
+	metricSlicesDone.Inc()
+	metricRowsInserted.Add(int(res.Inserted))
+	if res.Students > 0 {
+		metricPushCommands.Inc()
+	}
+	return res, nil
+}
+
+func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, res *SliceResult) error {
+	var lo, hi string
+	var cursor, url *string
+	var slicesDone int
+	var done bool
+	var title string
+	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
+	}
+	if err != nil {
+		return fmt.Errorf("lock range: %w", err)
+	}
+	switch {
+	case done || cmd.Seq < slicesDone:
+		res.Skipped = true
+		return nil
+	case cmd.Seq > slicesDone:
+		// The next command is written in the transaction that counts the
+		// previous slice, so a command ahead of its range cannot come from
+		// this pipeline.
+		return fmt.Errorf("%w: slice command seq %d ahead of range %d (%d slices done)", streams.ErrMalformed, cmd.Seq, cmd.RangeIndex, slicesDone)
+	}
+
+	// The database's cursor, not the command's, decides where the slice
+	// starts: it is the committed truth.
+	q, bound := SQLSliceFirst, lo
+	if cursor != nil {
+		q, bound = SQLSliceNext, *cursor
+	}
+	var first, last *string
+	if err := tx.QueryRow(ctx, q, cmd.CourseID, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).
+		Scan(&res.Students, &first, &last, &res.Inserted); err != nil {
+		return fmt.Errorf("insert notifications: %w", err)
+	}
+	if first != nil {
+		res.FirstUser, res.LastUser = *first, *last
+	}
+
+	ranges := max(cmd.Ranges, 1)
+	if res.Students > 0 {
+		pc := streams.PushCommand{
+			Version: streams.MessageVersion, EventID: cmd.EventID, CourseID: cmd.CourseID,
+			FirstUser: res.FirstUser, LastUser: res.LastUser, Students: int(res.Students),
+			Attempt: 1, Title: title,
+		}
+		if url != nil {
+			pc.URL = *url
+		}
+		b, err := json.Marshal(pc)
+		if err != nil {
+			return fmt.Errorf("encode push command: %w", err)
+		}
+		part := PushPartition(cmd.EventID, cmd.RangeIndex, cmd.Seq, ranges, w.cfg.PushPartitions)
+		if _, err := tx.Exec(ctx, sqlInsertOutbox, streams.AggregatePush, cmd.EventID, streams.TypePushCommand, string(b), part); err != nil {
+			return fmt.Errorf("insert push command: %w", err)
+		}
+	}
+
+	res.RangeDone = res.Students < int64(cmd.SliceSize)
+	if !res.RangeDone {
+		next := cmd
+		next.Seq = cmd.Seq + 1
+		next.Cursor = res.LastUser
+		b, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("encode slice command: %w", err)
+		}
+		part := int32(cmd.RangeIndex) % w.cfg.FanoutPartitions
+		if _, err := tx.Exec(ctx, sqlInsertOutbox, streams.AggregateFanout, cmd.EventID, streams.TypeSliceCommand, string(b), part); err != nil {
+			return fmt.Errorf("insert next slice command: %w", err)
+		}
+	}
+	var newCursor *string
+	if res.LastUser != "" {
+		newCursor = &res.LastUser
+	}
+	if _, err := tx.Exec(ctx, sqlUpdateRange, cmd.EventID, cmd.RangeIndex, newCursor, res.Inserted, res.RangeDone); err != nil {
+		return fmt.Errorf("update range: %w", err)
+	}
+	if !res.RangeDone {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlLockRun, cmd.EventID); err != nil {
+		return fmt.Errorf("lock run: %w", err)
+	}
+	var notified int64
+	var seconds float64
+	err = tx.QueryRow(ctx, sqlFinishRun, cmd.EventID).Scan(&notified, &seconds)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // other ranges still open
+	case err != nil:
+		return fmt.Errorf("finish run: %w", err)
+	}
+	res.RunFinished = true
+	metricRunsFinished.Inc()
+	metricRunDuration.Update(seconds)
+	w.cfg.Logger.Info("fan-out finished", "event_id", cmd.EventID, "notified", notified, "seconds", seconds)
+	return nil
+}
+
+// PushPartition picks the push topic partition of the push command of slice
+// seq of range rangeIndex. Slices are numbered across ranges in the order
+// the chains advance together (seq·ranges + rangeIndex) and dealt round
+// robin over the partitions, starting at a partition derived from the event
+// so that small events do not all land on partition 0. Every partition thus
+// gets the same number of an event's commands, ±1 plus the ragged ends of
+// the chains, with no shared counter; the choice is deterministic, so a
+// replayed slice would pick the same partition.
+func PushPartition(eventID string, rangeIndex, seq, ranges int, partitions int32) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(eventID))
+	n := uint64(h.Sum32()) + uint64(seq)*uint64(ranges) + uint64(rangeIndex)
+	return int32(n % uint64(partitions))
+}

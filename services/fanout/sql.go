@@ -1,0 +1,105 @@
+package fanout
+
+// SQL run by the planner and the slice worker. Every statement is a
+// constant; inputs are parameters.
+
+// sqlInsertRun is the planner's idempotency gate: no row inserted means the
+// event was planned before.
+const sqlInsertRun = `
+INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published_at, ranges, slice_size)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (event_id) DO NOTHING`
+
+const sqlInsertRanges = `
+INSERT INTO fanout_ranges (event_id, range_index, lo, hi)
+SELECT $1, t.i, t.lo, t.hi FROM unnest($2::int[], $3::uuid[], $4::uuid[]) AS t(i, lo, hi)`
+
+// sqlInsertOutboxMany writes several rows of one aggregate in one statement,
+// in array order.
+const sqlInsertOutboxMany = `
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
+SELECT gen_random_uuid(), $1, $2, $3, t.payload::jsonb, t.part
+FROM unnest($4::text[], $5::int[]) WITH ORDINALITY AS t(payload, part, n)
+ORDER BY t.n`
+
+const sqlInsertOutbox = `
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
+VALUES (gen_random_uuid(), $1, $2, $3, $4::text::jsonb, $5)`
+
+// sqlLockRange serialises the commands of one range and tells a fresh
+// command from a redelivered one (seq behind slices_done, or done_at set).
+const sqlLockRange = `
+SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url
+FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
+WHERE g.event_id = $1 AND g.range_index = $2
+FOR UPDATE OF g`
+
+// The slice statement: pick the next ≤ $5 students of the range in user-id
+// order (an index-only range scan of the enrollments primary key), insert
+// their notifications, and report the slice's size, first and last user and
+// how many rows were new. The slice CTE is read three times, so Postgres
+// materialises it once; first/last are taken with ORDER BY … LIMIT 1 because
+// Postgres 15 has no min/max for uuid (see BenchmarkSliceQuery variants in
+// the benchmark notes: this form was the fastest of the ones tried).
+//
+// Parameters: $1 course, $2 lower bound, $3 upper bound (inclusive),
+// $4 publish time, $5 slice size, $6 event.
+const sliceSelectFirst = `
+WITH slice AS (
+    SELECT user_id FROM enrollments
+    WHERE course_id = $1 AND user_id >= $2 AND user_id <= $3 AND enrolled_at <= $4
+    ORDER BY user_id
+    LIMIT $5
+), `
+
+const sliceSelectNext = `
+WITH slice AS (
+    SELECT user_id FROM enrollments
+    WHERE course_id = $1 AND user_id > $2 AND user_id <= $3 AND enrolled_at <= $4
+    ORDER BY user_id
+    LIMIT $5
+), `
+
+const sliceInsert = `ins AS (
+    INSERT INTO notifications (event_id, user_id, created_at)
+    SELECT $6, user_id, $4 FROM slice
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM slice),
+       (SELECT user_id::text FROM slice ORDER BY user_id LIMIT 1),
+       (SELECT user_id::text FROM slice ORDER BY user_id DESC LIMIT 1),
+       (SELECT count(*) FROM ins)`
+
+// SQLSliceFirst and SQLSliceNext are the slice statements for the first
+// slice of a range (lower bound inclusive: the range's lo) and the later
+// ones (lower bound exclusive: the cursor). Exported so the benchmark's raw
+// SQL baseline runs exactly the statement the slice worker runs.
+const (
+	SQLSliceFirst = sliceSelectFirst + sliceInsert
+	SQLSliceNext  = sliceSelectNext + sliceInsert
+)
+
+const sqlUpdateRange = `
+UPDATE fanout_ranges
+SET cursor = coalesce($3::uuid, cursor),
+    slices_done = slices_done + 1,
+    notified = notified + $4,
+    done_at = CASE WHEN $5::bool THEN clock_timestamp() END
+WHERE event_id = $1 AND range_index = $2`
+
+// sqlLockRun serialises the ranges that finish concurrently, so the last
+// one to commit sees every other range done (its next statement takes a
+// fresh snapshot after the lock).
+const sqlLockRun = `SELECT 1 FROM fanout_runs WHERE event_id = $1 FOR UPDATE`
+
+// sqlFinishRun marks the run finished when no range is left. finished_at
+// is clock_timestamp(): the moment the last slice is about to commit, which
+// the benchmark and status report as the fan-out's end.
+const sqlFinishRun = `
+UPDATE fanout_runs
+SET finished_at = clock_timestamp(),
+    notified = (SELECT sum(notified) FROM fanout_ranges WHERE event_id = $1)
+WHERE event_id = $1 AND finished_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM fanout_ranges WHERE event_id = $1 AND done_at IS NULL)
+RETURNING notified, extract(epoch FROM finished_at - started_at)::float8`

@@ -1,0 +1,206 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrUnknownEvent is returned by LoadStatus for an event that was neither
+// published through the API (materials.event_id) nor planned.
+var ErrUnknownEvent = errors.New("unknown event")
+
+// Fan-out states.
+const (
+	// StatePending: published, not planned yet (still in the outbox or on
+	// Kafka).
+	StatePending = "pending"
+	// StateRunning: planned, slices being written.
+	StateRunning = "running"
+	// StateFinished: every range is done.
+	StateFinished = "finished"
+)
+
+// Status is the fan-out progress of one event.
+type Status struct {
+	EventID     string    `json:"event_id"`
+	CourseID    string    `json:"course_id"`
+	MaterialID  string    `json:"material_id"`
+	Title       string    `json:"title"`
+	PublishedAt time.Time `json:"published_at"`
+	State       string    `json:"state"`
+	// Finished is State == StateFinished.
+	Finished bool `json:"finished"`
+	// Notified is the number of notification rows the fan-out inserted.
+	Notified int64 `json:"notified"`
+	// EstimatedStudents extrapolates Notified over the part of the uuid
+	// space not walked yet (exact once finished); nil before any progress.
+	EstimatedStudents *int64 `json:"estimated_students,omitempty"`
+	Ranges            int    `json:"ranges"`
+	RangesDone        int    `json:"ranges_done"`
+	SliceSize         int    `json:"slice_size"`
+	SlicesDone        int64  `json:"slices_done"`
+	// SlicesTotal is exact once finished, else estimated the same way
+	// (SlicesTotalEstimated).
+	SlicesTotal          int64 `json:"slices_total"`
+	SlicesTotalEstimated bool  `json:"slices_total_estimated"`
+	// StartedAt is when the run was planned.
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// ElapsedSeconds runs from StartedAt to FinishedAt (or now).
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// RatePerSecond is Notified / ElapsedSeconds.
+	RatePerSecond float64 `json:"rate_per_second"`
+	// ETASeconds is the estimated time to finish; nil when finished or
+	// unknown.
+	ETASeconds *float64 `json:"eta_seconds,omitempty"`
+}
+
+// Querier is what LoadStatus needs: a pool, a connection or a transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const sqlStatusRun = `
+SELECT course_id::text, material_id::text, title, published_at, ranges, slice_size,
+       started_at, finished_at, notified, now()
+FROM fanout_runs WHERE event_id = $1`
+
+const sqlStatusRanges = `
+SELECT lo::text, hi::text, cursor::text, slices_done, notified, done_at IS NOT NULL
+FROM fanout_ranges WHERE event_id = $1`
+
+const sqlStatusMaterial = `
+SELECT course_id::text, id::text, title, published_at FROM materials WHERE event_id = $1`
+
+// LoadStatus reads the fan-out progress of eventID. It returns
+// ErrUnknownEvent when the event is neither planned nor a known material.
+func LoadStatus(ctx context.Context, q Querier, eventID string) (Status, error) {
+	st := Status{EventID: eventID}
+	if _, err := parseUUID(eventID); err != nil {
+		return st, fmt.Errorf("%w: %v", ErrUnknownEvent, err)
+	}
+	var notified *int64
+	var now time.Time
+	var started time.Time
+	err := q.QueryRow(ctx, sqlStatusRun, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
+		&st.Ranges, &st.SliceSize, &started, &st.FinishedAt, &notified, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = q.QueryRow(ctx, sqlStatusMaterial, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return st, ErrUnknownEvent
+		}
+		if err != nil {
+			return st, fmt.Errorf("read material of event %s: %w", eventID, err)
+		}
+		st.State = StatePending
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read run %s: %w", eventID, err)
+	}
+	st.StartedAt = &started
+	rows, err := q.Query(ctx, sqlStatusRanges, eventID)
+	if err != nil {
+		return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
+	}
+	var rs []rangeProgress
+	for rows.Next() {
+		var r rangeProgress
+		var cursor *string
+		if err := rows.Scan(&r.lo, &r.hi, &cursor, &r.slicesDone, &r.notified, &r.done); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
+		}
+		if cursor != nil {
+			r.cursor = *cursor
+		}
+		rs = append(rs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
+	}
+	end := now
+	if st.FinishedAt != nil {
+		end = *st.FinishedAt
+	}
+	st.summarise(rs, end.Sub(started))
+	if notified != nil {
+		st.Notified = *notified
+	}
+	return st, nil
+}
+
+type rangeProgress struct {
+	lo, hi, cursor string
+	slicesDone     int64
+	notified       int64
+	done           bool
+}
+
+// summarise fills the counts, estimates and rates from the ranges.
+//
+// Estimates rest on user ids being uniform random uuids: a range whose
+// cursor is a fraction f of the way through it has seen about f of its
+// students. All ranges have the same width, so the students per range is
+// (students seen) / (ranges' worth of uuid space walked).
+func (st *Status) summarise(rs []rangeProgress, elapsed time.Duration) {
+	var walked float64
+	for _, r := range rs {
+		st.Notified += r.notified
+		st.SlicesDone += r.slicesDone
+		switch {
+		case r.done:
+			st.RangesDone++
+			walked++
+		case r.cursor != "":
+			walked += rangeFraction(r.lo, r.hi, r.cursor)
+		}
+	}
+	st.Finished = len(rs) > 0 && st.RangesDone == len(rs) && st.FinishedAt != nil
+	st.State = StateRunning
+	if st.Finished {
+		st.State = StateFinished
+	}
+	st.ElapsedSeconds = math.Max(elapsed.Seconds(), 0)
+	if st.ElapsedSeconds > 0 {
+		st.RatePerSecond = float64(st.Notified) / st.ElapsedSeconds
+	}
+	if st.Finished {
+		st.SlicesTotal = st.SlicesDone
+		n := st.Notified
+		st.EstimatedStudents = &n
+		return
+	}
+	st.SlicesTotalEstimated = true
+	if walked == 0 {
+		// Nothing walked yet: at least one slice per range.
+		st.SlicesTotal = max(st.SlicesDone, int64(len(rs)))
+		return
+	}
+	perRange := float64(st.Notified) / walked
+	est := int64(math.Round(perRange * float64(len(rs))))
+	var slices int64
+	for _, r := range rs {
+		if r.done {
+			slices += r.slicesDone
+			continue
+		}
+		// A range of n students takes floor(n/S)+1 slices: the last one
+		// partial (or empty when n is a multiple of S).
+		want := int64(perRange)/int64(max(st.SliceSize, 1)) + 1
+		slices += max(r.slicesDone+1, want)
+	}
+	est = max(est, st.Notified)
+	st.EstimatedStudents = &est
+	st.SlicesTotal = slices
+	if st.RatePerSecond > 0 {
+		eta := float64(est-st.Notified) / st.RatePerSecond
+		st.ETASeconds = &eta
+	}
+}

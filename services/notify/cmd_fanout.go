@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/streams"
+)
+
+func init() {
+	registerService(serviceDef{
+		name:    "fanout",
+		summary: "plan fan-outs and write notification slices (planner + slice worker)",
+		flags:   fanoutFlags,
+	})
+}
+
+func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+	var infra infraFlags
+	infra.register(fs, true)
+	ranges := fs.Int("ranges", fanout.DefaultRanges, "uuid ranges (parallel chains) per event; rule: about 2× the Postgres server's physical cores")
+	slice := fs.Int("slice", fanout.DefaultSliceSize, "students per slice transaction")
+	inFlight := fs.Int("max-in-flight", 0, "concurrent slice transactions in this process (default: --ranges)")
+	plannerOnly := fs.Bool("planner-only", false, "run only the planner (consumes outbox.event.material)")
+	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
+	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them (broker allows 6s–30m by default)")
+	return func(ctx context.Context, log *slog.Logger) (service, error) {
+		if *plannerOnly && *slicesOnly {
+			return nil, usageError{msg: "--planner-only and --slices-only exclude each other"}
+		}
+		brokers, err := infra.brokerList()
+		if err != nil {
+			return nil, err
+		}
+		if *sessionTimeout < time.Second {
+			return nil, usageError{msg: fmt.Sprintf("--session-timeout %s is too short", *sessionTimeout)}
+		}
+		if *metricsAddr == "off" {
+			*metricsAddr = ""
+		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
+			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
+		}
+		n := *inFlight
+		if n == 0 {
+			n = *ranges
+		}
+		pcfg, err := infra.poolConfig()
+		if err != nil {
+			return nil, err
+		}
+		// One connection per concurrent slice plus the planner's.
+		pcfg.MaxConns = int32(max(n+2, 4))
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			return nil, fmt.Errorf("connect to Postgres: %w", err)
+		}
+		svc, err := fanout.New(fanout.Config{
+			Pool: pool, Brokers: brokers, Topics: infra.topics(),
+			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n,
+			DisablePlanner: *slicesOnly, DisableSlices: *plannerOnly, Logger: log,
+			ClientOpts: []kgo.Opt{kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3))},
+		})
+		if err != nil {
+			pool.Close()
+			return nil, usageError{msg: err.Error()}
+		}
+		return &fanoutService{svc: svc, pool: pool, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
+	}
+}
+
+// fanoutService is the fan-out plus its topic check, pool and metrics
+// endpoint.
+type fanoutService struct {
+	svc         *fanout.Service
+	pool        *pgxpool.Pool
+	infra       infraFlags
+	metricsAddr string
+	log         *slog.Logger
+	srv         *http.Server
+}
+
+func (s *fanoutService) Start(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(pctx); err != nil {
+		return fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(s.infra.databaseURL), err)
+	}
+	cl, adm, err := s.infra.kafkaAdmin("fanout-admin")
+	if err != nil {
+		return err
+	}
+	_, err = streams.EnsureTopics(pctx, adm, s.infra.topics())
+	cl.Close()
+	if err != nil {
+		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", s.infra.brokers, err)
+	}
+	if s.metricsAddr != "" {
+		ln, err := net.Listen("tcp", s.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics listener (--metrics-addr): %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) })
+		s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics server", "err", err)
+			}
+		}()
+		s.log.Info("metrics", "addr", ln.Addr().String())
+	}
+	return s.svc.Start(ctx)
+}
+
+func (s *fanoutService) Stop(ctx context.Context) error {
+	err := s.svc.Stop(ctx)
+	if s.srv != nil {
+		_ = s.srv.Shutdown(ctx)
+	}
+	s.pool.Close()
+	return err
+}
+
+func (s *fanoutService) Failed() <-chan error { return s.svc.Failed() }
