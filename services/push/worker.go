@@ -358,27 +358,29 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 		select {
 		case res := <-results:
 			received++
-			b.add(res)
+			if b.add(res) {
+				w.release(1)
+			}
 			if b.len() >= w.cfg.BatchSize {
-				failure = w.flush(ctx, src, cmd, b)
+				failure = w.flush(ctx, src, cmd, b, false)
 			}
 		case total = <-dispatched:
 		case <-tick.C:
 			if b.len() > 0 && time.Since(b.first) >= w.cfg.FlushInterval {
-				failure = w.flush(ctx, src, cmd, b)
+				failure = w.flush(ctx, src, cmd, b, false)
 			}
 		case <-ctx.Done():
 			failure = ctx.Err()
 		}
-	}
-	if failure == nil {
-		failure = w.flush(ctx, src, cmd, b)
 	}
 	if failure == nil && b.unknown > 0 {
 		failure = fmt.Errorf("%d sends ended without an answer; the command will be redone for them", b.unknown)
 	}
 	if failure == nil && total < len(recips) {
 		failure = fmt.Errorf("dispatched %d of %d sends", total, len(recips))
+	}
+	if failure == nil {
+		failure = w.flush(ctx, src, cmd, b, true)
 	}
 	if failure == nil {
 		return nil
@@ -393,13 +395,15 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	}
 	sends.Wait()
 	for received < total {
-		b.add(<-results)
+		if b.add(<-results) {
+			w.release(1)
+		}
 		received++
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := w.flushOnce(rctx, src, cmd, b); err != nil {
-		w.log.Warn("could not record outcomes of an abandoned command; they will be sent again", "event", cmd.EventID, "outcomes", b.len(), "err", err)
+	if err := w.flushOnce(rctx, src, cmd, b, true); err != nil {
+		w.log.Warn("could not record outcomes of an abandoned command; they will be sent again", "event", cmd.EventID, "outcomes", b.len()+len(b.later), "err", err)
 	}
 	w.release(b.tokens)
 	b.tokens = 0
@@ -415,17 +419,19 @@ func (w *Worker) release(n int) {
 
 // flush records the batch, retrying on database errors until ctx ends (a
 // Postgres blip should not throw away outcomes of sends already made), then
-// frees its send slots.
-func (w *Worker) flush(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, b *batch) error {
-	if b.len() == 0 && b.tokens == 0 {
-		return nil
-	}
+// frees its send slots. last also records the command's retries and dead
+// letters, which wait for the end of the command so that each attempt of a
+// command makes one retry command and at most one dead letter.
+func (w *Worker) flush(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, b *batch, last bool) error {
 	wait := 50 * time.Millisecond
 	for {
-		err := w.flushOnce(ctx, src, cmd, b)
+		err := w.flushOnce(ctx, src, cmd, b, last)
 		if err == nil {
 			w.release(b.tokens)
-			b.reset()
+			b.resetFinal()
+			if last {
+				b.resetLater()
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -443,51 +449,60 @@ func (w *Worker) flush(ctx context.Context, src *kgo.Record, cmd streams.PushCom
 	}
 }
 
-// flushOnce writes one batch: dead letters first (so a crash after them
-// re-sends and dead-letters again rather than losing the dead letter), then
-// outcomes, gone deletions and retry commands in one transaction.
-func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, b *batch) error {
-	if b.len() == 0 {
+// flushOnce writes final outcomes and gone deletions; with last also the
+// retrying ones with their retry commands, and the dead-lettered ones —
+// whose dead letter is produced first, so a crash between the two sends and
+// dead-letters them again rather than losing the dead letter. Everything
+// written to Postgres goes in one transaction.
+func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, b *batch, last bool) error {
+	rows := b.rows
+	var cmds []outboxCommand
+	if last && len(b.later) > 0 {
+		now := time.Now()
+		if len(b.dead) > 0 && !b.deadSent {
+			dc := cmd
+			dc.NotBefore, dc.SubscriptionIDs = nil, b.dead
+			value, err := json.Marshal(dc)
+			if err != nil {
+				return fmt.Errorf("encode dead letter: %w", err)
+			}
+			d := streams.NewDeadLetter(src, streams.ReasonMaxAttempts, errors.New(b.deadSummary()), cmd.Attempt, now)
+			d.Value = value
+			if err := streams.ProduceDeadLetter(ctx, w.consumer.Client(), w.cfg.Topics.DLQ(), d); err != nil {
+				return err
+			}
+			b.deadSent = true
+		}
+		if len(b.retry) > 0 {
+			c := cmd
+			nb := now.Add(max(jittered(w.cfg.BackoffBase, w.cfg.BackoffMax, cmd.Attempt), b.retryWait))
+			c.Attempt, c.NotBefore, c.SubscriptionIDs = cmd.Attempt+1, &nb, b.retry
+			cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
+		}
+		if len(b.deferred) > 0 {
+			// Never sent: same attempt again once the push service's
+			// pause is over, plus a little jitter so the re-queued sends
+			// do not all land on the origin in the same millisecond.
+			c := cmd
+			d := b.deferredWait
+			nb := now.Add(d + time.Duration(rand.Int64N(int64(d/10)+int64(50*time.Millisecond))))
+			c.NotBefore, c.SubscriptionIDs = &nb, b.deferred
+			cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
+		}
+		rows = append(rows[:len(rows):len(rows)], b.later...)
+	}
+	if len(rows) == 0 {
 		return nil
 	}
-	now := time.Now()
-	if len(b.dead) > 0 && !b.deadSent {
-		dc := cmd
-		dc.NotBefore, dc.SubscriptionIDs = nil, b.dead
-		value, err := json.Marshal(dc)
-		if err != nil {
-			return fmt.Errorf("encode dead letter: %w", err)
-		}
-		d := streams.NewDeadLetter(src, streams.ReasonMaxAttempts, errors.New(b.deadSummary()), cmd.Attempt, now)
-		d.Value = value
-		if err := streams.ProduceDeadLetter(ctx, w.consumer.Client(), w.cfg.Topics.DLQ(), d); err != nil {
-			return err
-		}
-		b.deadSent = true
-	}
-	var cmds []outboxCommand
-	if len(b.retry) > 0 {
-		c := cmd
-		nb := now.Add(max(jittered(w.cfg.BackoffBase, w.cfg.BackoffMax, cmd.Attempt), b.retryWait))
-		c.Attempt, c.NotBefore, c.SubscriptionIDs = cmd.Attempt+1, &nb, b.retry
-		cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
-	}
-	if len(b.deferred) > 0 {
-		// Never sent: same attempt again once the push service's pause is
-		// over, plus a little jitter so the re-queued sends do not all
-		// land on the origin in the same millisecond.
-		c := cmd
-		d := b.deferredWait
-		nb := now.Add(d + time.Duration(rand.Int64N(int64(d/10)+int64(50*time.Millisecond))))
-		c.NotBefore, c.SubscriptionIDs = &nb, b.deferred
-		cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
-	}
 	start := time.Now()
-	if err := record(ctx, w.cfg.Pool, cmd.EventID, b.rows, b.gone, cmds); err != nil {
+	if err := record(ctx, w.cfg.Pool, cmd.EventID, rows, b.gone, cmds); err != nil {
 		return err
 	}
 	w.m.recordDuration.UpdateDuration(start)
-	b.count(w)
+	b.countFinal(w)
+	if last {
+		b.countLater(w)
+	}
 	return nil
 }
 
@@ -508,36 +523,50 @@ func jittered(base, limit time.Duration, attempt int) time.Duration {
 }
 
 // batch accumulates outcomes of one command until they are recorded.
+// Final outcomes (delivered, gone, failed) keep their send slot until they
+// are written — they are what a crash could repeat — and are written every
+// BatchSize or FlushInterval. Retrying, deferred and dead-lettered ones
+// give their slot back at once (they will be sent again anyway) and are
+// written when the command ends, so that each attempt of a command yields
+// one retry command and at most one dead letter.
 type batch struct {
 	attempt     int32
 	maxAttempts int
 
-	rows   []row
-	tokens int // send slots held by rows in this batch
+	rows   []row // final outcomes not yet written
+	gone   []int64
+	tokens int // send slots held by rows (and by unknown outcomes)
 	first  time.Time
 
-	gone                []int64
-	retry, deferred     []int64
-	retryWait           time.Duration
-	deferredWait        time.Duration
-	dead                []int64
-	deadReasons         map[string]int
-	deadSent            bool
-	unknown             int // sends cancelled mid-flight: outcome unknown, not recorded
-	nDelivered, nGone   int
-	nFailed, nRetrying  int
-	nDeferred, nDeadLet int
+	later                 []row // retrying, deferred, dead: written last
+	retry, deferred, dead []int64
+	retryWait             time.Duration
+	deferredWait          time.Duration
+	deadReasons           map[string]int
+	deadSent              bool
+
+	unknown int // sends cancelled mid-flight: outcome unknown, not recorded
+
+	nDelivered, nGone, nFailed    int
+	nRetrying, nDeferred, nDeadLt int
 }
 
 func newBatch(cmd streams.PushCommand, maxAttempts int) *batch {
 	return &batch{attempt: int32(cmd.Attempt), maxAttempts: maxAttempts}
 }
 
+// len is the number of final outcomes waiting to be written.
 func (b *batch) len() int { return len(b.rows) }
 
-func (b *batch) reset() {
-	unknown := b.unknown
-	*b = batch{attempt: b.attempt, maxAttempts: b.maxAttempts, unknown: unknown}
+func (b *batch) resetFinal() {
+	b.rows, b.gone, b.tokens, b.first = b.rows[:0], b.gone[:0], 0, time.Time{}
+	b.nDelivered, b.nGone, b.nFailed = 0, 0, 0
+}
+
+func (b *batch) resetLater() {
+	b.later, b.retry, b.deferred, b.dead = nil, nil, nil, nil
+	b.retryWait, b.deferredWait, b.deadReasons, b.deadSent = 0, 0, nil, false
+	b.nRetrying, b.nDeferred, b.nDeadLt = 0, 0, 0
 }
 
 // errText keeps a recorded error short and free of the endpoint.
@@ -555,62 +584,76 @@ func errText(err error) string {
 	return s
 }
 
-func (b *batch) add(res result) {
-	if res.token {
-		b.tokens++
-	}
+// add files one result. It reports whether the result's send slot is to
+// be released now rather than when the batch is written.
+func (b *batch) add(res result) (release bool) {
 	out := res.out
 	id := res.rc.id
 	r := row{subID: id, http: int32(out.Status), attempts: b.attempt, err: errText(out.Err)}
+	final := func(status string) {
+		r.status = status
+		if res.token {
+			b.tokens++
+		}
+		if b.first.IsZero() {
+			b.first = time.Now()
+		}
+		b.rows = append(b.rows, r)
+	}
+	later := func(status string) bool {
+		r.status = status
+		b.later = append(b.later, r)
+		return res.token
+	}
 	switch out.Kind {
 	case webpush.Delivered:
-		r.status = StatusDelivered
 		b.nDelivered++
+		final(StatusDelivered)
 	case webpush.Gone:
-		r.status = StatusGone
 		if res.rc.deleted {
 			r.attempts = b.attempt - 1
 		} else {
 			b.gone = append(b.gone, id)
 		}
 		b.nGone++
+		final(StatusGone)
 	case webpush.PermanentFailure:
-		r.status = StatusFailed
 		b.nFailed++
+		final(StatusFailed)
 	default: // Retryable
 		switch {
 		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, webpush.ErrSenderClosed):
 			// Cancelled by us (revoke, stop): it may or may not have
 			// reached the push service. Leave it unrecorded so the
-			// command's next owner sends it; its slot is released with
-			// the batch.
+			// command's next owner sends it; its slot goes with the batch.
 			b.unknown++
-			return
+			if res.token {
+				b.tokens++
+			}
+			return false
 		case errors.Is(out.Err, webpush.ErrOriginPaused):
 			// Not sent at all: the attempt does not count.
-			r.status, r.attempts = StatusRetrying, b.attempt-1
+			r.attempts = b.attempt - 1
 			b.deferred = append(b.deferred, id)
 			b.deferredWait = max(b.deferredWait, out.RetryAfter)
 			b.nDeferred++
+			return later(StatusRetrying)
 		case int(b.attempt) >= b.maxAttempts:
-			r.status = StatusFailed
 			b.dead = append(b.dead, id)
 			if b.deadReasons == nil {
 				b.deadReasons = map[string]int{}
 			}
 			b.deadReasons[reasonKey(out)]++
-			b.nDeadLet++
+			b.nDeadLt++
+			return later(StatusFailed)
 		default:
-			r.status = StatusRetrying
 			b.retry = append(b.retry, id)
 			b.retryWait = max(b.retryWait, out.RetryAfter)
 			b.nRetrying++
+			return later(StatusRetrying)
 		}
 	}
-	if b.first.IsZero() {
-		b.first = time.Now()
-	}
-	b.rows = append(b.rows, r)
+	return false
 }
 
 // reasonKey groups dead-letter causes: the HTTP status, or the error.
@@ -642,19 +685,24 @@ func (b *batch) deadSummary() string {
 	return sb.String()
 }
 
-func (b *batch) count(w *Worker) {
-	add := func(c interface{ Add(int) }, a *atomic.Int64, n int) {
-		if n > 0 {
-			c.Add(n)
-			a.Add(int64(n))
-		}
+func bump(c interface{ Add(int) }, a *atomic.Int64, n int) {
+	if n > 0 {
+		c.Add(n)
+		a.Add(int64(n))
 	}
-	add(w.m.delivered, &w.stats.delivered, b.nDelivered)
-	add(w.m.gone, &w.stats.gone, b.nGone)
-	add(w.m.failed, &w.stats.failed, b.nFailed+b.nDeadLet)
-	add(w.m.retrying, &w.stats.retrying, b.nRetrying)
-	add(w.m.deferred, &w.stats.deferred, b.nDeferred)
-	add(w.m.deadLettered, &w.stats.deadLettered, b.nDeadLet)
+}
+
+func (b *batch) countFinal(w *Worker) {
+	bump(w.m.delivered, &w.stats.delivered, b.nDelivered)
+	bump(w.m.gone, &w.stats.gone, b.nGone)
+	bump(w.m.failed, &w.stats.failed, b.nFailed)
+}
+
+func (b *batch) countLater(w *Worker) {
+	bump(w.m.failed, &w.stats.failed, b.nDeadLt)
+	bump(w.m.retrying, &w.stats.retrying, b.nRetrying)
+	bump(w.m.deferred, &w.stats.deferred, b.nDeferred)
+	bump(w.m.deadLettered, &w.stats.deadLettered, b.nDeadLt)
 }
 
 // deadLetterMalformed is the consumer's OnMalformed hook.

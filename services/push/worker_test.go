@@ -2,7 +2,10 @@ package push_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +13,11 @@ import (
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/streams"
 )
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
 
 // deadLetters reads the whole DLQ topic.
 func (f *fixture) deadLetters() []streams.DeadLetter {
@@ -128,7 +136,7 @@ func TestGoneAndForeverFailing(t *testing.T) {
 	const attempts = 3
 	f := newFixture(t, fixtureOpts{users: 2000, subsRatio: 1.0, mock: pushmock.Config{GoneFraction: 0.05, Always5xxFraction: 0.02}})
 	f.startRelay()
-	f.newWorker(func(c *push.Config) {
+	w := f.newWorker(func(c *push.Config) {
 		c.BackoffBase, c.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
 		c.MaxAttempts = attempts
 	})
@@ -177,22 +185,52 @@ func TestGoneAndForeverFailing(t *testing.T) {
 	}
 	t.Logf("dead letter: %s", dl[0].Error)
 
-	// Redrive: every dead-lettered subscription goes back to retrying once.
-	var requeued int
+	// Redrive with the workers stopped, through the CLI: every
+	// dead-lettered subscription goes back to retrying exactly once.
+	sctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	if err := w.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	out, code := f.notifyCLI("dlq", "list", "--json")
+	var listed []struct {
+		Reason          string  `json:"reason"`
+		Redriven        bool    `json:"redriven"`
+		EventID         string  `json:"event_id"`
+		SubscriptionIDs []int64 `json:"subscription_ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil || len(listed) != len(dl) {
+		t.Fatalf("dlq list --json: exit %d, %v, %d entries, want %d:\n%s", code, err, len(listed), len(dl), out)
+	}
+	for _, e := range listed {
+		if e.Reason != streams.ReasonMaxAttempts || e.Redriven || e.EventID != f.eventID || len(e.SubscriptionIDs) == 0 {
+			t.Fatalf("listed %+v", e)
+		}
+	}
+	out, code = f.notifyCLI("dlq", "redrive", "--dry-run")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d subscription(s) re-queued", badIDs)) || !strings.Contains(out, "dry run") {
+		t.Fatalf("dlq redrive --dry-run: exit %d:\n%s", code, out)
+	}
+	out, code = f.notifyCLI("dlq", "redrive")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d dead letter(s): %d subscription(s) re-queued", len(dl), badIDs)) {
+		t.Fatalf("dlq redrive: exit %d:\n%s", code, out)
+	}
+	t.Logf("notify dlq redrive: %s", lastLine(out))
+	if out, code = f.notifyCLI("dlq", "redrive"); code != 0 || !strings.Contains(out, "0 dead letter(s)") {
+		t.Fatalf("second dlq redrive: exit %d:\n%s", code, out)
+	}
 	for _, d := range dl {
-		res, err := push.Redrive(f.ctx, f.db.Pool, f.topics, d, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		requeued += res.Requeued
-		again, err := push.Redrive(f.ctx, f.db.Pool, f.topics, d, true)
-		if err != nil || again.Requeued != 0 {
-			t.Fatalf("second redrive would re-queue %d (err %v), want 0", again.Requeued, err)
+		if again, err := push.Redrive(f.ctx, f.db.Pool, f.topics, d, true); err != nil || again.Requeued != 0 {
+			t.Fatalf("redriving a letter again would re-queue %d (err %v), want 0", again.Requeued, err)
 		}
 	}
-	if int64(requeued) != badIDs {
-		t.Fatalf("redrive re-queued %d, want %d", requeued, badIDs)
+	if out, _ := f.notifyCLI("dlq", "list"); !strings.Contains(out, "true") {
+		t.Fatalf("dlq list does not mark redriven letters:\n%s", out)
 	}
+	f.newWorker(func(c *push.Config) {
+		c.BackoffBase, c.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+		c.MaxAttempts = attempts
+	})
 	deadline := time.Now().Add(time.Minute)
 	for f.mock.Stats().ByStatus["500"] < 2*attempts*badIDs {
 		if time.Now().After(deadline) {

@@ -1,0 +1,255 @@
+package push
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/streams"
+)
+
+const (
+	evA   = "0195f3a2-7c1e-4d4a-9b8e-2f6c1a9e4b77"
+	userA = "00000000-0000-4000-8000-000000000001"
+	userB = "00000000-0000-4000-8000-000000000002"
+	userC = "00000000-0000-4000-8000-000000000003"
+)
+
+func cmdJSON(mod func(m map[string]any)) []byte {
+	m := map[string]any{"v": 1, "event_id": evA, "course_id": evA, "first_user": userA, "last_user": userB, "students": 2, "attempt": 1}
+	if mod != nil {
+		mod(m)
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func TestDecodeCommandRejectsWhatSQLCannotUse(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		mod  func(m map[string]any)
+		ok   bool
+	}{
+		{"valid", nil, true},
+		{"upper-case uuids", func(m map[string]any) { m["first_user"] = strings.ToUpper(userA) }, true},
+		{"event not a uuid", func(m map[string]any) { m["event_id"] = "ev-1" }, false},
+		{"user not a uuid", func(m map[string]any) { m["last_user"] = "zzz" }, false},
+		{"first after last", func(m map[string]any) { m["first_user"], m["last_user"] = userB, userA }, false},
+		{"retry without ids", func(m map[string]any) { m["attempt"] = 2 }, false},
+		{"unknown version", func(m map[string]any) { m["v"] = 9 }, false},
+	} {
+		cmd, err := decodeCommand(cmdJSON(c.mod))
+		if c.ok != (err == nil) {
+			t.Errorf("%s: err %v", c.name, err)
+		}
+		if !c.ok && !errors.Is(err, streams.ErrMalformed) {
+			t.Errorf("%s: error %v does not wrap ErrMalformed", c.name, err)
+		}
+		if c.ok && cmd.FirstUser != userA {
+			t.Errorf("%s: first user %q not normalised", c.name, cmd.FirstUser)
+		}
+	}
+}
+
+func TestPayloadFitsOneRecord(t *testing.T) {
+	t.Parallel()
+	cmd := streams.PushCommand{EventID: evA, CourseID: evA, Title: "Week 1", URL: "https://x.example/1"}
+	var p pushPayload
+	if err := json.Unmarshal(buildPayload(cmd), &p); err != nil || p.Title != "Week 1" || p.URL != cmd.URL || p.EventID != evA || p.CourseID != evA {
+		t.Fatalf("payload %+v err %v", p, err)
+	}
+	cmd.Title = strings.Repeat("é", 5000)
+	cmd.URL = "https://x.example/" + strings.Repeat("a", 5000)
+	b := buildPayload(cmd)
+	if len(b) > webpush.MaxPayload {
+		t.Fatalf("payload is %d bytes, at most %d fit", len(b), webpush.MaxPayload)
+	}
+	if err := json.Unmarshal(b, &p); err != nil || p.EventID != evA || !strings.HasSuffix(p.Title, "…") {
+		t.Fatalf("shortened payload %q: %v", b[:80], err)
+	}
+	if p := buildPayload(streams.PushCommand{EventID: evA}); !strings.Contains(string(p), defaultTitle) {
+		t.Fatalf("untitled payload %s", p)
+	}
+}
+
+func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
+	t.Parallel()
+	for attempt := 1; attempt <= 12; attempt++ {
+		d := time.Second << (attempt - 1)
+		d = min(d, time.Minute)
+		for i := 0; i < 50; i++ {
+			got := jittered(time.Second, time.Minute, attempt)
+			if got < d/2 || got > d {
+				t.Fatalf("attempt %d: %s outside [%s, %s]", attempt, got, d/2, d)
+			}
+		}
+	}
+}
+
+func TestBatchClassifiesOutcomes(t *testing.T) {
+	t.Parallel()
+	b := newBatch(streams.PushCommand{Attempt: 3}, 3)
+	var released []int64
+	add := func(id int64, out webpush.Outcome, deleted bool) {
+		if b.add(result{rc: recipient{id: id, deleted: deleted}, out: out, token: !deleted}) {
+			released = append(released, id)
+		}
+	}
+	add(1, webpush.Outcome{Kind: webpush.Delivered, Status: 201}, false)
+	add(2, webpush.Outcome{Kind: webpush.Gone, Status: 410, Err: errors.New("gone")}, false)
+	add(3, webpush.Outcome{Kind: webpush.PermanentFailure, Status: 403, Err: errors.New("vapid")}, false)
+	add(4, webpush.Outcome{Kind: webpush.Retryable, Status: 500, Err: errors.New("boom")}, false)
+	add(5, webpush.Outcome{Kind: webpush.Retryable, RetryAfter: 3 * time.Second, Err: fmt.Errorf("%w: 3s left", webpush.ErrOriginPaused)}, false)
+	add(6, webpush.Outcome{Kind: webpush.Retryable, Err: fmt.Errorf("send cancelled: %w", context.Canceled)}, false)
+	add(7, webpush.Outcome{Kind: webpush.Gone, Err: errSubscriptionDeleted}, true)
+	add(8, webpush.Outcome{Kind: webpush.Retryable, Status: 429, RetryAfter: time.Second, Err: errors.New("slow down")}, false)
+
+	want := map[int64]struct {
+		status   string
+		attempts int32
+	}{
+		1: {StatusDelivered, 3}, 2: {StatusGone, 3}, 3: {StatusFailed, 3}, 4: {StatusFailed, 3},
+		5: {StatusRetrying, 2}, 7: {StatusGone, 2}, 8: {StatusFailed, 3},
+	}
+	all := append(append([]row(nil), b.rows...), b.later...)
+	if len(all) != len(want) || len(b.rows) != 4 {
+		t.Fatalf("final %+v later %+v", b.rows, b.later)
+	}
+	for _, r := range all {
+		w, ok := want[r.subID]
+		if !ok || r.status != w.status || r.attempts != w.attempts {
+			t.Errorf("subscription %d: %s attempts %d, want %+v", r.subID, r.status, r.attempts, w)
+		}
+	}
+	if fmt.Sprint(b.gone) != "[2]" || fmt.Sprint(b.dead) != "[4 8]" || fmt.Sprint(b.deferred) != "[5]" || len(b.retry) != 0 {
+		t.Fatalf("gone %v dead %v deferred %v retry %v", b.gone, b.dead, b.deferred, b.retry)
+	}
+	// Final outcomes and the unknown one keep their slot until written;
+	// retrying, deferred and dead ones give it back at once.
+	if b.unknown != 1 || b.tokens != 4 || fmt.Sprint(released) != "[4 5 8]" || b.deferredWait != 3*time.Second {
+		t.Fatalf("unknown %d tokens %d released %v deferred wait %s", b.unknown, b.tokens, released, b.deferredWait)
+	}
+	if s := b.deadSummary(); !strings.Contains(s, "http 500 ×1") || !strings.Contains(s, "http 429 ×1") {
+		t.Fatalf("dead summary %q", s)
+	}
+
+	b = newBatch(streams.PushCommand{Attempt: 1}, 5)
+	b.add(result{rc: recipient{id: 9}, out: webpush.Outcome{Kind: webpush.Retryable, Status: 429, RetryAfter: 2 * time.Second}, token: true})
+	if len(b.retry) != 1 || b.retryWait != 2*time.Second || b.later[0].attempts != 1 || b.later[0].status != StatusRetrying {
+		t.Fatalf("retryable below max attempts: %+v", b)
+	}
+}
+
+// seedTiny makes three students (A and B notified, C not) with one
+// subscription each (ids 1, 2, 3).
+func seedTiny(t *testing.T, db *schematest.Database) {
+	t.Helper()
+	ctx := context.Background()
+	for i, u := range []string{userA, userB, userC} {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO users (id, name) VALUES ($1, 'x')`, u); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO push_subscriptions (id, user_id, endpoint, p256dh, auth) VALUES ($1, $2, $3, $4, $5)`,
+			i+1, u, fmt.Sprintf("https://push.example/%d", i+1), make([]byte, 65), make([]byte, 16)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range []string{userA, userB} {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, now())`, evA, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRecordIsAtomicAndNeverOverwritesFinal(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	seedTiny(t, db)
+	ctx := context.Background()
+	if err := record(ctx, db.Pool, evA, []row{{subID: 1, status: StatusDelivered, http: 201, attempts: 1}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A late writer cannot turn delivered into retrying.
+	if err := record(ctx, db.Pool, evA, []row{{subID: 1, status: StatusRetrying, attempts: 1}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	if err := db.Pool.QueryRow(ctx, `SELECT status FROM push_deliveries WHERE subscription_id = 1`).Scan(&status); err != nil || status != StatusDelivered {
+		t.Fatalf("status %q err %v, want delivered kept", status, err)
+	}
+	// The last statement fails (aggregateid too long): the outcome and the
+	// deletion before it must not commit either.
+	bad := outboxCommand{cmd: streams.PushCommand{EventID: strings.Repeat("x", 300)}}
+	err := record(ctx, db.Pool, evA, []row{{subID: 2, status: StatusGone, http: 410, attempts: 1}}, []int64{2}, []outboxCommand{bad})
+	if err == nil {
+		t.Fatal("record with a failing statement succeeded")
+	}
+	var rows, subs int
+	_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM push_deliveries WHERE subscription_id = 2`).Scan(&rows)
+	_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM push_subscriptions WHERE id = 2`).Scan(&subs)
+	if rows != 0 || subs != 1 {
+		t.Fatalf("partial commit: %d outcome rows, subscription exists %d", rows, subs)
+	}
+	// The same batch with a good command commits everything.
+	good := outboxCommand{cmd: streams.PushCommand{Version: 1, EventID: evA, FirstUser: userA, LastUser: userB, Attempt: 2, SubscriptionIDs: []int64{2}}, partition: 3}
+	if err := record(ctx, db.Pool, evA, []row{{subID: 2, status: StatusGone, http: 410, attempts: 1}}, []int64{2}, []outboxCommand{good}); err != nil {
+		t.Fatal(err)
+	}
+	var outbox int
+	_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE aggregatetype = 'push' AND kafka_partition = 3 AND payload->>'attempt' = '2'`).Scan(&outbox)
+	_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM push_subscriptions WHERE id = 2`).Scan(&subs)
+	if outbox != 1 || subs != 0 {
+		t.Fatalf("outbox rows %d, subscription exists %d", outbox, subs)
+	}
+}
+
+func TestStatusAndVerify(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	seedTiny(t, db)
+	ctx := context.Background()
+	st, err := EventStatus(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Notified != 2 || st.Target != 2 || st.Unsent != 2 || st.Pending != 2 || st.Done() {
+		t.Fatalf("fresh status %+v", st)
+	}
+	// 1 delivered then unsubscribed; 2 gone (deleted): both still count.
+	if err := record(ctx, db.Pool, evA, []row{{subID: 1, status: StatusDelivered, http: 201, attempts: 1}, {subID: 2, status: StatusGone, http: 410, attempts: 1}}, []int64{2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM push_subscriptions WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Verify(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.OK() || v.Status.Target != 2 || v.Status.Delivered != 1 || v.Status.Gone != 1 || !v.Status.Done() {
+		t.Fatalf("verify %+v", v)
+	}
+	// A push to a student who was not notified, and a gone subscription
+	// that was not deleted, are both caught.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 3, 'gone')`, evA); err != nil {
+		t.Fatal(err)
+	}
+	v, err = Verify(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(v.Problems, "\n")
+	if v.OK() || !strings.Contains(joined, "not notified") || !strings.Contains(joined, "recorded gone still exist") {
+		t.Fatalf("problems not found: %q", v.Problems)
+	}
+	if _, err := EventStatus(ctx, db.Pool, "nope"); err == nil {
+		t.Fatal("a bad event id was accepted")
+	}
+}
