@@ -133,21 +133,24 @@ func (c *Connector) start(ctx context.Context) error {
 	if c.kc, err = kgo.NewClient(c.producerOpts()...); err != nil {
 		return fail(fmt.Errorf("kafka producer: %w", err))
 	}
+	bg, cancel := context.WithCancel(context.Background())
+	c.bgCancel = cancel
+	if !c.cfg.KeepRows {
+		// Before the snapshot: its acknowledgements already queue deletes.
+		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log, func(n int) { c.m.deleted.Add(n) })
+		c.bgWG.Add(1)
+		go func() { defer c.bgWG.Done(); c.cleaner.run(bg) }()
+	}
 	if !exists {
 		// Created here rather than in the background so that every row
 		// committed after Start returns is streamed, and every row before
 		// it is in the slot's snapshot.
 		if err := c.createSlotNow(ctx); err != nil {
-			c.kc.Close()
+			c.kc.Close() // fails what is still buffered; nothing was flushed
+			cancel()
+			c.bgWG.Wait()
 			return fail(err)
 		}
-	}
-	bg, cancel := context.WithCancel(context.Background())
-	c.bgCancel = cancel
-	if !c.cfg.KeepRows {
-		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log, func(n int) { c.m.deleted.Add(n) })
-		c.bgWG.Add(1)
-		go func() { defer c.bgWG.Done(); c.cleaner.run(bg) }()
 	}
 	c.bgWG.Add(1)
 	go func() { defer c.bgWG.Done(); c.pollLag(bg) }()
@@ -459,6 +462,9 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 	for {
 		if c.stopping() {
 			return c.drain(conn, received)
+		}
+		if err := c.tr.err(); err != nil {
+			return fatalError{fmt.Errorf("kafka refused a record: %w", err)}
 		}
 		// Besides the regular update, report a moved flush position within
 		// statusEager: the less the slot lags, the less a crash replays.

@@ -342,3 +342,43 @@ func TestIdleWALNotPinned(t *testing.T) {
 		return passed
 	})
 }
+
+// TestRefusedRecordFailsConnector: a record Kafka can never take (larger
+// than the broker accepts) stops the connector with an error on Failed
+// instead of being skipped, and the slot is not flushed past it.
+func TestRefusedRecordFailsConnector(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	conn := e.start(t, e.config(t))
+	ok := newEvent(newUUID())
+	if err := insert(ctx, e.db.Pool, ok); err != nil {
+		t.Fatal(err)
+	}
+	huge := newEvent(newUUID())
+	huge.payload = []byte(`{"blob": "` + strings.Repeat("x", 2<<20) + `"}`)
+	if err := insert(ctx, e.db.Pool, huge); err != nil {
+		t.Fatal(err)
+	}
+	var afterHuge string
+	if err := e.db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&afterHuge); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-conn.Failed():
+		t.Logf("failed as expected: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("connector did not report the refused record")
+	}
+	var held bool
+	if err := e.db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn < $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, e.slot, afterHuge).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("slot flushed past a record Kafka refused")
+	}
+	var n int
+	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = $1`, huge.id).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("refused row deleted from the outbox (count %d, %v)", n, err)
+	}
+}
