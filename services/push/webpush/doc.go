@@ -45,9 +45,10 @@
 //
 // # Connections
 //
-// Each origin gets its own HTTP/2-only transport. HTTP/2 multiplexes many
-// streams over one TLS connection; when every connection is at the server's
-// SETTINGS_MAX_CONCURRENT_STREAMS the transport dials another one instead of
-// queueing (HTTP2Config.StrictMaxConcurrentRequests is false). HTTP/1.1's
-// two-idle-connections-per-host default never applies.
+// Each origin gets its own HTTP/2-only transport (golang.org/x/net/http2).
+// HTTP/2 multiplexes many streams over one TLS connection; when every
+// connection is at the server's SETTINGS_MAX_CONCURRENT_STREAMS the
+// transport dials one more instead of queueing, and concurrent first sends
+// share a single dial. HTTP/1.1's two-idle-connections-per-host default
+// never applies.
 package webpush

@@ -3,7 +3,9 @@ package webpush
 import (
 	"bytes"
 	"crypto/ecdh"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"testing"
@@ -155,5 +157,22 @@ func TestDecryptRejectsTampering(t *testing.T) {
 	}
 	if _, err := Decrypt(priv, auth, body[:50]); !errors.Is(err, ErrDecrypt) {
 		t.Fatalf("short body: err = %v, want ErrDecrypt", err)
+	}
+}
+
+func TestHMACSHA256MatchesStdlib(t *testing.T) {
+	for _, sizes := range [][3]int{{16, 32, 0}, {32, 145, 0}, {16, 32, 0}, {32, 28, 1}, {64, 100, 92}, {0, 0, 0}} {
+		key, a, b := make([]byte, sizes[0]), make([]byte, sizes[1]), make([]byte, sizes[2])
+		rand.Read(key)
+		rand.Read(a)
+		rand.Read(b)
+		var got [32]byte
+		hmacSHA256(&got, key, a, b)
+		m := hmac.New(sha256.New, key)
+		m.Write(a)
+		m.Write(b)
+		if want := m.Sum(nil); !bytes.Equal(got[:], want) {
+			t.Fatalf("sizes %v: hmac differs", sizes)
+		}
 	}
 }

@@ -1,13 +1,11 @@
 package webpush
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -247,6 +245,7 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 type Sender struct {
 	cfg    Config
 	signer *Signer
+	sealer *sealer
 	sem    chan struct{}
 	tls    *tls.Config
 
@@ -255,12 +254,15 @@ type Sender struct {
 	closed  atomic.Bool
 
 	m senderMetrics
+
+	defaultTTLSecs int64
+	defaultTTL     string
 }
 
 type origin struct {
-	name      string
-	transport *http.Transport
-	limit     *adaptiveLimit
+	name  string
+	pool  *h2Pool
+	limit *adaptiveLimit
 	// pausedUntil is the Retry-After deadline in Unix nanoseconds; no
 	// request is sent to the origin before it.
 	pausedUntil atomic.Int64
@@ -285,8 +287,13 @@ func NewSender(cfg Config) (*Sender, error) {
 			MinVersion:         tls.VersionTLS12,
 			ClientSessionCache: tls.NewLRUClientSessionCache(256),
 		},
-		m: newSenderMetrics(cfg.Metrics),
+		m:      newSenderMetrics(cfg.Metrics),
+		sealer: newSealer(),
 	}
+	if cfg.TTL > 0 {
+		s.defaultTTLSecs = int64(cfg.TTL / time.Second)
+	}
+	s.defaultTTL = strconv.FormatInt(s.defaultTTLSecs, 10)
 	return s, nil
 }
 
@@ -299,8 +306,9 @@ func (s *Sender) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed.Store(true)
+	s.sealer.stop()
 	s.origins.Range(func(_, v any) bool {
-		v.(*origin).transport.CloseIdleConnections()
+		v.(*origin).pool.close()
 		return true
 	})
 }
@@ -315,17 +323,55 @@ func (s *Sender) OriginLimit(originURL string) (limit float64, inflight int) {
 	return v.(*origin).limit.current()
 }
 
-// originOf returns scheme://host[:port] of a parsed https endpoint, without
-// allocating when the endpoint spells it plainly.
-func originOf(endpoint string, u *url.URL) string {
-	const p = "https://"
-	if len(endpoint) >= len(p)+len(u.Host) && endpoint[:len(p)] == p && endpoint[len(p):len(p)+len(u.Host)] == u.Host {
-		return endpoint[:len(p)+len(u.Host)]
-	}
-	return "https://" + u.Host
+// endpoint is a push resource URL taken apart.
+type endpoint struct {
+	origin string // https://host[:port]: VAPID audience, pool and gate key
+	host   string // host[:port]: :authority
+	path   string // :path
 }
 
-func (s *Sender) origin(name string) *origin {
+// parseEndpoint splits an https endpoint. Plain endpoints — every push
+// service's — are split without allocating; anything unusual goes through
+// net/url.
+func parseEndpoint(raw string) (endpoint, error) {
+	const scheme = "https://"
+	if len(raw) > len(scheme) && raw[:len(scheme)] == scheme {
+		rest := raw[len(scheme):]
+		slash := strings.IndexByte(rest, '/')
+		if slash > 0 && plainHost(rest[:slash]) && plainPath(rest[slash:]) {
+			host := rest[:slash]
+			return endpoint{origin: raw[:len(scheme)+slash], host: host, path: rest[slash:]}, nil
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+		return endpoint{}, errors.New("endpoint is not an https URL")
+	}
+	return endpoint{origin: "https://" + u.Host, host: u.Host, path: u.RequestURI()}, nil
+}
+
+func plainHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':') {
+			return false // upper case, IPv6 literals, userinfo, …: let net/url decide
+		}
+	}
+	return h[0] != ':'
+}
+
+func plainPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c <= ' ' || c >= 0x7f || c == '#' || c == '%' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Sender) origin(ep endpoint) *origin {
+	name := ep.origin
 	if v, ok := s.origins.Load(name); ok {
 		return v.(*origin)
 	}
@@ -335,37 +381,17 @@ func (s *Sender) origin(name string) *origin {
 		return v.(*origin)
 	}
 	name = strings.Clone(name) // the key must not pin a caller's endpoint string
-	o := &origin{name: name, transport: s.newTransport()}
+	u := &url.URL{Host: ep.host}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	o := &origin{name: name, pool: newH2Pool(net.JoinHostPort(u.Hostname(), port), u.Hostname(), s.tls, s.cfg.DialTimeout, s.cfg.Logger)}
 	limitGauge := s.m.originLimit(name)
 	o.limit = newAdaptiveLimit(s.cfg.OriginInitialLimit, s.cfg.OriginMaxLimit, limitGauge.Set)
 	s.origins.Store(name, o)
 	s.cfg.Logger.Debug("new push service origin", "origin", name)
 	return o
-}
-
-func (s *Sender) newTransport() *http.Transport {
-	var protos http.Protocols
-	protos.SetHTTP2(true) // HTTP/2 only: multiplexing is the point
-	dialer := &net.Dialer{Timeout: s.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            dialer.DialContext,
-		TLSClientConfig:        s.tls.Clone(),
-		TLSHandshakeTimeout:    s.cfg.DialTimeout,
-		ForceAttemptHTTP2:      true,
-		Protocols:              &protos,
-		IdleConnTimeout:        90 * time.Second,
-		DisableCompression:     true,
-		MaxResponseHeaderBytes: 64 << 10,
-		HTTP2: &http.HTTP2Config{
-			// Open another connection when every one is at the server's
-			// stream limit, rather than queueing behind it.
-			StrictMaxConcurrentRequests: false,
-			// Find dead connections without waiting for the request timeout.
-			SendPingTimeout: 30 * time.Second,
-			PingTimeout:     15 * time.Second,
-		},
-	}
 }
 
 func permanent(status int, err error) Outcome {
@@ -381,9 +407,9 @@ func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 		return Outcome{Kind: Retryable, Err: ErrSenderClosed}
 	}
 	sub := msg.Subscription
-	u, err := url.Parse(sub.Endpoint)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return permanent(0, errors.New("endpoint is not an https URL"))
+	ep, err := parseEndpoint(sub.Endpoint)
+	if err != nil {
+		return permanent(0, err)
 	}
 	keys, err := NewKeys(sub.P256DH, sub.Auth)
 	if err != nil {
@@ -407,13 +433,13 @@ func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 		return permanent(0, err)
 	}
 
-	o := s.origin(originOf(sub.Endpoint, u))
+	o := s.origin(ep)
 	if out, ok := s.admit(ctx, o); !ok {
 		s.m.count(out.Kind)
 		return out
 	}
 	// Holding both slots from here on.
-	out, sig, started := s.roundTrip(ctx, o, u, keys, msg, ttlSecs)
+	out, sig, started := s.roundTrip(ctx, o, ep, keys, msg, ttlSecs)
 	s.m.inflight.Dec()
 	<-s.sem
 	o.limit.release(sig, started)
@@ -494,67 +520,62 @@ func (s *Sender) pause(o *origin, d time.Duration) {
 	}
 }
 
-func (s *Sender) roundTrip(ctx context.Context, o *origin, u *url.URL, keys Keys, msg Message, ttlSecs int64) (Outcome, signal, time.Time) {
+func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Keys, msg Message, ttlSecs int64) (Outcome, signal, time.Time) {
 	auth, err := s.signer.Header(o.name)
 	if err != nil {
 		return permanent(0, err), signalNone, time.Time{}
 	}
-	body, err := AppendEncrypt(make([]byte, 0, headerSize+len(msg.Payload)+1+tagSize+s.cfg.PadTo), keys, msg.Payload, s.cfg.PadTo)
+	// The body buffer is reused: once roundTrip returns, the connection no
+	// longer refers to it (frames are copied into its write buffer, and a
+	// finished or cancelled stream drops what it had not sent).
+	bufp := bodyPool.Get().(*[]byte)
+	defer bodyPool.Put(bufp)
+	body, err := s.sealer.seal((*bufp)[:0], keys, msg.Payload, s.cfg.PadTo)
 	if err != nil {
 		return permanent(0, err), signalNone, time.Time{}
 	}
+	*bufp = body[:0]
 
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, msg.Subscription.Endpoint, bytes.NewReader(body))
-	if err != nil {
-		return permanent(0, fmt.Errorf("build request: %w", err)), signalNone, time.Time{}
+	req := &h2Request{
+		authority: ep.host,
+		path:      ep.path,
+		auth:      auth,
+		ttl:       s.ttlString(ttlSecs),
+		urgency:   string(msg.Urgency),
+		topic:     msg.Topic,
+		body:      body,
 	}
-	h := req.Header
-	h["Authorization"] = []string{auth}
-	h["Content-Encoding"] = contentEncoding
-	h["Content-Type"] = contentType
-	h["Ttl"] = []string{strconv.FormatInt(ttlSecs, 10)}
-	if msg.Urgency != "" {
-		h["Urgency"] = []string{string(msg.Urgency)}
-	}
-	if msg.Topic != "" {
-		h["Topic"] = []string{msg.Topic}
-	}
-
 	started := time.Now()
-	resp, err := o.transport.RoundTrip(req)
+	resp, err := o.pool.roundTrip(ctx, req, s.cfg.Timeout)
+	s.m.latency.UpdateDuration(started)
 	if err != nil {
-		s.m.latency.UpdateDuration(started)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			// The caller gave up (shutdown): nothing to learn about the origin.
 			return Outcome{Kind: Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}, signalNone, started
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return Outcome{Kind: Retryable, Err: fmt.Errorf("push service did not answer within %s: %w", s.cfg.Timeout, err)}, signalOverload, started
+		case errors.Is(err, errRequestTimeout):
+			return Outcome{Kind: Retryable, Err: fmt.Errorf("push service did not answer within %s: %w", s.cfg.Timeout, context.DeadlineExceeded)}, signalOverload, started
+		case errors.Is(err, errPoolClosed):
+			return Outcome{Kind: Retryable, Err: ErrSenderClosed}, signalNone, started
 		}
 		return Outcome{Kind: Retryable, Err: fmt.Errorf("send to %s: %w", o.name, err)}, signalOverload, started
 	}
-	status := resp.StatusCode
-	var detail []byte
-	if status >= 300 {
-		detail, _ = io.ReadAll(io.LimitReader(resp.Body, 256))
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
-	s.m.latency.UpdateDuration(started)
-
-	out, sig := classify(status, resp.Header.Get("Retry-After"), detail, time.Now(), s.cfg.MaxRetryAfter)
-	if out.RetryAfter > 0 && (status == http.StatusTooManyRequests || status >= 500) {
+	out, sig := classify(resp.status, resp.retryAfter, resp.detail, time.Now(), s.cfg.MaxRetryAfter)
+	if out.RetryAfter > 0 && (resp.status == http.StatusTooManyRequests || resp.status >= 500) {
 		s.pause(o, out.RetryAfter)
 	}
 	return out, sig, started
 }
 
-var (
-	contentEncoding = []string{"aes128gcm"}
-	contentType     = []string{"application/octet-stream"}
-)
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, RecordSize); return &b }}
+
+// ttlString formats a TTL, without allocating for the configured default.
+func (s *Sender) ttlString(secs int64) string {
+	if secs == s.defaultTTLSecs {
+		return s.defaultTTL
+	}
+	return strconv.FormatInt(secs, 10)
+}
 
 // classify maps a push service's answer to an outcome and what it tells the
 // origin's adaptive limit. It is the one place retry decisions for the push

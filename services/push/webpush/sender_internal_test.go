@@ -187,3 +187,33 @@ func TestValidateTopicAndUrgency(t *testing.T) {
 		t.Errorf("very-low: %v", err)
 	}
 }
+
+func TestParseEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		in                 string
+		origin, host, path string
+		ok                 bool
+	}{
+		{"https://fcm.googleapis.com/fcm/send/abc:APA91b-x_y", "https://fcm.googleapis.com", "fcm.googleapis.com", "/fcm/send/abc:APA91b-x_y", true},
+		{"https://127.0.0.1:8443/wpush/17", "https://127.0.0.1:8443", "127.0.0.1:8443", "/wpush/17", true},
+		{"https://updates.push.services.mozilla.com/wpush/v2/gAAAA?x=1", "https://updates.push.services.mozilla.com", "updates.push.services.mozilla.com", "/wpush/v2/gAAAA?x=1", true},
+		{"https://Push.Example.com/a%20b", "https://Push.Example.com", "Push.Example.com", "/a%20b", true}, // slow path
+		{"https://[::1]:8443/wpush/1", "https://[::1]:8443", "[::1]:8443", "/wpush/1", true},
+		{"https://push.example.com/a#frag", "https://push.example.com", "push.example.com", "/a", true},
+		{"https://push.example.com", "https://push.example.com", "push.example.com", "/", true},
+		{"http://push.example.com/a", "", "", "", false},
+		{"https://user@push.example.com/a", "", "", "", false},
+		{"https:///a", "", "", "", false},
+		{"not a url", "", "", "", false},
+		{"", "", "", "", false},
+	} {
+		ep, err := parseEndpoint(tc.in)
+		if (err == nil) != tc.ok {
+			t.Errorf("%q: err = %v", tc.in, err)
+			continue
+		}
+		if tc.ok && (ep.origin != tc.origin || ep.host != tc.host || ep.path != tc.path) {
+			t.Errorf("%q: got %+v", tc.in, ep)
+		}
+	}
+}

@@ -1,12 +1,15 @@
 package webpush_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -192,6 +195,91 @@ func TestSendOpensConnectionsWhenStreamsRunOut(t *testing.T) {
 	if len(remotes) < sends/maxStreams {
 		t.Fatalf("%d connections for %d concurrent streams at %d per connection", len(remotes), sends, maxStreams)
 	}
+}
+
+// TestSendSharesConnections checks that many concurrent first sends to one
+// origin share a few connections instead of dialing one each.
+func TestSendSharesConnections(t *testing.T) {
+	const sends = 300
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = sends })
+	b := newBrowser(t)
+	var wg sync.WaitGroup
+	for range sends {
+		wg.Go(func() {
+			s.Send(context.Background(), webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")})
+		})
+	}
+	wg.Wait()
+	if n := conns.Load(); n > 5 {
+		t.Fatalf("%d connections for %d concurrent sends to one origin", n, sends)
+	}
+}
+
+// TestSendWithConstrainedServer sends large messages concurrently to a
+// server with a tiny stream receive window (DATA split across many
+// WINDOW_UPDATEs) and a tiny HPACK table (table size updates, evictions).
+func TestSendWithConstrainedServer(t *testing.T) {
+	b := newBrowser(t)
+	payload := bytes.Repeat([]byte("p"), webpush.MaxPayload)
+	var srvURL string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("read body: %v", err)
+		}
+		if plain, err := webpush.Decrypt(b.priv, b.auth, body); err != nil || !bytes.Equal(plain, payload) {
+			t.Errorf("decrypt: %v", err)
+		}
+		if _, err := webpush.VerifyVAPID(r.Header.Get("Authorization"), srvURL, time.Now()); err != nil {
+			t.Errorf("vapid: %v", err)
+		}
+		if r.Header.Get("TTL") == "" || r.ContentLength != int64(len(body)) {
+			t.Errorf("TTL %q, content-length %d for %d bytes", r.Header.Get("TTL"), r.ContentLength, len(body))
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{
+		MaxConcurrentStreams:      50,
+		MaxReceiveBufferPerStream: 1000,
+		MaxDecoderHeaderTableSize: 100,
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	srvURL = srv.URL
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 200 })
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			out := s.Send(context.Background(), webpush.Message{
+				Subscription: b.subscription(fmt.Sprintf("%s/wpush/%d", srv.URL, i)),
+				Payload:      payload,
+				Urgency:      webpush.UrgencyLow,
+				Topic:        fmt.Sprintf("t%d", i%7),
+			})
+			if out.Kind != webpush.Delivered {
+				t.Errorf("message %d: %+v", i, out)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestSendOutcomes(t *testing.T) {

@@ -1,0 +1,837 @@
+package webpush
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// This file is a purpose-built HTTP/2 client for push requests: POST with a
+// body of at most 4 KiB, answered by a status and a few headers. A general
+// client (net/http, x/net/http2) spends as much CPU per request as the
+// message's ECDH does — a goroutine per request, a write system call per
+// request, a header map — which would halve the deliveries per CPU-second.
+// Here a request is encoded straight into the connection's write buffer
+// under one lock, one writer goroutine per connection flushes whatever has
+// accumulated in a single write (so under load many requests share a TLS
+// record and a system call), and one reader goroutine per connection
+// completes streams. Framing and HPACK come from golang.org/x/net/http2.
+//
+// What it implements of RFC 9113: the connection preface and SETTINGS in
+// both directions (MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE,
+// MAX_FRAME_SIZE, HEADER_TABLE_SIZE, MAX_HEADER_LIST_SIZE), send-side flow
+// control on the connection and each stream, receive-side WINDOW_UPDATEs,
+// PING (answering, and probing idle connections), GOAWAY (streams above the
+// last processed id are retried on another connection), RST_STREAM
+// (REFUSED_STREAM is retried), CONTINUATION, and server push refused. A
+// connection at the server's stream limit makes the pool dial another.
+
+var (
+	// errNotProcessed: the push service did not act on the request
+	// (REFUSED_STREAM, or GOAWAY naming a lower stream), so sending it again
+	// cannot deliver twice.
+	errNotProcessed = errors.New("push service did not process the request")
+	// errRequestTimeout: no answer within Config.Timeout.
+	errRequestTimeout = errors.New("push service did not answer in time")
+	errPoolClosed     = errors.New("connection pool closed")
+)
+
+const (
+	h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	// Our receive windows: answers are tiny, so these never run out in
+	// practice; a stream whose answer exceeds maxResponseBody is cancelled.
+	h2StreamRecvWindow = 1 << 20
+	h2ConnRecvWindow   = 16 << 20
+	maxResponseBody    = 64 << 10
+	maxDetail          = 256
+	h2MaxHeaderList    = 64 << 10
+	h2MaxStreamID      = 1<<31 - 1
+	h2WriteTimeout     = 15 * time.Second
+	h2ReadIdleTimeout  = 30 * time.Second
+	h2PingTimeout      = 15 * time.Second
+	h2IdleConnTimeout  = 90 * time.Second
+	// h2NotProcessedRetries is how often a request the server did not
+	// process is moved to another connection before giving up.
+	h2NotProcessedRetries = 3
+)
+
+// h2Request is one push request.
+type h2Request struct {
+	authority string // host[:port]
+	path      string
+	auth      string // Authorization
+	ttl       string
+	urgency   string
+	topic     string
+	body      []byte
+}
+
+// h2Response is what came back.
+type h2Response struct {
+	status     int
+	retryAfter string
+	detail     []byte // first bytes of the body, for error messages
+}
+
+// h2Pool holds the connections to one origin.
+type h2Pool struct {
+	addr        string // host:port to dial
+	tlsCfg      *tls.Config
+	dialTimeout time.Duration
+	log         *slog.Logger
+
+	mu      sync.Mutex
+	conns   []*h2Conn
+	dialing *h2Dial
+	closed  bool
+	// snap is conns as of the last change, read without the lock.
+	snap atomic.Pointer[[]*h2Conn]
+
+	dials atomic.Int64 // connections opened, for tests and stats
+}
+
+type h2Dial struct {
+	done chan struct{}
+	err  error
+}
+
+func newH2Pool(addr, serverName string, base *tls.Config, dialTimeout time.Duration, log *slog.Logger) *h2Pool {
+	cfg := base.Clone()
+	cfg.ServerName = serverName
+	cfg.NextProtos = []string{http2.NextProtoTLS}
+	return &h2Pool{addr: addr, tlsCfg: cfg, dialTimeout: dialTimeout, log: log}
+}
+
+// roundTrip sends req and waits for the answer, at most timeout. Requests
+// the server did not process are moved to another connection.
+func (p *h2Pool) roundTrip(ctx context.Context, req *h2Request, timeout time.Duration) (h2Response, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for attempt := 0; ; attempt++ {
+		st := &h2Stream{done: make(chan struct{})}
+		cc, err := p.start(ctx, timer.C, st, req)
+		if err != nil {
+			return h2Response{}, err
+		}
+		select {
+		case <-st.done:
+		case <-ctx.Done():
+			cc.cancel(st, ctx.Err())
+			return h2Response{}, ctx.Err()
+		case <-timer.C:
+			cc.cancel(st, errRequestTimeout)
+			return h2Response{}, errRequestTimeout
+		}
+		if errors.Is(st.err, errNotProcessed) && attempt < h2NotProcessedRetries {
+			continue
+		}
+		return st.resp, st.err
+	}
+}
+
+// start opens a stream for req on a connection with room, dialing a new
+// connection when every one is at the server's stream limit.
+func (p *h2Pool) start(ctx context.Context, expired <-chan time.Time, st *h2Stream, req *h2Request) (*h2Conn, error) {
+	for {
+		// Fast path: the published list of connections, no pool lock.
+		if snap := p.snap.Load(); snap != nil {
+			for _, cc := range *snap {
+				if ok, err := cc.startStream(st, req); err != nil || ok {
+					return cc, err
+				}
+			}
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		p.pruneLocked()
+		for _, cc := range p.conns { // one may have been added meanwhile
+			if ok, err := cc.startStream(st, req); err != nil || ok {
+				p.mu.Unlock()
+				return cc, err
+			}
+		}
+		d := p.dialing
+		if d == nil {
+			d = &h2Dial{done: make(chan struct{})}
+			p.dialing = d
+			go p.dial(d)
+		}
+		p.mu.Unlock()
+		select {
+		case <-d.done:
+			if d.err != nil {
+				return nil, d.err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-expired:
+			return nil, errRequestTimeout
+		}
+	}
+}
+
+// pruneLocked drops connections that take no new streams and publishes
+// the list for the fast path.
+func (p *h2Pool) pruneLocked() {
+	live := make([]*h2Conn, 0, len(p.conns)+1)
+	for _, cc := range p.conns {
+		if !cc.unusable() {
+			live = append(live, cc)
+		}
+	}
+	p.conns = live
+	snap := append([]*h2Conn(nil), live...)
+	p.snap.Store(&snap)
+}
+
+// dial opens one connection. It is shared by every request waiting for
+// room and is not tied to any of their contexts.
+func (p *h2Pool) dial(d *h2Dial) {
+	cc, err := dialH2(p, p.addr, p.tlsCfg, p.dialTimeout)
+	p.mu.Lock()
+	p.dialing = nil
+	if err == nil {
+		if p.closed {
+			cc.close(errPoolClosed)
+		} else {
+			p.conns = append(p.conns, cc)
+			p.pruneLocked()
+			p.dials.Add(1)
+		}
+	}
+	d.err = err
+	p.mu.Unlock()
+	close(d.done)
+}
+
+// close stops new requests; connections close once their streams finish.
+func (p *h2Pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.snap.Store(nil)
+	p.mu.Unlock()
+	for _, cc := range conns {
+		cc.shutdown()
+	}
+}
+
+// h2Stream is one request in flight.
+type h2Stream struct {
+	id       uint32
+	window   int64  // send window
+	body     []byte // not yet sent (flow control)
+	received int    // answer body bytes
+	finished bool
+	done     chan struct{}
+	resp     h2Response
+	err      error
+}
+
+// h2Conn is one HTTP/2 connection.
+type h2Conn struct {
+	pool *h2Pool
+	nc   net.Conn
+	fr   *http2.Framer // reading only, owned by readLoop
+
+	mu            sync.Mutex
+	wbuf          []byte // frames waiting for the writer
+	hbuf          []byte // header block scratch
+	henc          *hpackEncoder
+	nextID        uint32
+	streams       map[uint32]*h2Stream
+	pending       []*h2Stream // streams with body left, waiting for window
+	maxStreams    uint32
+	maxFrame      int
+	maxHeaderList uint32 // 0: unlimited
+	connWindow    int64
+	initWindow    int64
+	recvUnacked   int64
+	goAway        bool // no new streams (GOAWAY, ids exhausted, shutdown)
+	closed        bool
+	idleSince     time.Time
+
+	flush    chan struct{} // capacity 1: "wbuf has data"
+	done     chan struct{} // closed by close
+	lastRead atomic.Int64  // unix nanos of the last frame read
+}
+
+func dialH2(p *h2Pool, addr string, cfg *tls.Config, timeout time.Duration) (*h2Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	raw, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	nc := tls.Client(raw, cfg)
+	if err := nc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	if proto := nc.ConnectionState().NegotiatedProtocol; proto != http2.NextProtoTLS {
+		nc.Close()
+		return nil, fmt.Errorf("push service at %s does not speak HTTP/2 (ALPN %q)", addr, proto)
+	}
+	cc := &h2Conn{
+		pool:       p,
+		nc:         nc,
+		nextID:     1,
+		streams:    make(map[uint32]*h2Stream),
+		maxStreams: 100, // until the server's SETTINGS say otherwise
+		maxFrame:   16384,
+		connWindow: 65535,
+		initWindow: 65535,
+		idleSince:  time.Now(),
+		flush:      make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+	cc.henc = newHpackEncoder()
+	cc.fr = http2.NewFramer(nil, bufio.NewReaderSize(nc, 32<<10))
+	cc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	cc.fr.MaxHeaderListSize = h2MaxHeaderList
+	cc.fr.SetReuseFrames()
+	cc.fr.SetMaxReadFrameSize(16384) // the default we advertise
+
+	// Preface, our SETTINGS and a bigger connection receive window.
+	b := append([]byte(nil), h2Preface...)
+	b = appendFrameHeader(b, 3*6, http2.FrameSettings, 0, 0)
+	b = appendSetting(b, http2.SettingEnablePush, 0)
+	b = appendSetting(b, http2.SettingInitialWindowSize, h2StreamRecvWindow)
+	b = appendSetting(b, http2.SettingMaxHeaderListSize, h2MaxHeaderList)
+	b = appendWindowUpdate(b, 0, h2ConnRecvWindow-65535)
+	nc.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := nc.Write(b); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("HTTP/2 preface to %s: %w", addr, err)
+	}
+	nc.SetWriteDeadline(time.Time{})
+
+	// The server's first frame is its SETTINGS: wait for it, so the stream
+	// limit is known before the first request (no REFUSED_STREAM bursts).
+	nc.SetReadDeadline(time.Now().Add(timeout))
+	f, err := cc.fr.ReadFrame()
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("HTTP/2 settings from %s: %w", addr, err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok || sf.IsAck() {
+		nc.Close()
+		return nil, fmt.Errorf("HTTP/2 settings from %s: got %v first", addr, f.Header().Type)
+	}
+	nc.SetReadDeadline(time.Time{})
+	cc.lastRead.Store(time.Now().UnixNano())
+	cc.mu.Lock()
+	err = cc.onSettingsLocked(sf)
+	cc.mu.Unlock()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	go cc.writeLoop()
+	go cc.readLoop()
+	go cc.healthLoop()
+	return cc, nil
+}
+
+func appendFrameHeader(b []byte, length int, t http2.FrameType, flags http2.Flags, streamID uint32) []byte {
+	return append(b, byte(length>>16), byte(length>>8), byte(length), byte(t), byte(flags),
+		byte(streamID>>24)&0x7f, byte(streamID>>16), byte(streamID>>8), byte(streamID))
+}
+
+func appendSetting(b []byte, id http2.SettingID, v uint32) []byte {
+	return append(b, byte(id>>8), byte(id), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+func appendUint32(b []byte, v uint32) []byte {
+	return append(b, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+func appendWindowUpdate(b []byte, streamID uint32, inc uint32) []byte {
+	b = appendFrameHeader(b, 4, http2.FrameWindowUpdate, 0, streamID)
+	return appendUint32(b, inc&0x7fffffff)
+}
+
+func appendRSTStream(b []byte, streamID uint32, code http2.ErrCode) []byte {
+	b = appendFrameHeader(b, 4, http2.FrameRSTStream, 0, streamID)
+	return appendUint32(b, uint32(code))
+}
+
+func (cc *h2Conn) unusable() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.closed || cc.goAway
+}
+
+// startStream encodes req onto the connection if it has room. It returns
+// false when the connection is full or going away.
+func (cc *h2Conn) startStream(st *h2Stream, req *h2Request) (bool, error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.closed || cc.goAway || uint32(len(cc.streams)) >= cc.maxStreams {
+		return false, nil
+	}
+	if cc.nextID > h2MaxStreamID {
+		cc.goAway = true // ids exhausted: drain, the pool dials a new one
+		return false, nil
+	}
+	if cc.maxHeaderList > 0 {
+		// RFC 9113 §6.5.2: sum of name and value lengths plus 32 per field.
+		size := 11*32 + len(":method:scheme:authority:path:content-type:content-encoding:content-lengthttlauthorization") +
+			len("POSThttpsapplication/octet-streamaes128gcm") + 5 +
+			len(req.authority) + len(req.path) + len(req.auth) + len(req.ttl) + len(req.urgency) + len(req.topic)
+		if uint32(size) > cc.maxHeaderList {
+			return false, fmt.Errorf("request headers (%d bytes) exceed the push service's limit of %d", size, cc.maxHeaderList)
+		}
+	}
+	st.id = cc.nextID
+	cc.nextID += 2
+	st.window = cc.initWindow
+
+	e := cc.henc
+	hb := e.begin(cc.hbuf[:0])
+	hb = appendHpackInt(hb, 0x80, 7, hpackMethodPost)
+	hb = appendHpackInt(hb, 0x80, 7, hpackSchemeHTTPS)
+	hb = e.indexed(hb, hpackAuthority, ":authority", req.authority)
+	// Values unique per request are never indexed: indexing them would
+	// evict the long Authorization value from the 4 KiB dynamic table,
+	// which then costs ~500 bytes per request instead of one.
+	hb = e.literal(hb, hpackPath, ":path", req.path)
+	hb = e.indexed(hb, hpackContentType, "content-type", "application/octet-stream")
+	hb = e.indexed(hb, hpackContentEncoding, "content-encoding", "aes128gcm")
+	var digits [20]byte
+	hb = appendHpackInt(hb, 0x10, 4, hpackContentLength)
+	cl := strconv.AppendInt(digits[:0], int64(len(req.body)), 10)
+	hb = appendHpackInt(hb, 0, 7, uint64(len(cl)))
+	hb = append(hb, cl...)
+	hb = e.indexed(hb, 0, "ttl", req.ttl)
+	hb = e.indexed(hb, hpackAuthorization, "authorization", req.auth)
+	if req.urgency != "" {
+		hb = e.indexed(hb, 0, "urgency", req.urgency)
+	}
+	if req.topic != "" {
+		hb = e.literal(hb, 0, "topic", req.topic)
+	}
+	cc.hbuf = hb
+	block := hb
+	endStream := len(req.body) == 0
+	for first := true; first || len(block) > 0; first = false {
+		n := min(len(block), cc.maxFrame)
+		var flags http2.Flags
+		t := http2.FrameContinuation
+		if first {
+			t = http2.FrameHeaders
+			if endStream {
+				flags |= http2.FlagHeadersEndStream
+			}
+		}
+		if n == len(block) {
+			flags |= http2.FlagHeadersEndHeaders
+		}
+		cc.wbuf = appendFrameHeader(cc.wbuf, n, t, flags, st.id)
+		cc.wbuf = append(cc.wbuf, block[:n]...)
+		block = block[n:]
+	}
+	cc.streams[st.id] = st
+	if !endStream {
+		st.body = req.body
+		cc.pending = append(cc.pending, st)
+		cc.sendPendingLocked()
+	}
+	cc.signalFlushLocked()
+	return true, nil
+}
+
+// sendPendingLocked writes as much pending body as the flow-control
+// windows allow, in stream order.
+func (cc *h2Conn) sendPendingLocked() {
+	if len(cc.pending) == 0 || cc.connWindow <= 0 {
+		return
+	}
+	keep := cc.pending[:0]
+	for i, st := range cc.pending {
+		if cc.connWindow <= 0 {
+			keep = append(keep, cc.pending[i:]...)
+			break
+		}
+		for len(st.body) > 0 && cc.connWindow > 0 && st.window > 0 {
+			n := min(int64(len(st.body)), int64(cc.maxFrame), cc.connWindow, st.window)
+			var flags http2.Flags
+			if n == int64(len(st.body)) {
+				flags = http2.FlagDataEndStream
+			}
+			cc.wbuf = appendFrameHeader(cc.wbuf, int(n), http2.FrameData, flags, st.id)
+			cc.wbuf = append(cc.wbuf, st.body[:n]...)
+			st.body = st.body[n:]
+			cc.connWindow -= n
+			st.window -= n
+		}
+		if len(st.body) > 0 {
+			keep = append(keep, st)
+		} else {
+			st.body = nil
+		}
+	}
+	clear(cc.pending[len(keep):])
+	cc.pending = keep
+}
+
+func (cc *h2Conn) signalFlushLocked() {
+	select {
+	case cc.flush <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes whatever frames accumulated since the last write in one
+// go: under load, many requests share a system call and a TLS record.
+func (cc *h2Conn) writeLoop() {
+	var spare []byte
+	for {
+		select {
+		case <-cc.flush:
+		case <-cc.done:
+			return
+		}
+		cc.mu.Lock()
+		buf := cc.wbuf
+		cc.wbuf = spare[:0]
+		cc.mu.Unlock()
+		if len(buf) == 0 {
+			spare = buf
+			continue
+		}
+		cc.nc.SetWriteDeadline(time.Now().Add(h2WriteTimeout))
+		if _, err := cc.nc.Write(buf); err != nil {
+			cc.close(fmt.Errorf("write to push service: %w", err))
+			return
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep a burst's buffer forever
+		}
+		spare = buf
+	}
+}
+
+func (cc *h2Conn) readLoop() {
+	for {
+		f, err := cc.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				cc.resetStream(se.StreamID, se.Code, fmt.Errorf("bad answer from push service: %w", err))
+				continue
+			}
+			cc.close(fmt.Errorf("read from push service: %w", err))
+			return
+		}
+		cc.lastRead.Store(time.Now().UnixNano())
+		if err := cc.handle(f); err != nil {
+			cc.close(err)
+			return
+		}
+	}
+}
+
+func (cc *h2Conn) handle(f http2.Frame) error {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		st := cc.streams[f.StreamID]
+		if st == nil {
+			return nil // cancelled; the decoder has kept its table in sync
+		}
+		status, err := strconv.Atoi(f.PseudoValue("status"))
+		if err != nil {
+			cc.rstLocked(st.id, http2.ErrCodeProtocol)
+			cc.finishLocked(st, fmt.Errorf("push service sent a malformed :status %q", f.PseudoValue("status")))
+			return nil
+		}
+		if status >= 100 && status < 200 {
+			return nil // informational
+		}
+		if st.resp.status == 0 {
+			st.resp.status = status
+			for _, hf := range f.Fields {
+				if hf.Name == "retry-after" {
+					st.resp.retryAfter = hf.Value
+				}
+			}
+		}
+		if f.StreamEnded() {
+			cc.finishLocked(st, nil)
+		}
+	case *http2.DataFrame:
+		n := int64(f.Header().Length)
+		if n > 0 {
+			cc.recvUnacked += n
+			if cc.recvUnacked >= h2ConnRecvWindow/4 {
+				cc.wbuf = appendWindowUpdate(cc.wbuf, 0, uint32(cc.recvUnacked))
+				cc.recvUnacked = 0
+				cc.signalFlushLocked()
+			}
+		}
+		st := cc.streams[f.StreamID]
+		if st == nil {
+			return nil
+		}
+		if st.resp.status == 0 {
+			cc.rstLocked(st.id, http2.ErrCodeProtocol)
+			cc.finishLocked(st, errors.New("push service sent data before headers"))
+			return nil
+		}
+		data := f.Data()
+		if room := maxDetail - len(st.resp.detail); room > 0 {
+			st.resp.detail = append(st.resp.detail, data[:min(room, len(data))]...)
+		}
+		st.received += len(data)
+		switch {
+		case f.StreamEnded():
+			cc.finishLocked(st, nil)
+		case st.received > maxResponseBody:
+			cc.rstLocked(st.id, http2.ErrCodeCancel) // the status is all we need
+			cc.finishLocked(st, nil)
+		}
+	case *http2.RSTStreamFrame:
+		if st := cc.streams[f.StreamID]; st != nil {
+			if f.ErrCode == http2.ErrCodeRefusedStream {
+				cc.finishLocked(st, fmt.Errorf("%w: stream refused", errNotProcessed))
+			} else if f.ErrCode == http2.ErrCodeNo && st.resp.status != 0 {
+				cc.finishLocked(st, nil) // answered, and asked us to stop sending the body
+			} else {
+				cc.finishLocked(st, fmt.Errorf("push service reset the stream: %v", f.ErrCode))
+			}
+		}
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return cc.onSettingsLocked(f)
+	case *http2.WindowUpdateFrame:
+		inc := int64(f.Increment)
+		if f.StreamID == 0 {
+			cc.connWindow += inc
+			if cc.connWindow > 1<<31-1 {
+				return errors.New("push service overflowed the connection flow-control window")
+			}
+		} else if st := cc.streams[f.StreamID]; st != nil {
+			st.window += inc
+		}
+		cc.sendPendingLocked()
+		cc.signalFlushLocked()
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			cc.wbuf = appendFrameHeader(cc.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
+			cc.wbuf = append(cc.wbuf, f.Data[:]...)
+			cc.signalFlushLocked()
+		}
+	case *http2.GoAwayFrame:
+		cc.goAway = true
+		for id, st := range cc.streams {
+			if id > f.LastStreamID {
+				cc.finishLocked(st, fmt.Errorf("%w: connection going away", errNotProcessed))
+			}
+		}
+		if f.ErrCode != http2.ErrCodeNo {
+			cc.pool.log.Warn("push service closed a connection", "addr", cc.pool.addr, "code", f.ErrCode.String(), "debug", string(f.DebugData()))
+		}
+		if len(cc.streams) == 0 {
+			go cc.close(errors.New("connection closed by the push service (GOAWAY)"))
+		}
+	case *http2.PushPromiseFrame:
+		return errors.New("push service sent PUSH_PROMISE although push is disabled")
+	}
+	return nil
+}
+
+func (cc *h2Conn) onSettingsLocked(f *http2.SettingsFrame) error {
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		switch s.ID {
+		case http2.SettingMaxConcurrentStreams:
+			cc.maxStreams = s.Val
+		case http2.SettingInitialWindowSize:
+			if s.Val > 1<<31-1 {
+				return errors.New("push service sent an invalid INITIAL_WINDOW_SIZE")
+			}
+			delta := int64(s.Val) - cc.initWindow
+			for _, st := range cc.streams {
+				st.window += delta
+			}
+			cc.initWindow = int64(s.Val)
+		case http2.SettingMaxFrameSize:
+			cc.maxFrame = int(s.Val)
+		case http2.SettingHeaderTableSize:
+			cc.henc.setLimit(s.Val)
+		case http2.SettingMaxHeaderListSize:
+			cc.maxHeaderList = s.Val
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	cc.wbuf = appendFrameHeader(cc.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
+	cc.sendPendingLocked()
+	cc.signalFlushLocked()
+	return nil
+}
+
+func (cc *h2Conn) rstLocked(id uint32, code http2.ErrCode) {
+	cc.wbuf = appendRSTStream(cc.wbuf, id, code)
+	cc.signalFlushLocked()
+}
+
+// finishLocked completes a stream once.
+func (cc *h2Conn) finishLocked(st *h2Stream, err error) {
+	if st.finished {
+		return
+	}
+	st.finished = true
+	st.err = err
+	delete(cc.streams, st.id)
+	if st.body != nil {
+		// Answered before we sent the whole body: stop sending it.
+		for i, p := range cc.pending {
+			if p == st {
+				cc.pending = append(cc.pending[:i], cc.pending[i+1:]...)
+				break
+			}
+		}
+		st.body = nil
+		if !cc.closed {
+			cc.rstLocked(st.id, http2.ErrCodeCancel)
+		}
+	}
+	close(st.done)
+	if len(cc.streams) == 0 {
+		cc.idleSince = time.Now()
+		if cc.goAway && !cc.closed {
+			go cc.close(nil)
+		}
+	}
+}
+
+// cancel abandons a stream the caller stopped waiting for.
+func (cc *h2Conn) cancel(st *h2Stream, err error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if st.finished {
+		return
+	}
+	if !cc.closed {
+		cc.rstLocked(st.id, http2.ErrCodeCancel)
+	}
+	st.body = nil // finishLocked must not send a second RST_STREAM
+	for i, p := range cc.pending {
+		if p == st {
+			cc.pending = append(cc.pending[:i], cc.pending[i+1:]...)
+			break
+		}
+	}
+	cc.finishLocked(st, err)
+}
+
+// resetStream handles a stream-level protocol error found by the framer.
+func (cc *h2Conn) resetStream(id uint32, code http2.ErrCode, err error) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.rstLocked(id, code)
+	if st := cc.streams[id]; st != nil {
+		st.body = nil
+		cc.finishLocked(st, err)
+	}
+}
+
+// shutdown stops new streams and closes the connection when idle.
+func (cc *h2Conn) shutdown() {
+	cc.mu.Lock()
+	cc.goAway = true
+	idle := len(cc.streams) == 0
+	cc.mu.Unlock()
+	if idle {
+		cc.close(nil)
+	}
+}
+
+// close fails every open stream with err and closes the connection.
+func (cc *h2Conn) close(err error) {
+	cc.mu.Lock()
+	if cc.closed {
+		cc.mu.Unlock()
+		return
+	}
+	cc.closed = true
+	cc.goAway = true
+	if err == nil {
+		err = errors.New("connection closed")
+	}
+	for _, st := range cc.streams {
+		st.body = nil
+		cc.finishLocked(st, err)
+	}
+	cc.pending = nil
+	close(cc.done)
+	cc.mu.Unlock()
+	cc.nc.Close()
+}
+
+// healthLoop pings a connection that has been silent for a while and
+// closes it when the ping goes unanswered, so requests do not wait for
+// their timeout on a dead peer; it also closes connections idle for long.
+func (cc *h2Conn) healthLoop() {
+	t := time.NewTicker(h2ReadIdleTimeout / 3)
+	defer t.Stop()
+	var pingSent time.Time
+	for {
+		select {
+		case <-cc.done:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		lastRead := time.Unix(0, cc.lastRead.Load())
+		cc.mu.Lock()
+		idle := len(cc.streams) == 0 && now.Sub(cc.idleSince) > h2IdleConnTimeout
+		switch {
+		case idle:
+			cc.goAway = true
+			cc.wbuf = appendFrameHeader(cc.wbuf, 8, http2.FrameGoAway, 0, 0)
+			cc.wbuf = appendUint32(cc.wbuf, 0)
+			cc.wbuf = appendUint32(cc.wbuf, uint32(http2.ErrCodeNo))
+			cc.signalFlushLocked()
+		case !pingSent.IsZero() && lastRead.After(pingSent):
+			pingSent = time.Time{}
+		case !pingSent.IsZero() && now.Sub(pingSent) > h2PingTimeout:
+			cc.mu.Unlock()
+			cc.close(errors.New("push service did not answer a PING: connection lost"))
+			return
+		case pingSent.IsZero() && now.Sub(lastRead) > h2ReadIdleTimeout:
+			pingSent = now
+			cc.wbuf = appendFrameHeader(cc.wbuf, 8, http2.FramePing, 0, 0)
+			cc.wbuf = append(cc.wbuf, 0, 0, 0, 0, 0, 0, 0, 1)
+			cc.signalFlushLocked()
+		}
+		cc.mu.Unlock()
+		if idle {
+			time.Sleep(100 * time.Millisecond) // let the writer send GOAWAY
+			cc.close(nil)
+			return
+		}
+	}
+}
