@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,12 +40,12 @@ import (
 // subscriptions, all notified of one event; private topics; a mock push
 // service the seeded endpoints point at.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	db      *schematest.Database
 	topics  streams.Topics
 	brokers []string
-	mock    *pushmock.Server
+	mock    mockService
 	seed    seed.Result
 	eventID string
 	course  string
@@ -55,20 +58,20 @@ type fixtureOpts struct {
 	users     int
 	subsRatio float64
 	mock      pushmock.Config
+	// mockProcess runs the mock as its own `notify run pushmock` process
+	// (benchmarks: its CPU is then not the worker's).
+	mockProcess bool
 }
 
-func newFixture(t *testing.T, o fixtureOpts) *fixture {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	f := &fixture{t: t, ctx: ctx}
-	f.db = schematest.NewDatabase(t)
-	f.topics = streamstest.NewTopics(t)
-	f.brokers = streamstest.Brokers(t)
-	f.prod = streamstest.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	f.adm = streamstest.Admin(t)
+// mockService is the mock push service, in process or as a process.
+type mockService interface {
+	Stats() pushmock.Stats
+	CertFile() string
+	URL() string
+}
 
-	mc := o.mock
+func startMock(t testing.TB, ctx context.Context, mc pushmock.Config) *pushmock.Server {
+	t.Helper()
 	mc.Addr = "127.0.0.1:0"
 	mc.CertFile = filepath.Join(t.TempDir(), "pushmock-cert.pem")
 	if mc.Latency == 0 {
@@ -88,13 +91,96 @@ func newFixture(t *testing.T, o fixtureOpts) *fixture {
 		defer c()
 		_ = m.Stop(sctx)
 	})
-	f.mock = m
+	return m
+}
+
+// mockProc is `notify run pushmock` in its own process.
+type mockProc struct {
+	t        testing.TB
+	url      string
+	certFile string
+	client   *http.Client
+}
+
+func startMockProcess(t testing.TB, mc pushmock.Config) *mockProc {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	m := &mockProc{t: t, url: "https://" + addr, certFile: filepath.Join(t.TempDir(), "pushmock-cert.pem")}
+	latency := mc.Latency
+	if latency == 0 {
+		latency = 10 * time.Millisecond
+	}
+	cmd := exec.Command(notifyBinary(t), "run", "pushmock", "--addr", addr, "--cert-file", m.certFile,
+		"--latency", latency.String(), "--seed", "1")
+	cmd.Env = append(os.Environ(), "NOTIFY_LOG_FORMAT=json")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if pool, err := webpush.LoadCAFile(m.certFile); err == nil {
+			m.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+			if _, err := m.stats(); err == nil {
+				return m
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("mock push service process did not come up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (m *mockProc) stats() (pushmock.Stats, error) {
+	var st pushmock.Stats
+	resp, err := m.client.Get(m.url + "/stats")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+func (m *mockProc) Stats() pushmock.Stats {
+	st, err := m.stats()
+	if err != nil {
+		m.t.Fatalf("mock stats: %v", err)
+	}
+	return st
+}
+
+func (m *mockProc) CertFile() string { return m.certFile }
+func (m *mockProc) URL() string      { return m.url }
+
+func newFixture(t testing.TB, o fixtureOpts) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &fixture{t: t, ctx: ctx}
+	f.db = schematest.NewDatabase(t)
+	f.topics = streamstest.NewTopics(t)
+	f.brokers = streamstest.Brokers(t)
+	f.prod = streamstest.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	f.adm = streamstest.Admin(t)
+
+	if o.mockProcess {
+		f.mock = startMockProcess(t, o.mock)
+	} else {
+		f.mock = startMock(t, ctx, o.mock)
+	}
 
 	ratio := o.subsRatio
 	if ratio == 0 {
 		ratio = seed.DefaultSubsRatio
 	}
-	f.seed, err = seed.Load(ctx, f.db.Pool, seed.Options{Users: o.users, SubsRatio: ratio, Seed: 1, PushBaseURL: m.URL() + "/wpush/"})
+	var err error
+	f.seed, err = seed.Load(ctx, f.db.Pool, seed.Options{Users: o.users, SubsRatio: ratio, Seed: 1, PushBaseURL: f.mock.URL() + "/wpush/"})
 	if err != nil {
 		t.Fatalf("seed: %v", err)
 	}
@@ -117,11 +203,11 @@ func quietLogger() *slog.Logger {
 }
 
 // testLogger logs warnings and errors through t.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
@@ -272,7 +358,7 @@ func (f *fixture) newWorker(mod func(*push.Config)) *push.Worker {
 	return w
 }
 
-func mustVAPID(t *testing.T) *webpush.VAPIDKey {
+func mustVAPID(t testing.TB) *webpush.VAPIDKey {
 	k, err := webpush.GenerateVAPIDKey()
 	if err != nil {
 		t.Fatal(err)
@@ -394,7 +480,7 @@ func TestMain(m *testing.M) {
 }
 
 // notifyBinary builds the notify binary once per test binary.
-func notifyBinary(t *testing.T) string {
+func notifyBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "notify-push-test-")
@@ -477,7 +563,7 @@ func tail(s string, n int) string {
 }
 
 // kill ends the process with SIGKILL: no stop, no commit, no leave.
-func (p *proc) kill(t *testing.T) {
+func (p *proc) kill(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -487,7 +573,7 @@ func (p *proc) kill(t *testing.T) {
 
 // stop ends the process gracefully and returns the worker's final stats
 // from its log.
-func (p *proc) stop(t *testing.T) push.Stats {
+func (p *proc) stop(t testing.TB) push.Stats {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -504,7 +590,7 @@ func (p *proc) stop(t *testing.T) push.Stats {
 	return p.stats(t)
 }
 
-func (p *proc) stats(t *testing.T) push.Stats {
+func (p *proc) stats(t testing.TB) push.Stats {
 	t.Helper()
 	fh, err := os.Open(p.log)
 	if err != nil {
@@ -527,7 +613,7 @@ func (p *proc) stats(t *testing.T) push.Stats {
 }
 
 // waitLog waits until the process logs a line containing s.
-func (p *proc) waitLog(t *testing.T, s string, timeout time.Duration) {
+func (p *proc) waitLog(t testing.TB, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
