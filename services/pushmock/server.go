@@ -72,7 +72,7 @@ type Server struct {
 	byStatus                     [600]atomic.Int64
 	delivered                    idSet
 	notBefore                    sync.Map // id int64 → unix nanos of the Retry-After deadline
-	vapidOK                      sync.Map // host + "\x00" + Authorization → expiry (time.Time)
+	vapidOK                      sync.Map // Authorization → vapidVerified
 	vapidCached                  atomic.Int64
 	bodyPool                     sync.Pool
 }
@@ -400,9 +400,10 @@ func (s *Server) checkDecrypts(id int64, body []byte) {
 // senders reuse one token per origin and an ECDSA verify per request would
 // make the mock, not the sender, the bottleneck.
 func (s *Server) vapidValid(auth, host string, now time.Time) bool {
-	key := host + "\x00" + auth
-	if v, ok := s.vapidOK.Load(key); ok {
-		return now.Before(v.(time.Time))
+	if v, ok := s.vapidOK.Load(auth); ok {
+		if ok := v.(vapidVerified); ok.host == host {
+			return now.Before(ok.exp)
+		}
 	}
 	tok, err := webpush.VerifyVAPID(auth, "https://"+host, now)
 	if err != nil {
@@ -413,8 +414,15 @@ func (s *Server) vapidValid(auth, host string, now time.Time) bool {
 		s.vapidOK.Clear()
 		s.vapidCached.Store(0)
 	}
-	s.vapidOK.Store(key, tok.Expires)
+	s.vapidOK.Store(auth, vapidVerified{host: host, exp: tok.Expires})
 	return true
+}
+
+// vapidVerified is a cached verification: the header was valid for
+// requests addressed to host until exp.
+type vapidVerified struct {
+	host string
+	exp  time.Time
 }
 
 // slogWriter routes net/http's internal log lines (TLS handshake errors from

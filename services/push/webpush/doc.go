@@ -45,10 +45,26 @@
 //
 // # Connections
 //
-// Each origin gets its own HTTP/2-only transport (golang.org/x/net/http2).
-// HTTP/2 multiplexes many streams over one TLS connection; when every
-// connection is at the server's SETTINGS_MAX_CONCURRENT_STREAMS the
-// transport dials one more instead of queueing, and concurrent first sends
-// share a single dial. HTTP/1.1's two-idle-connections-per-host default
-// never applies.
+// Each origin gets its own pool of HTTP/2 connections (h2client.go), a
+// client built for push requests rather than net/http: a request is
+// encoded straight into its connection's write buffer, one writer
+// goroutine per connection sends whatever accumulated in one write (under
+// load many requests share a TLS record and a system call), and one reader
+// goroutine per connection completes the streams. HTTP/2 multiplexes many
+// streams per connection; when every connection is at the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS the pool dials one more, and concurrent
+// first sends share a single dial. Requests the server did not process
+// (REFUSED_STREAM, GOAWAY) move to another connection; idle connections are
+// pinged and closed when dead. Push services are reached directly: there is
+// no HTTP proxy support.
+//
+// # CPU
+//
+// Per message the ephemeral key and the ECDH (two P-256 scalar
+// multiplications, ~80 µs on one core of the reference machine) dominate;
+// everything else — HKDF, AES-GCM, VAPID (a cached token), HTTP/2 framing,
+// HPACK (the repeated Authorization costs one byte after the first
+// request), TLS — costs under 10 µs. Encryption runs on one goroutine per
+// core (see sealer), so CPU-bound work stays bounded whatever the number
+// of callers.
 package webpush

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -280,6 +281,60 @@ func TestSendWithConstrainedServer(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestSendAfterServerGoAway: the server closes an idle connection with
+// GOAWAY; the next send dials a new one.
+func TestSendAfterServerGoAway(t *testing.T) {
+	var conns, closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.IdleTimeout = 20 * time.Millisecond
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			conns.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	s := newSender(t, pool, nil)
+	msg := webpush.Message{Subscription: newBrowser(t).subscription(srv.URL + "/wpush/1"), Payload: []byte("x")}
+	for i := range 3 {
+		if out := s.Send(context.Background(), msg); out.Kind != webpush.Delivered {
+			t.Fatalf("send %d: %+v", i, out)
+		}
+		for closed.Load() < int64(i+1) { // the server's idle timeout closes it
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("%d connections, want one per send after each GOAWAY", n)
+	}
+}
+
+// TestSendLargeErrorBody: the reason in a long error body is kept short
+// and the status still comes back.
+func TestSendLargeErrorBody(t *testing.T) {
+	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte("invalid crypto-key\n"))
+		w.Write(bytes.Repeat([]byte("x"), 200<<10))
+	})
+	s := newSender(t, pool, nil)
+	out := s.Send(context.Background(), webpush.Message{Subscription: newBrowser(t).subscription(srv.URL + "/wpush/1"), Payload: []byte("x")})
+	if out.Kind != webpush.PermanentFailure || out.Status != 400 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if msg := out.Err.Error(); !strings.Contains(msg, "invalid crypto-key") || len(msg) > 400 {
+		t.Fatalf("error %q", msg)
+	}
 }
 
 func TestSendOutcomes(t *testing.T) {
