@@ -35,7 +35,7 @@ type Config struct {
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
 	VAPIDPublicKey *ecdh.PublicKey
-	// Status answers GET /v1/events/{id}. Default: NewDBStatus over the
+	// Status answers GET /v1/events/{id}. Default: FanoutStatus over the
 	// server's pool.
 	Status StatusSource
 	// Metrics receives the API's metrics. Default: a new set, exposed only

@@ -71,8 +71,10 @@
 //
 // # Events
 //
-// GET /v1/events/{event_id} reports an event's fan-out progress to the
-// course's instructor (403 for anyone else) through a StatusSource.
+// GET /v1/events/{event_id} reports an event's progress to the course's
+// instructor (403 for anyone else; 404 for an unknown event) through a
+// StatusSource; the default serves fanout.LoadStatus ("pending" until the
+// planner ran, then "running" with notified/slices/rate/ETA, "finished").
 //
 // # Operations
 //

@@ -58,7 +58,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, errors.New("api: nil database pool")
 	}
 	if cfg.Status == nil {
-		cfg.Status = NewDBStatus(pool)
+		cfg.Status = FanoutStatus{Pool: pool}
 	}
 	s := &Server{
 		cfg:    cfg,

@@ -79,13 +79,13 @@ func newTestServer(t *testing.T, pool *pgxpool.Pool, cfg Config) *Server {
 type blockingStatus struct {
 	entered chan struct{}
 	release chan struct{}
-	course  string
+	course  UUID
 }
 
-func (b *blockingStatus) EventStatus(ctx context.Context, id UUID) (EventStatus, error) {
+func (b *blockingStatus) EventStatus(ctx context.Context, id UUID) (UUID, any, error) {
 	b.entered <- struct{}{}
 	<-b.release
-	return EventStatus{EventID: id.String(), CourseID: b.course, State: "done-after-stop"}, nil
+	return b.course, map[string]string{"state": "done-after-stop"}, nil
 }
 
 // TestGracefulStop: a request in flight when Stop is called completes with
@@ -93,7 +93,7 @@ func (b *blockingStatus) EventStatus(ctx context.Context, id UUID) (EventStatus,
 func TestGracefulStop(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	bs := &blockingStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course.String()}
+	bs := &blockingStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course}
 	var logs strings.Builder
 	var mu sync.Mutex
 	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: bs,
