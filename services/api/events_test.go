@@ -71,7 +71,9 @@ type stubStatus struct {
 	doc    map[string]string
 }
 
-func (s stubStatus) EventStatus(context.Context, UUID) (UUID, any, error) { return s.course, s.doc, nil }
+func (s stubStatus) EventStatus(context.Context, UUID) (UUID, any, error) {
+	return s.course, s.doc, nil
+}
 
 func TestEventStatusSourceIsPluggable(t *testing.T) {
 	t.Parallel()
