@@ -34,7 +34,7 @@ type PublishResponse struct {
 //
 //   - Nothing is inserted unless the caller is the course's instructor; the
 //     first column tells 404 (NULL) from 403 (someone else).
-//   - With a key ($3 <> ”), the claim is INSERT … ON CONFLICT DO NOTHING:
+//   - With a key ($3 not empty), the claim is INSERT … ON CONFLICT DO NOTHING:
 //     a concurrent request holding the same key makes it wait for that
 //     transaction and then yield no row, and then neither the material nor
 //     the event is written (the caller replays the stored response).
