@@ -76,7 +76,7 @@ func encrypt(dst []byte, k Keys, payload []byte, padTo int, eph *ecdh.PrivateKey
 		return dst, fmt.Errorf("ecdh: %w", err)
 	}
 	ephPub := eph.PublicKey().Bytes()
-	gcm, nonce, err := contentKeys(secret, k.auth[:], k.pub.Bytes(), ephPub, salt)
+	gcm, nonce, err := contentKeys(secret, k.auth[:], k.raw[:], ephPub, salt)
 	if err != nil {
 		return dst, err
 	}
@@ -107,7 +107,7 @@ func encrypt(dst []byte, k Keys, payload []byte, padTo int, eph *ecdh.PrivateKey
 		dst = append(dst, 0)
 	}
 	// Seal in place: the ciphertext overwrites the plaintext.
-	return gcm.Seal(dst[:start], nonce, dst[start:], nil), nil
+	return gcm.Seal(dst[:start], nonce[:], dst[start:], nil), nil
 }
 
 // contentKeys runs the RFC 8291 §3.4 and RFC 8188 §2.2 key schedule: five
@@ -115,7 +115,7 @@ func encrypt(dst []byte, k Keys, payload []byte, padTo int, eph *ecdh.PrivateKey
 // block (HKDF-Expand with L ≤ 32 is HMAC(PRK, info ‖ 0x01)). hmacSHA256
 // works on stack buffers: crypto/hkdf allocated ~2 KiB per message, which
 // the profile showed as GC work at tens of thousands of messages a second.
-func contentKeys(secret, auth, uaPub, asPub, salt []byte) (cipher.AEAD, []byte, error) {
+func contentKeys(secret, auth, uaPub, asPub, salt []byte) (cipher.AEAD, [12]byte, error) {
 	var info [len(keyInfoPrefix) + 2*P256DHSize + 1]byte
 	n := copy(info[:], keyInfoPrefix)
 	n += copy(info[n:], uaPub)
@@ -131,13 +131,13 @@ func contentKeys(secret, auth, uaPub, asPub, salt []byte) (cipher.AEAD, []byte, 
 
 	block, err := aes.NewCipher(cek[:16])
 	if err != nil {
-		return nil, nil, fmt.Errorf("aes: %w", err)
+		return nil, [12]byte{}, fmt.Errorf("aes: %w", err)
 	}
 	gcm, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, nil, fmt.Errorf("gcm: %w", err)
+		return nil, [12]byte{}, fmt.Errorf("gcm: %w", err)
 	}
-	return gcm, append([]byte(nil), nonce[:12]...), nil
+	return gcm, [12]byte(nonce[:12]), nil
 }
 
 var one = []byte{0x01}
@@ -203,7 +203,7 @@ func Decrypt(priv *ecdh.PrivateKey, auth []byte, body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	plain, err := gcm.Open(nil, nonce, record, nil)
+	plain, err := gcm.Open(nil, nonce[:], record, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDecrypt, err)
 	}

@@ -37,6 +37,7 @@ type Subscription struct {
 // Keys are a subscription's validated encryption keys.
 type Keys struct {
 	pub  *ecdh.PublicKey
+	raw  [P256DHSize]byte // pub's encoding, kept to spare a copy per message
 	auth [AuthSize]byte
 }
 
@@ -55,6 +56,7 @@ func NewKeys(p256dh, auth []byte) (Keys, error) {
 		return k, fmt.Errorf("%w: p256dh: %v", ErrInvalidKeys, err)
 	}
 	k.pub = pub
+	copy(k.raw[:], p256dh)
 	copy(k.auth[:], auth)
 	return k, nil
 }
@@ -79,7 +81,7 @@ func (k Keys) P256DH() []byte {
 	if k.pub == nil {
 		return nil
 	}
-	return k.pub.Bytes()
+	return append([]byte(nil), k.raw[:]...)
 }
 
 // Auth returns the auth secret.
