@@ -175,7 +175,6 @@ func TestConsumerConfigValidation(t *testing.T) {
 	_ = c.Stop(context.Background())
 }
 
-
 func TestBackoffIsCappedAndJittered(t *testing.T) {
 	min, max := 100*time.Millisecond, 2*time.Second
 	for attempt := 1; attempt < 40; attempt++ {
@@ -231,7 +230,10 @@ func testContiguousCommit(t *testing.T, b broker) {
 	})
 }
 
-func TestConsumerContiguousCommitFake(t *testing.T) { t.Parallel(); testContiguousCommit(t, fakeBroker(t)) }
+func TestConsumerContiguousCommitFake(t *testing.T) {
+	t.Parallel()
+	testContiguousCommit(t, fakeBroker(t))
+}
 func TestConsumerContiguousCommitKafka(t *testing.T) {
 	t.Parallel()
 	testContiguousCommit(t, realBroker(t))
@@ -412,5 +414,43 @@ func TestConsumerRevokeCommits(t *testing.T) {
 	}
 	if byB == 0 {
 		t.Fatal("second member handled nothing")
+	}
+}
+
+func TestConsumerDeadLettersToTopic(t *testing.T) {
+	t.Parallel()
+	b := fakeBroker(t)
+	topic := b.topic(t, 1)
+	dlq := b.topic(t, 1)
+	group := "g"
+	b.produce(t, topic, 0, 0, 3)
+	startConsumer(t, streams.ConsumerConfig{
+		Brokers: b.brokers, Group: group, Topics: []string{topic}, CommitInterval: 10 * time.Millisecond, DLQTopic: dlq,
+		Handler: func(ctx context.Context, r *kgo.Record) error {
+			if r.Offset == 1 {
+				return fmt.Errorf("decode: %w", streams.ErrMalformed)
+			}
+			return nil
+		},
+	})
+	eventually(t, "all 3 committed", func() bool { return b.committed(t, group, topic, 0) == 3 })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fs := cl.PollFetches(ctx)
+	recs := fs.Records()
+	if len(recs) != 1 || string(recs[0].Value) != "1" {
+		t.Fatalf("dead letters %v, want the record at offset 1", recs)
+	}
+	h := map[string]string{}
+	for _, x := range recs[0].Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if h["dlq-topic"] != topic || h["dlq-offset"] != "1" || !strings.Contains(h["dlq-error"], "malformed") {
+		t.Fatalf("dead letter headers %v", h)
 	}
 }

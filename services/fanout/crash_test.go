@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"os"
@@ -221,6 +222,7 @@ func TestCrashAndReplay(t *testing.T) {
 		WHERE n.event_id = $1 AND e.user_id IS NULL`, ev.EventID, c.ID, ev.PublishedAt); extra != 0 {
 		t.Fatalf("%d notifications for students outside the audience", extra)
 	}
+	checkStatusCommand(t, bin, db.URL, ev.EventID, students)
 	waitOutboxEmpty(t, db.Pool)
 	cmds, dups := distinctPushCommands(t, topics)
 	if dups > 0 {
@@ -378,4 +380,29 @@ func waitCaughtUp(t *testing.T, adm *kadm.Client, group, topic string, p *fanout
 
 func errorsIsGroupMissing(err error) bool {
 	return err != nil && strings.Contains(err.Error(), kerr.GroupIDNotFound.Message)
+}
+
+// checkStatusCommand runs `notify status EVENT_ID --json` as the acceptance
+// checks do.
+func checkStatusCommand(t *testing.T, bin, dbURL, eventID string, notified int64) {
+	t.Helper()
+	out, err := exec.Command(bin, "status", eventID, "--json", "--database-url", dbURL).Output()
+	if err != nil {
+		t.Fatalf("notify status: %v", err)
+	}
+	var st struct {
+		EventID  string `json:"event_id"`
+		Notified int64  `json:"notified"`
+		Finished bool   `json:"finished"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("notify status --json: %v\n%s", err, out)
+	}
+	if st.EventID != eventID || st.Notified != notified || !st.Finished {
+		t.Fatalf("notify status --json said %s", out)
+	}
+	text, err := exec.Command(bin, "status", eventID, "--database-url", dbURL).Output()
+	if err != nil || !strings.Contains(string(text), "finished") {
+		t.Fatalf("notify status: %v\n%s", err, text)
+	}
 }

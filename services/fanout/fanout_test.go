@@ -79,7 +79,7 @@ func TestAudienceIsEnrolledAtPublish(t *testing.T) {
 	topics := streamstest.NewTopics(t)
 	published := time.Now().UTC().Truncate(time.Microsecond)
 	c := seedCourse(t, db.Pool, 3000, published.Add(-time.Hour))
-	enroll(t, db.Pool, c.ID, 1, published)                       // exactly at publish: in
+	enroll(t, db.Pool, c.ID, 1, published)                         // exactly at publish: in
 	enroll(t, db.Pool, c.ID, 700, published.Add(time.Microsecond)) // after: out
 	enroll(t, db.Pool, c.ID, 300, published.Add(time.Hour))        // after: out
 	startRelay(t, db.Pool, topics)

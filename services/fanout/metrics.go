@@ -12,7 +12,10 @@ var (
 	metricSlicesSkipped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="skipped"}`)
 	metricPushCommands  = metrics.GetOrCreateCounter(`notify_fanout_push_commands_total`)
 	metricSliceDuration = metrics.GetOrCreateHistogram(`notify_fanout_slice_duration_seconds`)
-	metricSlicesFlight  = metrics.GetOrCreateGauge(`notify_fanout_slices_in_flight`, nil)
-	metricRunDuration   = metrics.GetOrCreateHistogram(`notify_fanout_run_duration_seconds`)
-	metricRunsFinished  = metrics.GetOrCreateCounter(`notify_fanout_runs_finished_total`)
+	// From the commit that wrote a slice command to the start of its
+	// handling: the CDC + Kafka hop every chain pays between its slices.
+	metricCommandLatency = metrics.GetOrCreateHistogram(`notify_fanout_command_latency_seconds`)
+	metricSlicesFlight   = metrics.GetOrCreateGauge(`notify_fanout_slices_in_flight`, nil)
+	metricRunDuration    = metrics.GetOrCreateHistogram(`notify_fanout_run_duration_seconds`)
+	metricRunsFinished   = metrics.GetOrCreateCounter(`notify_fanout_runs_finished_total`)
 )

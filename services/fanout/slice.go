@@ -96,6 +96,11 @@ func (w *SliceWorker) Handle(ctx context.Context, r *kgo.Record) error {
 	if err != nil {
 		return err
 	}
+	// The connector stamps records with their transaction's commit time:
+	// this is the hop between two slices of a chain (CDC + Kafka).
+	if !r.Timestamp.IsZero() {
+		metricCommandLatency.UpdateDuration(r.Timestamp)
+	}
 	_, err = w.Run(ctx, cmd)
 	return err
 }
@@ -124,6 +129,8 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 		return res, nil
 	}
 	metricSliceDuration.UpdateDuration(start)
+	w.cfg.Logger.Debug("slice done", "event_id", cmd.EventID, "range", cmd.RangeIndex, "seq", cmd.Seq,
+		"students", res.Students, "inserted", res.Inserted, "ms", time.Since(start).Milliseconds(), "range_done", res.RangeDone)
 	metricSlicesDone.Inc()
 	metricRowsInserted.Add(int(res.Inserted))
 	if res.Students > 0 {

@@ -38,9 +38,13 @@ FOR UPDATE OF g`
 // order (an index-only range scan of the enrollments primary key), insert
 // their notifications, and report the slice's size, first and last user and
 // how many rows were new. The slice CTE is read three times, so Postgres
-// materialises it once; first/last are taken with ORDER BY … LIMIT 1 because
-// Postgres 15 has no min/max for uuid (see BenchmarkSliceQuery variants in
-// the benchmark notes: this form was the fastest of the ones tried).
+// materialises it once. First and last user: Postgres 15 has no min/max
+// for uuid; a top-1 sort of the 5,000 uuids costs about 0.6 ms each, while
+// min/max over user_id::text cost 2–4 ms (the cast allocates per row), and
+// ORDER BY on the text form (what "SELECT user_id::text … ORDER BY user_id"
+// silently does: the output column shadows the input one) 2 ms each —
+// measured with EXPLAIN ANALYZE on the 1M-student benchmark database, next
+// to 40–50 ms for the insert itself.
 //
 // Parameters: $1 course, $2 lower bound, $3 upper bound (inclusive),
 // $4 publish time, $5 slice size, $6 event.
@@ -67,8 +71,8 @@ const sliceInsert = `ins AS (
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM slice),
-       (SELECT user_id::text FROM slice ORDER BY user_id LIMIT 1),
-       (SELECT user_id::text FROM slice ORDER BY user_id DESC LIMIT 1),
+       (SELECT s.user_id FROM slice s ORDER BY s.user_id LIMIT 1)::text,
+       (SELECT s.user_id FROM slice s ORDER BY s.user_id DESC LIMIT 1)::text,
        (SELECT count(*) FROM ins)`
 
 // SQLSliceFirst and SQLSliceNext are the slice statements for the first

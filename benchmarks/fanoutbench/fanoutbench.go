@@ -1,0 +1,488 @@
+// Package fanoutbench measures the fan-out against the database's own
+// limit, in one run on one data set:
+//
+//   - raw SQL: the slice worker's INSERT … SELECT statement, chained over
+//     the same R uuid ranges with the same slice size on R connections, each
+//     slice its own transaction — what the database can do with nothing
+//     else around it;
+//   - pipeline: from the commit of a MaterialPublished outbox row to the
+//     commit of the last notification row, through the real CDC connector,
+//     Kafka, the planner and the slice workers (all in this process).
+//
+// The ratio pipeline / raw SQL is the fan-out's overhead (target ≤ 1.25 at
+// 1,000,000 students).
+package fanoutbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/connect"
+	"github.com/notify-dev/notify/schema"
+	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/seed"
+	"github.com/notify-dev/notify/streams"
+)
+
+// Config configures a benchmark run.
+type Config struct {
+	// DatabaseURL names the server (its database part is replaced by the
+	// benchmark database's). Required, URL form.
+	DatabaseURL string
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// Users is the number of enrolled students. Required.
+	Users int
+	// Ranges and SliceSize as in fanout.Config. Defaults
+	// fanout.DefaultRanges and fanout.DefaultSliceSize.
+	Ranges    int
+	SliceSize int
+	// Say receives progress lines. Default: discarded.
+	Say func(format string, args ...any)
+	// Logger receives the services' logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Result is one run. JSON field names are part of the benchmark's contract.
+type Result struct {
+	Rows          int64   `json:"rows"`
+	Users         int     `json:"users"`
+	Ranges        int     `json:"ranges"`
+	SliceSize     int     `json:"slice_size"`
+	Slices        int64   `json:"slices"`
+	RawSQLSeconds float64 `json:"raw_sql_seconds"`
+	FanoutSeconds float64 `json:"fanout_seconds"`
+	Ratio         float64 `json:"ratio"`
+	RawRowsPerSec float64 `json:"raw_sql_rows_per_second"`
+	FanoutPerSec  float64 `json:"fanout_rows_per_second"`
+	// Transport says what carried the commands: the real CDC connector.
+	Transport string `json:"transport"`
+	Database  string `json:"database"`
+	// SeedSeconds is how long seeding took in this run (0 when the
+	// database was seeded by an earlier run).
+	SeedSeconds float64 `json:"seed_seconds"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.Ranges == 0 {
+		c.Ranges = fanout.DefaultRanges
+	}
+	if c.SliceSize == 0 {
+		c.SliceSize = fanout.DefaultSliceSize
+	}
+	if c.Say == nil {
+		c.Say = func(string, ...any) {}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Users < 1:
+		return fmt.Errorf("users must be at least 1, got %d", c.Users)
+	case c.Ranges < 1 || c.Ranges > fanout.MaxRanges:
+		return fmt.Errorf("ranges must be between 1 and %d, got %d", fanout.MaxRanges, c.Ranges)
+	case c.SliceSize < 1:
+		return fmt.Errorf("slice must be at least 1, got %d", c.SliceSize)
+	case len(c.Brokers) == 0:
+		return errors.New("no Kafka brokers")
+	}
+	return nil
+}
+
+// Run seeds the benchmark database if needed, then measures raw SQL and the
+// pipeline.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg = cfg.withDefaults()
+	res := Result{Users: cfg.Users, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize, Transport: "cdc connector (connect/, in-process)"}
+	if err := cfg.validate(); err != nil {
+		return res, err
+	}
+	name := "notify_bench_fanout_" + strconv.Itoa(cfg.Users)
+	res.Database = name
+	dbURL, err := ensureDatabase(ctx, cfg.DatabaseURL, name)
+	if err != nil {
+		return res, err
+	}
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return res, err
+	}
+	pcfg.MaxConns = int32(cfg.Ranges + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return res, fmt.Errorf("connect to %s: %w", name, err)
+	}
+	defer pool.Close()
+	if err := refuseSlots(ctx, pool); err != nil {
+		return res, err
+	}
+
+	course, err := ensureSeeded(ctx, pool, cfg, &res)
+	if err != nil {
+		return res, err
+	}
+
+	cfg.Say("raw SQL: %d chains of %d-student INSERT … SELECT slices", cfg.Ranges, cfg.SliceSize)
+	if err := reset(ctx, pool); err != nil {
+		return res, err
+	}
+	rawRows, slices, secs, err := rawSQL(ctx, pool, course, cfg)
+	if err != nil {
+		return res, err
+	}
+	res.RawSQLSeconds, res.Slices = secs, slices
+	if rawRows != int64(cfg.Users) {
+		return res, fmt.Errorf("raw SQL inserted %d rows, want %d", rawRows, cfg.Users)
+	}
+	cfg.Say("raw SQL: %d rows in %.2fs", rawRows, secs)
+
+	cfg.Say("pipeline: outbox → connector → Kafka → planner → slice workers")
+	if err := reset(ctx, pool); err != nil {
+		return res, err
+	}
+	rows, secs, err := pipeline(ctx, pool, dbURL, course, cfg)
+	if err != nil {
+		return res, err
+	}
+	res.Rows, res.FanoutSeconds = rows, secs
+	if rows != int64(cfg.Users) {
+		return res, fmt.Errorf("pipeline notified %d students, want %d", rows, cfg.Users)
+	}
+	cfg.Say("pipeline: %d rows in %.2fs", rows, secs)
+	if res.RawSQLSeconds > 0 {
+		res.Ratio = res.FanoutSeconds / res.RawSQLSeconds
+		res.RawRowsPerSec = float64(res.Rows) / res.RawSQLSeconds
+	}
+	if res.FanoutSeconds > 0 {
+		res.FanoutPerSec = float64(res.Rows) / res.FanoutSeconds
+	}
+	// Leave the seed, drop the million rows of this run.
+	if err := reset(ctx, pool); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// ensureDatabase creates (if missing) and migrates the benchmark database
+// on the server baseURL names, and returns its URL.
+func ensureDatabase(ctx context.Context, baseURL, name string) (string, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme == "" {
+		return "", errors.New("bench fanout needs a URL-form --database-url (postgres://…)")
+	}
+	admin, err := pgx.Connect(ctx, baseURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to Postgres (bash infra/local/up.sh?): %w", err)
+	}
+	defer admin.Close(context.Background())
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("look up database %s: %w", name, err)
+	}
+	if !exists {
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return "", fmt.Errorf("create database %s: %w", name, err)
+		}
+	}
+	u.Path = "/" + name
+	dbURL := u.String()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to %s: %w", name, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		return "", fmt.Errorf("migrate %s: %w", name, err)
+	}
+	return dbURL, nil
+}
+
+// refuseSlots stops when a logical slot already exists on the benchmark
+// database: a connector left running would compete for the outbox.
+func refuseSlots(ctx context.Context, pool *pgxpool.Pool) error {
+	var slots []string
+	rows, err := pool.Query(ctx, `SELECT slot_name FROM pg_replication_slots WHERE database = current_database()`)
+	if err != nil {
+		return fmt.Errorf("look up slots: %w", err)
+	}
+	if slots, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return fmt.Errorf("look up slots: %w", err)
+	}
+	if len(slots) > 0 {
+		return fmt.Errorf("replication slot(s) %v exist on the benchmark database (an earlier run was killed?); drop them: SELECT pg_drop_replication_slot(%q)", slots, slots[0])
+	}
+	return nil
+}
+
+// ensureSeeded seeds cfg.Users students (no subscriptions: the fan-out does
+// not read them) unless the database already holds exactly that course.
+func ensureSeeded(ctx context.Context, pool *pgxpool.Pool, cfg Config, res *Result) (course string, err error) {
+	var enrolled int64
+	err = pool.QueryRow(ctx, `SELECT c.id::text, (SELECT count(*) FROM enrollments e WHERE e.course_id = c.id)
+		FROM courses c LIMIT 1`).Scan(&course, &enrolled)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		cfg.Say("seeding %d students into %s (once; later runs reuse them)", cfg.Users, res.Database)
+		r, err := seed.Load(ctx, pool, seed.Options{Users: cfg.Users, NoSubscriptions: true})
+		if err != nil {
+			return "", fmt.Errorf("seed: %w", err)
+		}
+		res.SeedSeconds = r.Seconds
+		cfg.Say("seeded in %.1fs", r.Seconds)
+		return r.CourseID, nil
+	case err != nil:
+		return "", fmt.Errorf("look for the seeded course: %w", err)
+	case enrolled != int64(cfg.Users):
+		return "", fmt.Errorf("database %s holds a course with %d students, not %d: drop it (DROP DATABASE %s) and run again", res.Database, enrolled, cfg.Users, res.Database)
+	}
+	return course, nil
+}
+
+// reset empties everything a run writes and gives both measurements the
+// same starting point: fresh statistics, an all-visible enrollments index
+// (index-only scans) and a checkpoint just done (both pay the same
+// full-page writes).
+func reset(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, q := range []string{
+		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries`,
+		`DELETE FROM materials`,
+		`VACUUM ANALYZE enrollments`,
+		`VACUUM ANALYZE notifications`,
+		`VACUUM ANALYZE fanout_ranges, fanout_runs, outbox, materials`,
+		`CHECKPOINT`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("reset (%s): %w", q, err)
+		}
+	}
+	return nil
+}
+
+// rawSQL runs the slice statement chains directly: one goroutine and one
+// connection per range, each slice its own (autocommit) transaction.
+func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) (rows, slices int64, seconds float64, err error) {
+	ranges, err := fanout.SplitRanges(cfg.Ranges)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	event := newUUID()
+	published := time.Now()
+	conns := make([]*pgxpool.Conn, len(ranges))
+	for i := range conns {
+		if conns[i], err = pool.Acquire(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+		defer conns[i].Release()
+	}
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, r := range ranges {
+		wg.Add(1)
+		go func(conn *pgxpool.Conn, r fanout.Range) {
+			defer wg.Done()
+			var n, s int64
+			q, bound := fanout.SQLSliceFirst, r.Lo
+			for {
+				var count, inserted int64
+				var first, last *string
+				if err := conn.QueryRow(ctx, q, course, bound, r.Hi, published, cfg.SliceSize, event).Scan(&count, &first, &last, &inserted); err != nil {
+					mu.Lock()
+					firstErr = errors.Join(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				n += inserted
+				s++
+				if count < int64(cfg.SliceSize) {
+					break
+				}
+				q, bound = fanout.SQLSliceNext, *last
+			}
+			mu.Lock()
+			rows += n
+			slices += s
+			mu.Unlock()
+		}(conns[i], r)
+	}
+	wg.Wait()
+	seconds = time.Since(start).Seconds()
+	if firstErr != nil {
+		return 0, 0, 0, fmt.Errorf("raw SQL: %w", firstErr)
+	}
+	return rows, slices, seconds, nil
+}
+
+// pipeline runs the connector and the fan-out in this process and measures
+// one event from its outbox commit to the commit of its last slice.
+func pipeline(ctx context.Context, pool *pgxpool.Pool, dbURL, course string, cfg Config) (int64, float64, error) {
+	suffix := newSuffix()
+	topics := streams.DefaultTopics().WithPrefix("benchfanout" + suffix + ".")
+	if cfg.Ranges > int(topics.FanoutPartitions) {
+		topics.FanoutPartitions = int32(cfg.Ranges)
+	}
+	kcl, err := kgo.NewClient(streams.ClientOpts(cfg.Brokers, "bench-fanout-admin")...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
+		return 0, 0, fmt.Errorf("create topics (is Kafka up?): %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var names []string
+		for _, s := range topics.Specs() {
+			names = append(names, s.Name)
+		}
+		_, _ = adm.DeleteTopics(dctx, names...)
+		_, _ = adm.DeleteGroups(dctx, topics.Group(streams.GroupFanout), topics.Group(streams.GroupFanoutPlanner))
+	}()
+
+	slot := "bench_fanout_" + suffix
+	conn, err := connect.New(connect.Config{
+		DatabaseURL: dbURL, Brokers: cfg.Brokers, Slot: slot, Publication: "bench_fanout",
+		TopicTemplate: topics.RouteTemplate(), Logger: cfg.Logger.With("service", "cdc"),
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := conn.Start(ctx); err != nil {
+		return 0, 0, fmt.Errorf("start connector: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = conn.Stop(sctx)
+		for range 50 {
+			if _, err := pool.Exec(sctx, `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, slot); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+
+	svc, err := fanout.New(fanout.Config{
+		Pool: pool, Brokers: cfg.Brokers, Topics: topics, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
+		Logger: cfg.Logger.With("service", "fanout"),
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = svc.Stop(sctx)
+	}()
+
+	// Warm up every hop (slot streaming, topic metadata, group
+	// assignments, fetch sessions) with an event of a course nobody is
+	// enrolled in, so the measurement sees none of the start-up.
+	cfg.Say("pipeline: waiting for the consumer groups and a warm-up event")
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	select {
+	case <-svc.Ready():
+	case err := <-conn.Failed():
+		return 0, 0, fmt.Errorf("connector: %w", err)
+	case <-wctx.Done():
+		return 0, 0, errors.New("fan-out consumers did not join their groups within 2 minutes")
+	}
+	warm, _, err := publish(ctx, pool, newUUID())
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := waitFinished(wctx, pool, warm); err != nil {
+		return 0, 0, fmt.Errorf("warm-up: %w", err)
+	}
+
+	event, t0, err := publish(ctx, pool, course)
+	if err != nil {
+		return 0, 0, err
+	}
+	mctx, cancel2 := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel2()
+	st, err := waitFinished(mctx, pool, event)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Notified, st.FinishedAt.Sub(t0).Seconds(), nil
+}
+
+// publish commits a material and its MaterialPublished outbox row, as the
+// API does, and returns the event id and the time just before the commit.
+func publish(ctx context.Context, pool *pgxpool.Pool, course string) (string, time.Time, error) {
+	m := streams.MaterialPublished{EventID: newUUID(), MaterialID: newUUID(), CourseID: course, Title: "bench", PublishedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	b, _ := json.Marshal(m)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::text::jsonb)`,
+		m.EventID, streams.AggregateMaterial, course, streams.TypeMaterialPublished, string(b)); err != nil {
+		return "", time.Time{}, fmt.Errorf("publish: %w", err)
+	}
+	t0 := time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		return "", time.Time{}, fmt.Errorf("publish: %w", err)
+	}
+	return m.EventID, t0, nil
+}
+
+func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string) (fanout.Status, error) {
+	for {
+		st, err := fanout.LoadStatus(ctx, pool, event)
+		if err != nil && !errors.Is(err, fanout.ErrUnknownEvent) {
+			return st, err
+		}
+		if st.Finished {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("event %s not finished: %w (notified %d)", event, ctx.Err(), st.Notified)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func newSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
