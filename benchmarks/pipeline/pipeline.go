@@ -139,6 +139,7 @@ type Result struct {
 	Database              string             `json:"database"`
 	LogDir                string             `json:"log_dir"`
 	APIAddr               string             `json:"api_addr"`
+	Metrics               map[string]string  `json:"metrics"`
 }
 
 // Run executes one end-to-end run. It leaves no process, slot or topic
@@ -239,14 +240,36 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}); err != nil {
 		return res, err
 	}
-	if _, err := start("cdc", "run", "cdc", "--slot", slot, "--publication", "notify_outbox"); err != nil {
+	// Each service serves /metrics on its own free port, listed in the result.
+	res.Metrics = map[string]string{}
+	metrics := func(name string) (string, error) {
+		port, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		res.Metrics[name] = "http://" + addr + "/metrics"
+		return addr, nil
+	}
+	addr, err := metrics("cdc")
+	if err != nil {
 		return res, err
 	}
-	if _, err := start("fanout", "run", "fanout"); err != nil {
+	if _, err := start("cdc", "run", "cdc", "--slot", slot, "--publication", "notify_outbox", "--metrics-addr", addr); err != nil {
+		return res, err
+	}
+	if addr, err = metrics("fanout"); err != nil {
+		return res, err
+	}
+	if _, err := start("fanout", "run", "fanout", "--metrics-addr", addr); err != nil {
 		return res, err
 	}
 	for i := 0; i < cfg.PushWorkers; i++ {
-		if _, err := start(fmt.Sprintf("push-%d", i+1), "run", "push"); err != nil {
+		name := fmt.Sprintf("push-%d", i+1)
+		if addr, err = metrics(name); err != nil {
+			return res, err
+		}
+		if _, err := start(name, "run", "push", "--metrics-addr", addr, "--worker-id", name); err != nil {
 			return res, err
 		}
 	}

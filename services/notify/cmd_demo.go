@@ -93,7 +93,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	printRunResult(out, res)
-	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     notify status %s --database-url %s\n  metrics                   each service's /metrics (see --metrics-addr of notify run …)\n",
+	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     notify status %s --verify --database-url %s\n  metrics                   each service serves /metrics while it runs (notify run … --metrics-addr)\n",
 		res.LogDir, res.EventID, strings.Replace(p.inf.databaseURL, "/notify?", "/"+res.Database+"?", 1))
 	return writeRunJSON(p.jsonPath, res)
 }
@@ -126,15 +126,32 @@ func runBenchE2E(ctx context.Context, args []string) error {
 }
 
 func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) {
+	// On a terminal one line is redrawn in place; into a file or pipe a
+	// full line goes out every two seconds instead.
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	var last time.Duration = -time.Hour
 	return func(s pipeline.Snapshot) {
+		lead, tail := "\r", ""
+		if !tty {
+			if s.Elapsed-last < 2*time.Second && s.Recorded < s.Subscriptions {
+				return
+			}
+			last = s.Elapsed
+			lead, tail = "", "\n"
+		}
 		eta := "-"
 		secs := s.Elapsed.Seconds()
 		if s.Recorded > 0 && s.Recorded < s.Subscriptions && secs > 0 {
 			eta = (time.Duration(float64(s.Subscriptions-s.Recorded)/(float64(s.Recorded)/secs)) * time.Second).Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "\r  %5.1fs  published ✓  notified %9d/%d (%3.0f%%)  pushed %9d/%d (%3.0f%%)  %7.0f/s  eta %-6s",
-			secs, s.Notified, s.Users, runPct(s.Notified, s.Users), s.Recorded, s.Subscriptions, runPct(s.Recorded, s.Subscriptions),
-			float64(s.Recorded)/max(secs, 0.001), eta)
+		fmt.Fprintf(w, "%s  %5.1fs  published ✓  notified %9d/%d (%3.0f%%)  pushed %9d/%d (%3.0f%%)  %7.0f/s  eta %-6s%s",
+			lead, secs, s.Notified, s.Users, runPct(s.Notified, s.Users), s.Recorded, s.Subscriptions, runPct(s.Recorded, s.Subscriptions),
+			float64(s.Recorded)/max(secs, 0.001), eta, tail)
 	}
 }
 
