@@ -41,6 +41,7 @@ const benchPushPayload = `{"event_id":"0195f3a2-7c1e-7d4a-9b8e-2f6c1a9e4b77","ti
 type benchPushResult struct {
 	Subscriptions int     `json:"subscriptions"`
 	Concurrency   int     `json:"concurrency"`
+	LoadAvg       string  `json:"load_average_at_start"`
 	LatencyMS     float64 `json:"latency_ms"`
 	GOMAXPROCS    int     `json:"gomaxprocs"`
 	GoVersion     string  `json:"go_version"`
@@ -98,7 +99,7 @@ func runBenchPush(ctx context.Context, args []string) error {
 	if *cryptoN <= 0 {
 		*cryptoN = min(*n, 50000)
 	}
-	res := benchPushResult{Subscriptions: *n, Concurrency: *concurrency, LatencyMS: float64(*latency) / 1e6,
+	res := benchPushResult{Subscriptions: *n, Concurrency: *concurrency, LoadAvg: loadAvg(), LatencyMS: float64(*latency) / 1e6,
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Outcomes: map[string]int64{}}
 	fmt.Fprintf(os.Stderr, "push benchmark: %d subscriptions, mock latency %s, concurrency %d, GOMAXPROCS %d\n",
 		*n, *latency, *concurrency, res.GOMAXPROCS)
@@ -408,8 +409,9 @@ func cpuNow() cpuSample {
 
 func printBenchPush(r benchPushResult) {
 	w := os.Stdout
-	fmt.Fprintf(w, "\nWeb Push sender — %d subscriptions, mock latency %.0f ms, concurrency %d, GOMAXPROCS %d, %s\n\n",
+	fmt.Fprintf(w, "\nWeb Push sender — %d subscriptions, mock latency %.0f ms, concurrency %d, GOMAXPROCS %d, %s\n",
 		r.Subscriptions, r.LatencyMS, r.Concurrency, r.GOMAXPROCS, r.GoVersion)
+	fmt.Fprintf(w, "load average at start: %s (the mock push service runs on this machine too)\n\n", r.LoadAvg)
 	row := func(k, v string) { fmt.Fprintf(w, "  %-34s %s\n", k, v) }
 	row("deliveries", fmt.Sprintf("%d", r.Deliveries))
 	outs := make([]string, 0, len(r.Outcomes))
@@ -467,14 +469,15 @@ func startMockProcess(ctx context.Context, dir string, latency time.Duration, sa
 	if err != nil {
 		return nil, err
 	}
-	m.cmd = exec.Command(exe, "run", "pushmock",
-		"--addr", "127.0.0.1:"+strconv.Itoa(port),
+	args := []string{exe, "run", "pushmock",
+		"--addr", "127.0.0.1:" + strconv.Itoa(port),
 		"--cert-file", m.certFile,
 		"--latency", latency.String(),
 		"--decrypt-sample", strconv.FormatFloat(sample, 'f', -1, 64),
 		"--seed", strconv.FormatInt(seedV, 10),
 		"--max-streams", strconv.Itoa(maxStreams),
-	)
+	}
+	m.cmd = exec.Command(args[0], args[1:]...)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	m.cmd.Env = append(os.Environ(), "NOTIFY_LOG_FORMAT=text")
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the benchmark
@@ -560,6 +563,20 @@ func (m *mockProcess) logTail() string {
 	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-10):], "\n")
+}
+
+// loadAvg is /proc/loadavg's 1, 5 and 15 minute averages: how busy the
+// machine was, which moves CPU-seconds per delivery by several percent.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func freePort() (int, error) {

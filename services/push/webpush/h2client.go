@@ -64,6 +64,10 @@ const (
 	// h2NotProcessedRetries is how often a request the server did not
 	// process is moved to another connection before giving up.
 	h2NotProcessedRetries = 3
+	// h2MaxConns caps connections per origin. Reached only when the server
+	// allows very few streams per connection (or none, for a while): then
+	// requests wait for a stream to finish instead of dialing on and on.
+	h2MaxConns = 256
 )
 
 // h2Request is one push request.
@@ -162,6 +166,17 @@ func (p *h2Pool) start(ctx context.Context, expired <-chan time.Time, st *h2Stre
 			if ok, err := cc.startStream(st, req); err != nil || ok {
 				p.mu.Unlock()
 				return cc, err
+			}
+		}
+		if len(p.conns) >= h2MaxConns {
+			p.mu.Unlock()
+			select {
+			case <-time.After(10 * time.Millisecond):
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-expired:
+				return nil, errRequestTimeout
 			}
 		}
 		d := p.dialing
@@ -675,6 +690,9 @@ func (cc *h2Conn) onSettingsLocked(f *http2.SettingsFrame) error {
 			}
 			cc.initWindow = int64(s.Val)
 		case http2.SettingMaxFrameSize:
+			if s.Val < 16384 || s.Val > 1<<24-1 {
+				return fmt.Errorf("push service sent an invalid MAX_FRAME_SIZE %d", s.Val)
+			}
 			cc.maxFrame = int(s.Val)
 		case http2.SettingHeaderTableSize:
 			cc.henc.setLimit(s.Val)
