@@ -612,6 +612,27 @@ func (p *proc) stats(t testing.TB) push.Stats {
 	return push.Stats{}
 }
 
+// logField returns field of the first log line with message msg.
+func (p *proc) logField(t testing.TB, msg, field string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(p.log)
+		for _, l := range strings.Split(string(b), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
+				if v, ok := m[field].(string); ok {
+					return v
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s logged no %q with %s", p.name, msg, field)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // waitLog waits until the process logs a line containing s.
 func (p *proc) waitLog(t testing.TB, s string, timeout time.Duration) {
 	t.Helper()

@@ -2,6 +2,8 @@ package push_test
 
 import (
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,12 +42,13 @@ func (f *fixture) notifyCLI(args ...string) (string, int) {
 func TestTwoWorkersShareCommandsAndReplayIsRefusedWhileRunning(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{users: 4800, subsRatio: 1.1})
-	a := f.startWorkerProcess("push-a")
+	a := f.startWorkerProcess("push-a", "--metrics-addr", "127.0.0.1:0", "--lag-interval", "200ms")
 	b := f.startWorkerProcess("push-b")
 	f.waitMembers(2, time.Minute)
 	f.produceCommands(f.commands(48))
 	st := f.waitSettled(2 * time.Minute)
 	f.waitCaughtUp(time.Minute)
+	f.checkMetrics(a)
 
 	out, code := f.notifyCLI("replay", "--group", "notify-push", "--topic", "outbox.event.push", "--to-earliest")
 	if code != 3 || !strings.Contains(out, "live members") {
@@ -91,6 +94,35 @@ func TestTwoWorkersShareCommandsAndReplayIsRefusedWhileRunning(t *testing.T) {
 		t.Fatalf("replaying workers: %+v %+v, want 48 empty commands", sa2, sb2)
 	}
 	f.verify()
+}
+
+// checkMetrics scrapes a worker's /metrics and checks the series the
+// dashboards rely on are there.
+func (f *fixture) checkMetrics(p *proc) {
+	f.t.Helper()
+	addr := p.logField(f.t, "metrics", "addr")
+	time.Sleep(500 * time.Millisecond) // one lag poll
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, series := range []string{
+		`notify_push_sends_total{outcome="delivered"}`,   // delivery engine: sends by outcome
+		`notify_push_send_duration_seconds_bucket`,       // send latency
+		`notify_push_in_flight`,                          // requests on the wire
+		`notify_push_origin_limit{origin=`,               // per-origin adaptive limit
+		`notify_push_unrecorded_sends`,                   // sends not yet recorded
+		`notify_push_commands_in_flight`,                 // commands in flight
+		`notify_push_recorded_total{status="delivered"}`, // outcomes recorded
+		`notify_push_group_lag{partition="0"}`,           // committed lag per partition
+		`notify_consumer_lag{`,                           // fetch lag per partition
+	} {
+		if !strings.Contains(string(body), series) {
+			f.t.Errorf("/metrics lacks %s", series)
+		}
+	}
 }
 
 // TestWorkerJoinsThenOneIsKilled: a second worker added mid-run takes

@@ -7,23 +7,22 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Status is the push accounting of one event.
+// Counts is the push accounting of one event, shaped to sit next to the
+// fan-out's fields in a flat status report (embed it: no field names clash
+// with fanout.Status).
 //
 // Target is every subscription the event should reach: the subscriptions
 // the notified students hold now, plus those with an outcome recorded for
 // the event that no longer exist (gone ones are deleted when recorded; a
 // browser may also unsubscribe after its push was delivered). Counting at
 // query time means a browser that subscribes after its student's command
-// was handled is counted as pending — it exists, was never pushed to, and
-// the status says so rather than hiding it.
+// was handled is counted as pending — it exists and was never pushed to,
+// and the status says so rather than hiding it.
 //
-// Delivered + Gone + Failed + Pending = Target always holds for one
-// Status (it is one SQL snapshot); Verify recomputes each term separately
+// Delivered + Gone + Failed + Pending = Target holds for every Counts read
+// by EventStatus (one SQL snapshot); Verify recomputes each term separately
 // from the tables.
-type Status struct {
-	EventID string `json:"event_id"`
-	// Notified is the number of students notified of the event.
-	Notified  int64 `json:"notified"`
+type Counts struct {
 	Target    int64 `json:"target"`
 	Delivered int64 `json:"delivered"`
 	Gone      int64 `json:"gone"`
@@ -37,7 +36,16 @@ type Status struct {
 }
 
 // Done reports whether every target subscription has a final outcome.
-func (s Status) Done() bool { return s.Pending == 0 }
+func (c Counts) Done() bool { return c.Pending == 0 }
+
+// Status is the push accounting of one event with its identity.
+type Status struct {
+	EventID string `json:"event_id"`
+	// Notified is the number of students notified of the event
+	// (notifications rows).
+	Notified int64 `json:"notified"`
+	Counts
+}
 
 // Querier runs one query; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type Querier interface {

@@ -145,11 +145,11 @@ func (w *Worker) Failed() <-chan error { return w.consumer.Failed() }
 func (w *Worker) Stop(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		close(w.stopping)
-		w.stopErr = w.consumer.Stop(ctx)
 		if w.lagCancel != nil {
 			w.lagCancel()
 			<-w.lagDone
 		}
+		w.stopErr = w.consumer.Stop(ctx)
 		s := w.Stats()
 		w.log.Info("push worker stopped", "fresh_commands", s.FreshCommands, "retry_commands", s.RetryCommands,
 			"empty_commands", s.EmptyCommands, "requeued", s.Requeued, "delivered", s.Delivered, "gone", s.Gone,
