@@ -45,6 +45,9 @@ type Worker struct {
 	holders    atomic.Int64
 	maxHolders int64
 
+	cmdMu   sync.Mutex
+	cmdBusy map[commandKey]chan struct{}
+
 	stopping  chan struct{}
 	stopOnce  sync.Once
 	stopErr   error
@@ -89,6 +92,7 @@ func New(cfg Config) (*Worker, error) {
 		tokens:   make(chan struct{}, cfg.MaxInFlight),
 		stopping: make(chan struct{}),
 		lagDone:  make(chan struct{}),
+		cmdBusy:  map[commandKey]chan struct{}{},
 	}
 	// Half the command slots may load and send at once (plenty to keep
 	// every send slot busy); the other half is where early retries wait,
@@ -238,6 +242,17 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 		}
 	}
 
+	// Copies of one command (the connector re-emitting after a crash, an
+	// early retry re-queued just before a crash) land on the same
+	// partition, so on this worker: run them one after the other. The
+	// later copy then finds everything recorded and sends nothing; run
+	// side by side, both would load the same recipients.
+	unlock, err := w.lockCommand(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
 	select {
 	case w.active <- struct{}{}:
 	case <-ctx.Done():
@@ -275,6 +290,42 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	w.log.Debug("command done", "event", cmd.EventID, "first_user", cmd.FirstUser, "attempt", cmd.Attempt,
 		"recipients", len(recips), "partition", r.Partition, "offset", r.Offset, "ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// commandKey identifies a command's work: copies share it.
+type commandKey struct {
+	event, first, last string
+	attempt            int
+	retry              bool
+}
+
+// lockCommand waits until no other copy of cmd is being handled by this
+// worker and claims it; unlock releases the claim.
+func (w *Worker) lockCommand(ctx context.Context, cmd streams.PushCommand) (unlock func(), err error) {
+	k := commandKey{cmd.EventID, cmd.FirstUser, cmd.LastUser, cmd.Attempt, isRetry(cmd)}
+	for {
+		w.cmdMu.Lock()
+		busy, ok := w.cmdBusy[k]
+		if !ok {
+			done := make(chan struct{})
+			w.cmdBusy[k] = done
+			w.cmdMu.Unlock()
+			return func() {
+				w.cmdMu.Lock()
+				delete(w.cmdBusy, k)
+				w.cmdMu.Unlock()
+				close(done)
+			}, nil
+		}
+		w.cmdMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-w.stopping:
+			return nil, errStopping
+		}
+	}
 }
 
 // hold waits for an early retry. It reports due when the retry may be sent

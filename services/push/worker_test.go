@@ -38,8 +38,9 @@ func (f *fixture) deadLetters() []streams.DeadLetter {
 
 // TestDeliversEachSubscriptionOnceAndReplaySendsNothing: 20,000
 // subscriptions in 48 commands, fault-free, reach the push service exactly
-// once; a malformed command is dead-lettered without stopping its
-// partition; replaying the topic from the start sends nothing new.
+// once, even though four commands arrive twice; a malformed command is
+// dead-lettered without stopping its partition; replaying the topic from
+// the start sends nothing new.
 func TestDeliversEachSubscriptionOnceAndReplaySendsNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{users: 16000, subsRatio: 1.25})
@@ -48,7 +49,11 @@ func TestDeliversEachSubscriptionOnceAndReplaySendsNothing(t *testing.T) {
 	}
 	w := f.newWorker(nil)
 	f.produceRaw([]byte("{not json"), 0)
-	f.produceCommands(f.commands(48))
+	cmds := f.commands(48)
+	f.produceCommands(cmds)
+	// The connector re-emits after a crash: copies of the first four
+	// commands, on the same partitions right behind the originals.
+	f.produceCommands(cmds[:4])
 
 	st := f.waitSettled(2 * time.Minute)
 	f.waitCaughtUp(time.Minute)
@@ -60,7 +65,7 @@ func TestDeliversEachSubscriptionOnceAndReplaySendsNothing(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	f.verify()
-	if ws := w.Stats(); ws.FreshCommands != 48 || ws.Delivered != 20000 {
+	if ws := w.Stats(); ws.FreshCommands != 48 || ws.EmptyCommands != 4 || ws.Delivered != 20000 {
 		t.Fatalf("worker stats %+v", ws)
 	}
 	dl := f.deadLetters()
@@ -78,8 +83,8 @@ func TestDeliversEachSubscriptionOnceAndReplaySendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.Records() != 49 {
-		t.Fatalf("replay plan re-reads %d records, want 49", plan.Records())
+	if plan.Records() != 53 {
+		t.Fatalf("replay plan re-reads %d records, want 53", plan.Records())
 	}
 	if err := streams.ApplyReplay(f.ctx, f.adm, plan); err != nil {
 		t.Fatal(err)
@@ -90,8 +95,8 @@ func TestDeliversEachSubscriptionOnceAndReplaySendsNothing(t *testing.T) {
 	if ms2 := f.mock.Stats(); ms2.Received != ms.Received {
 		t.Fatalf("replay sent %d new pushes, want 0", ms2.Received-ms.Received)
 	}
-	if ws := w2.Stats(); ws.EmptyCommands != 48 || ws.Delivered != 0 {
-		t.Fatalf("replaying worker stats %+v, want 48 empty commands", ws)
+	if ws := w2.Stats(); ws.EmptyCommands != 52 || ws.Delivered != 0 {
+		t.Fatalf("replaying worker stats %+v, want 52 empty commands", ws)
 	}
 	f.verify()
 }
@@ -291,6 +296,54 @@ func TestRevokeCancelsSlowCommandsUncommitted(t *testing.T) {
 	}
 	if ms.Duplicates > cap {
 		t.Fatalf("%d duplicates, more than the revoked worker's in-flight cap %d", ms.Duplicates, cap)
+	}
+	f.verify()
+}
+
+// TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce: a retry command
+// due in 2 s is held at most HoldMax (500 ms) at a time and re-queued
+// through the outbox until due; it sends nothing before its not-before
+// time, and a duplicate of it sends nothing at all.
+func TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{users: 60, subsRatio: 1.0})
+	f.startRelay()
+	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts)
+		SELECT $1, id, 'retrying', 503, 1 FROM push_subscriptions`, f.eventID); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for id := int64(1); id <= f.seed.Subscriptions; id++ {
+		ids = append(ids, id)
+	}
+	notBefore := time.Now().Add(2 * time.Second)
+	retry := f.commands(1)[0]
+	retry.Attempt, retry.NotBefore, retry.SubscriptionIDs = 2, &notBefore, ids
+	w := f.newWorker(func(c *push.Config) { c.HoldMax = 500 * time.Millisecond })
+	// Copies of a command share its partition (same outbox row, or a
+	// re-queue to the same partition).
+	b, _ := json.Marshal(retry)
+	f.produceRaw(b, 5)
+	f.produceRaw(b, 5)
+	st := f.waitSettled(time.Minute)
+	f.waitCaughtUp(time.Minute)
+	ms := f.mock.Stats()
+	if st.Delivered != f.seed.Subscriptions || ms.Unique != f.seed.Subscriptions || ms.Duplicates != 0 {
+		t.Fatalf("status %+v, mock unique %d duplicates %d", st, ms.Unique, ms.Duplicates)
+	}
+	if early := f.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND updated_at < $2`, f.eventID, notBefore); early != 0 {
+		t.Fatalf("%d subscriptions were sent before the retry's not-before time", early)
+	}
+	if a := f.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND attempts <> 2`, f.eventID); a != 0 {
+		t.Fatalf("%d deliveries do not record attempt 2", a)
+	}
+	ws := w.Stats()
+	t.Logf("worker %+v", ws)
+	if ws.Requeued == 0 {
+		t.Fatal("the early retry was never re-queued; HoldMax was not applied")
+	}
+	if ws.RetryCommands != 1 || ws.EmptyCommands < 1 {
+		t.Fatalf("want one retry command sending and its duplicate sending nothing: %+v", ws)
 	}
 	f.verify()
 }
