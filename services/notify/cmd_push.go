@@ -72,6 +72,10 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (se
 			return nil, usageError{msg: "--urgency: " + err.Error()}
 		}
 		cfg.Urgency = u
+		cfg.Topics = infra.topics()
+		if err := cfg.ValidateSettings(); err != nil {
+			return nil, usageError{msg: err.Error()}
+		}
 		vapid, err := vapidFromEnv(log, true)
 		if err != nil {
 			return nil, err

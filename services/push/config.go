@@ -158,6 +158,16 @@ func (c Config) validate() error {
 		return errors.New("push worker: a database pool is required")
 	case c.Sender == nil:
 		return errors.New("push worker: a sender is required")
+	}
+	return c.validateSettings()
+}
+
+// ValidateSettings checks the tunable settings alone (defaults applied), so
+// a binary can report a bad flag before it connects to anything.
+func (c Config) ValidateSettings() error { return c.withDefaults().validateSettings() }
+
+func (c Config) validateSettings() error {
+	switch {
 	case c.MaxInFlight < 1 || c.MaxInFlight > 100_000:
 		return fmt.Errorf("push worker: max-in-flight must be between 1 and 100000, got %d", c.MaxInFlight)
 	case c.MaxCommands < 1 || c.MaxCommands > 10_000:

@@ -18,11 +18,17 @@
 // transaction). The handler returns — and the consumer may commit — only
 // when every recipient is recorded.
 //
+// Copies of a command — the connector re-emits after a crash, an early
+// retry re-queued just before a crash — land on the same partition and so on
+// the same worker, which runs them one after the other: the later copy finds
+// everything recorded and sends nothing.
+//
 // # Send slots and duplicates
 //
 // A send holds one of MaxInFlight slots from the moment it starts until its
 // outcome is committed to push_deliveries, not merely until the push service
-// answers. Those are exactly the sends a kill -9 can repeat (the next owner
+// answers (a retryable outcome gives its slot back at once: it will be sent
+// again anyway). Those are exactly the sends a kill -9 can repeat (the next owner
 // of the partition redoes the command and skips what was recorded), so
 // duplicates after a crash are at most MaxInFlight per worker.
 //
