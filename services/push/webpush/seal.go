@@ -16,7 +16,11 @@ import (
 type sealer struct {
 	jobs chan *sealJob
 	quit chan struct{}
-	once sync.Once
+	// mu is read-held while a job is handed over, so stop cannot close quit
+	// between a sender's check and its hand-over: every job handed over is
+	// processed (run drains the queue after quit).
+	mu      sync.RWMutex
+	stopped bool
 }
 
 type sealJob struct {
@@ -44,26 +48,37 @@ func (s *sealer) run() {
 	for {
 		select {
 		case j := <-s.jobs:
-			j.body, j.err = AppendEncrypt(j.dst, j.keys, j.payload, j.padTo)
-			j.done <- struct{}{}
+			j.do()
 		case <-s.quit:
-			return
+			for {
+				select {
+				case j := <-s.jobs:
+					j.do()
+				default:
+					return
+				}
+			}
 		}
 	}
+}
+
+func (j *sealJob) do() {
+	j.body, j.err = AppendEncrypt(j.dst, j.keys, j.payload, j.padTo)
+	j.done <- struct{}{}
 }
 
 // seal encrypts on a sealer goroutine, appending to dst. After stop it
 // encrypts on the caller's goroutine.
 func (s *sealer) seal(dst []byte, k Keys, payload []byte, padTo int) ([]byte, error) {
-	j := sealJobs.Get().(*sealJob)
-	j.keys, j.payload, j.padTo, j.dst = k, payload, padTo, dst
-	select {
-	case s.jobs <- j:
-	case <-s.quit:
-		j.keys, j.payload, j.dst = Keys{}, nil, nil
-		sealJobs.Put(j)
+	s.mu.RLock()
+	if s.stopped {
+		s.mu.RUnlock()
 		return AppendEncrypt(dst, k, payload, padTo)
 	}
+	j := sealJobs.Get().(*sealJob)
+	j.keys, j.payload, j.padTo, j.dst = k, payload, padTo, dst
+	s.jobs <- j // the sealers run until stop, which waits for this RLock
+	s.mu.RUnlock()
 	<-j.done
 	body, err := j.body, j.err
 	*j = sealJob{done: j.done}
@@ -71,4 +86,12 @@ func (s *sealer) seal(dst []byte, k Keys, payload []byte, padTo int) ([]byte, er
 	return body, err
 }
 
-func (s *sealer) stop() { s.once.Do(func() { close(s.quit) }) }
+// stop ends the sealer goroutines once the jobs handed over are done.
+func (s *sealer) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.stopped = true
+		close(s.quit)
+	}
+}
