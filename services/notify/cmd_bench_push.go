@@ -64,8 +64,11 @@ type benchPushResult struct {
 	MaxRSSMB      float64          `json:"max_rss_mb"`
 	GCCycles      uint32           `json:"gc_cycles"`
 
-	Mock   pushmock.Stats `json:"mock"`
-	Checks []benchCheck   `json:"checks"`
+	// MockCPUSeconds is the mock process's CPU over its whole life, for
+	// scale: it shares this machine's cores with the sender.
+	MockCPUSeconds float64        `json:"mock_cpu_seconds"`
+	Mock           pushmock.Stats `json:"mock"`
+	Checks         []benchCheck   `json:"checks"`
 }
 
 type benchCheck struct {
@@ -149,6 +152,10 @@ func runBenchPush(ctx context.Context, args []string) error {
 		return fmt.Errorf("read the mock's stats: %w", err)
 	}
 	res.Mock = st
+	mock.stop()
+	if ps := mock.cmd.ProcessState; ps != nil {
+		res.MockCPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
 	res.Checks = []benchCheck{
 		{"every subscription delivered once (mock unique == N)", st.Unique == int64(*n) && st.Duplicates == 0, fmt.Sprintf("unique %d, duplicates %d", st.Unique, st.Duplicates)},
 		{"every sampled message decrypts", st.DecryptFailures == 0 && (st.Decrypted > 0 || *sample == 0), fmt.Sprintf("%d decrypted, %d failures", st.Decrypted, st.DecryptFailures)},
@@ -426,6 +433,7 @@ func printBenchPush(r benchPushResult) {
 	row("ratio to crypto only", fmt.Sprintf("%.2f", r.Ratio))
 	row("sender heap peak / max RSS", fmt.Sprintf("%.0f MB / %.0f MB  (%d GC cycles while sending)", r.HeapPeakMB, r.MaxRSSMB, r.GCCycles))
 	row("mock connections / max in flight", fmt.Sprintf("%d / %d", r.Mock.Connections, r.Mock.MaxInFlight))
+	row("mock process CPU (whole life)", fmt.Sprintf("%.2f s", r.MockCPUSeconds))
 	fmt.Fprintln(w, "\n  checks")
 	for _, c := range r.Checks {
 		mark := "ok  "
