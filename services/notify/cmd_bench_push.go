@@ -88,6 +88,7 @@ func runBenchPush(ctx context.Context, args []string) error {
 	cryptoN := fs.Int("crypto-messages", 0, "messages for the crypto-only reference (default min(N, 50000))")
 	maxStreams := fs.Int("max-streams", 1000, "the mock's HTTP/2 streams per connection")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the send phase to FILE (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write an allocation profile (from the start of the send phase) to FILE")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -143,8 +144,22 @@ func runBenchPush(ctx context.Context, args []string) error {
 	res.CryptoPerCPU = float64(*cryptoN) / res.CryptoCPU
 	fmt.Fprintf(os.Stderr, "crypto only: %d messages in %.2f CPU-s = %.0f per CPU-second\n", *cryptoN, res.CryptoCPU, res.CryptoPerCPU)
 
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+	}
 	if err := benchSend(ctx, &res, subs, mock, vapid, *concurrency, *cpuProfile); err != nil {
 		return err
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
 	}
 
 	st, err := mock.stats()

@@ -81,15 +81,7 @@ func encrypt(dst []byte, k Keys, payload []byte, padTo int, eph *ecdh.PrivateKey
 		return dst, err
 	}
 
-	pad := 0
-	if padTo > 0 {
-		target := (len(payload) + padTo - 1) / padTo * padTo
-		if target > MaxPayload {
-			target = MaxPayload
-		}
-		pad = target - len(payload)
-	}
-
+	pad := paddedLen(len(payload), padTo) - len(payload)
 	need := headerSize + len(payload) + 1 + pad + tagSize
 	if cap(dst)-len(dst) < need {
 		grown := make([]byte, len(dst), len(dst)+need)
@@ -108,6 +100,17 @@ func encrypt(dst []byte, k Keys, payload []byte, padTo int, eph *ecdh.PrivateKey
 	}
 	// Seal in place: the ciphertext overwrites the plaintext.
 	return gcm.Seal(dst[:start], nonce[:], dst[start:], nil), nil
+}
+
+// SealedSize is the size of the body Encrypt makes from a payload of n
+// bytes with the given padding.
+func SealedSize(n, padTo int) int { return headerSize + paddedLen(n, padTo) + 1 + tagSize }
+
+func paddedLen(n, padTo int) int {
+	if padTo <= 0 || n > MaxPayload {
+		return n
+	}
+	return min((n+padTo-1)/padTo*padTo, MaxPayload)
 }
 
 // contentKeys runs the RFC 8291 §3.4 and RFC 8188 §2.2 key schedule: five

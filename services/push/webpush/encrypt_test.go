@@ -176,3 +176,16 @@ func TestHMACSHA256MatchesStdlib(t *testing.T) {
 		}
 	}
 }
+
+func TestSealedSize(t *testing.T) {
+	_, _, keys := newBrowser(t)
+	for _, tc := range [][2]int{{0, 0}, {250, 0}, {250, 128}, {3000, 2048}, {MaxPayload, 0}, {MaxPayload, 100}} {
+		body, err := Encrypt(keys, make([]byte, tc[0]), tc[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := SealedSize(tc[0], tc[1]); got != len(body) {
+			t.Errorf("SealedSize(%d, %d) = %d, body is %d", tc[0], tc[1], got, len(body))
+		}
+	}
+}

@@ -525,16 +525,13 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 	if err != nil {
 		return permanent(0, err), signalNone, time.Time{}
 	}
-	// The body buffer is reused: once roundTrip returns, the connection no
-	// longer refers to it (frames are copied into its write buffer, and a
-	// finished or cancelled stream drops what it had not sent).
-	bufp := bodyPool.Get().(*[]byte)
-	defer bodyPool.Put(bufp)
-	body, err := s.sealer.seal((*bufp)[:0], keys, msg.Payload, s.cfg.PadTo)
+	// Exactly sized: a send holds its body for the whole round trip, so
+	// with thousands in flight a pool of record-sized buffers would mostly
+	// be empty and allocate 4 KiB per message.
+	body, err := s.sealer.seal(make([]byte, 0, SealedSize(len(msg.Payload), s.cfg.PadTo)), keys, msg.Payload, s.cfg.PadTo)
 	if err != nil {
 		return permanent(0, err), signalNone, time.Time{}
 	}
-	*bufp = body[:0]
 
 	req := &h2Request{
 		authority: ep.host,
@@ -566,8 +563,6 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 	}
 	return out, sig, started
 }
-
-var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, RecordSize); return &b }}
 
 // ttlString formats a TTL, without allocating for the configured default.
 func (s *Sender) ttlString(secs int64) string {
