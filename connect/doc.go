@@ -45,4 +45,19 @@
 //
 // Rows whose transaction Kafka acknowledged are deleted from the outbox in
 // batches on a separate connection; the deletes are not published.
+//
+// A slot created by Start publishes the rows already in the outbox from the
+// snapshot it starts at (Debezium's "initial" snapshot), so events written
+// before the connector first ran are not skipped.
+//
+// # Metrics
+//
+// In Config.Metrics (VictoriaMetrics), labelled slot="<slot>":
+// notify_cdc_events_published_total, notify_cdc_commit_to_ack_seconds
+// (histogram: the Begin message's commit timestamp to Kafka's ack),
+// notify_cdc_slot_lag_bytes (pg_current_wal_lsn() - confirmed_flush_lsn,
+// polled), notify_cdc_reconnects_total, notify_cdc_inflight_records,
+// notify_cdc_flushed_lsn, notify_cdc_standby (1 while another process holds
+// the slot), notify_cdc_outbox_rows_deleted_total and
+// notify_cdc_changes_skipped_total{kind=update|delete|truncate|other_table}.
 package connect
