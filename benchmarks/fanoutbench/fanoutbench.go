@@ -4,13 +4,18 @@
 //   - raw SQL: the slice worker's INSERT … SELECT statement, chained over
 //     the same R uuid ranges with the same slice size on R connections, each
 //     slice its own transaction — what the database can do with nothing
-//     else around it;
+//     else around it. Measured twice: with no replication slot on the
+//     database, and with the CDC connector attached and streaming (idle: it
+//     has nothing to publish), because in a deployment the connector is
+//     always attached and Postgres then decodes every row written — about
+//     3 CPU-seconds per million notification rows on the reference machine,
+//     work no fan-out design on this database can avoid;
 //   - pipeline: from the commit of a MaterialPublished outbox row to the
 //     commit of the last notification row, through the real CDC connector,
 //     Kafka, the planner and the slice workers (all in this process).
 //
 // The ratio pipeline / raw SQL is the fan-out's overhead (target ≤ 1.25 at
-// 1,000,000 students).
+// 1,000,000 students); both ratios are reported.
 package fanoutbench
 
 import (
@@ -65,14 +70,24 @@ type Result struct {
 	Ranges        int     `json:"ranges"`
 	SliceSize     int     `json:"slice_size"`
 	Slices        int64   `json:"slices"`
+	// RawSQLSeconds is the raw SQL chains with no replication slot on
+	// the database; Ratio = FanoutSeconds / RawSQLSeconds.
 	RawSQLSeconds float64 `json:"raw_sql_seconds"`
 	FanoutSeconds float64 `json:"fanout_seconds"`
 	Ratio         float64 `json:"ratio"`
-	RawRowsPerSec float64 `json:"raw_sql_rows_per_second"`
-	FanoutPerSec  float64 `json:"fanout_rows_per_second"`
+	// RawSQLCDCSeconds is the same chains with the CDC connector attached
+	// and streaming, as deployed; RatioCDC = FanoutSeconds / RawSQLCDCSeconds.
+	RawSQLCDCSeconds float64 `json:"raw_sql_cdc_seconds"`
+	RatioCDC         float64 `json:"ratio_cdc"`
+	RawRowsPerSec    float64 `json:"raw_sql_rows_per_second"`
+	FanoutPerSec     float64 `json:"fanout_rows_per_second"`
 	// Transport says what carried the commands: the real CDC connector.
 	Transport string `json:"transport"`
 	Database  string `json:"database"`
+	// CPU spent in each measurement (see CPU).
+	RawSQLCPU    CPU `json:"raw_sql_cpu"`
+	RawSQLCDCCPU CPU `json:"raw_sql_cdc_cpu"`
+	FanoutCPU    CPU `json:"fanout_cpu"`
 	// SeedSeconds is how long seeding took in this run (0 when the
 	// database was seeded by an earlier run).
 	SeedSeconds float64 `json:"seed_seconds"`
@@ -141,11 +156,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 
-	cfg.Say("raw SQL: %d chains of %d-student INSERT … SELECT slices", cfg.Ranges, cfg.SliceSize)
+	cfg.Say("raw SQL: %d chains of %d-student INSERT … SELECT slices, no replication slot", cfg.Ranges, cfg.SliceSize)
 	if err := reset(ctx, pool); err != nil {
 		return res, err
 	}
+	meter := startCPUMeter(ctx, pool)
 	rawRows, slices, secs, err := rawSQL(ctx, pool, course, cfg)
+	res.RawSQLCPU = meter.finish()
 	if err != nil {
 		return res, err
 	}
@@ -155,11 +172,36 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	cfg.Say("raw SQL: %d rows in %.2fs", rawRows, secs)
 
+	cfg.Say("pipeline: starting the connector and the fan-out, warming up")
+	pl, err := startPipeline(ctx, pool, dbURL, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer pl.stop()
+
+	cfg.Say("raw SQL again, with the connector attached (as deployed)")
+	if err := reset(ctx, pool); err != nil {
+		return res, err
+	}
+	meter = startCPUMeter(ctx, pool)
+	rawRows, _, secs, err = rawSQL(ctx, pool, course, cfg)
+	res.RawSQLCDCCPU = meter.finish()
+	if err != nil {
+		return res, err
+	}
+	if rawRows != int64(cfg.Users) {
+		return res, fmt.Errorf("raw SQL inserted %d rows, want %d", rawRows, cfg.Users)
+	}
+	res.RawSQLCDCSeconds = secs
+	cfg.Say("raw SQL with the connector attached: %d rows in %.2fs", rawRows, secs)
+
 	cfg.Say("pipeline: outbox → connector → Kafka → planner → slice workers")
 	if err := reset(ctx, pool); err != nil {
 		return res, err
 	}
-	rows, secs, err := pipeline(ctx, pool, dbURL, course, cfg)
+	meter = startCPUMeter(ctx, pool)
+	rows, secs, err := pl.measure(ctx, course)
+	res.FanoutCPU = meter.finish()
 	if err != nil {
 		return res, err
 	}
@@ -172,9 +214,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Ratio = res.FanoutSeconds / res.RawSQLSeconds
 		res.RawRowsPerSec = float64(res.Rows) / res.RawSQLSeconds
 	}
+	if res.RawSQLCDCSeconds > 0 {
+		res.RatioCDC = res.FanoutSeconds / res.RawSQLCDCSeconds
+	}
 	if res.FanoutSeconds > 0 {
 		res.FanoutPerSec = float64(res.Rows) / res.FanoutSeconds
 	}
+	pl.stop()
 	// Leave the seed, drop the million rows of this run.
 	if err := reset(ctx, pool); err != nil {
 		return res, err
@@ -333,9 +379,33 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 	return rows, slices, seconds, nil
 }
 
-// pipeline runs the connector and the fan-out in this process and measures
-// one event from its outbox commit to the commit of its last slice.
-func pipeline(ctx context.Context, pool *pgxpool.Pool, dbURL, course string, cfg Config) (int64, float64, error) {
+// runningPipeline is the connector and the fan-out running in this
+// process on their own topics and slot.
+type runningPipeline struct {
+	pool  *pgxpool.Pool
+	stops []func()
+	once  sync.Once
+}
+
+func (p *runningPipeline) stop() {
+	p.once.Do(func() {
+		for i := len(p.stops) - 1; i >= 0; i-- {
+			p.stops[i]()
+		}
+	})
+}
+
+// startPipeline starts the connector and the fan-out and warms every hop
+// (slot streaming, topic metadata, group assignments, fetch sessions) with
+// an event of a course nobody is enrolled in, so no measurement sees any
+// of the start-up.
+func startPipeline(ctx context.Context, pool *pgxpool.Pool, dbURL string, cfg Config) (_ *runningPipeline, err error) {
+	p := &runningPipeline{pool: pool}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
 	suffix := newSuffix()
 	topics := streams.DefaultTopics().WithPrefix("benchfanout" + suffix + ".")
 	if cfg.Ranges > int(topics.FanoutPartitions) {
@@ -343,14 +413,14 @@ func pipeline(ctx context.Context, pool *pgxpool.Pool, dbURL, course string, cfg
 	}
 	kcl, err := kgo.NewClient(streams.ClientOpts(cfg.Brokers, "bench-fanout-admin")...)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer kcl.Close()
+	p.stops = append(p.stops, kcl.Close)
 	adm := kadm.NewClient(kcl)
 	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
-		return 0, 0, fmt.Errorf("create topics (is Kafka up?): %w", err)
+		return nil, fmt.Errorf("create topics (is Kafka up?): %w", err)
 	}
-	defer func() {
+	p.stops = append(p.stops, func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var names []string
@@ -359,20 +429,21 @@ func pipeline(ctx context.Context, pool *pgxpool.Pool, dbURL, course string, cfg
 		}
 		_, _ = adm.DeleteTopics(dctx, names...)
 		_, _ = adm.DeleteGroups(dctx, topics.Group(streams.GroupFanout), topics.Group(streams.GroupFanoutPlanner))
-	}()
+	})
 
 	slot := "bench_fanout_" + suffix
 	conn, err := connect.New(connect.Config{
 		DatabaseURL: dbURL, Brokers: cfg.Brokers, Slot: slot, Publication: "bench_fanout",
 		TopicTemplate: topics.RouteTemplate(), Logger: cfg.Logger.With("service", "cdc"),
+		ObserveLatency: observeCDC,
 	})
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	if err := conn.Start(ctx); err != nil {
-		return 0, 0, fmt.Errorf("start connector: %w", err)
+		return nil, fmt.Errorf("start connector: %w", err)
 	}
-	defer func() {
+	p.stops = append(p.stops, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = conn.Stop(sctx)
@@ -382,56 +453,63 @@ func pipeline(ctx context.Context, pool *pgxpool.Pool, dbURL, course string, cfg
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-	}()
+	})
 
 	svc, err := fanout.New(fanout.Config{
 		Pool: pool, Brokers: cfg.Brokers, Topics: topics, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 		Logger: cfg.Logger.With("service", "fanout"),
 	})
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	if err := svc.Start(ctx); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer func() {
+	p.stops = append(p.stops, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = svc.Stop(sctx)
-	}()
+	})
 
-	// Warm up every hop (slot streaming, topic metadata, group
-	// assignments, fetch sessions) with an event of a course nobody is
-	// enrolled in, so the measurement sees none of the start-up.
-	cfg.Say("pipeline: waiting for the consumer groups and a warm-up event")
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	select {
 	case <-svc.Ready():
 	case err := <-conn.Failed():
-		return 0, 0, fmt.Errorf("connector: %w", err)
+		return nil, fmt.Errorf("connector: %w", err)
 	case <-wctx.Done():
-		return 0, 0, errors.New("fan-out consumers did not join their groups within 2 minutes")
+		return nil, errors.New("fan-out consumers did not join their groups within 2 minutes")
 	}
 	warm, _, err := publish(ctx, pool, newUUID())
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	if _, err := waitFinished(wctx, pool, warm); err != nil {
-		return 0, 0, fmt.Errorf("warm-up: %w", err)
+		return nil, fmt.Errorf("warm-up: %w", err)
 	}
+	return p, nil
+}
 
-	event, t0, err := publish(ctx, pool, course)
+// measure publishes one event for course and returns how many students it
+// notified and the seconds from its outbox commit to the commit of its
+// last slice (fanout_runs.finished_at is set inside that transaction, just
+// before its commit).
+func (p *runningPipeline) measure(ctx context.Context, course string) (int64, float64, error) {
+	event, t0, err := publish(ctx, p.pool, course)
 	if err != nil {
 		return 0, 0, err
 	}
-	mctx, cancel2 := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel2()
-	st, err := waitFinished(mctx, pool, event)
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	finished, err := waitFinished(mctx, p.pool, event)
 	if err != nil {
 		return 0, 0, err
 	}
-	return st.Notified, st.FinishedAt.Sub(t0).Seconds(), nil
+	st, err := fanout.LoadStatus(ctx, p.pool, event)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Notified, finished.Sub(t0).Seconds(), nil
 }
 
 // publish commits a material and its MaterialPublished outbox row, as the
@@ -455,22 +533,29 @@ func publish(ctx context.Context, pool *pgxpool.Pool, course string) (string, ti
 	return m.EventID, t0, nil
 }
 
-func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string) (fanout.Status, error) {
+// waitFinished polls the run's finished_at. The poll is light and slow on
+// purpose: the end time is read from the row, not from when the poll saw
+// it, so polling faster would only take CPU from what is measured.
+func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string) (time.Time, error) {
 	for {
-		st, err := fanout.LoadStatus(ctx, pool, event)
-		if err != nil && !errors.Is(err, fanout.ErrUnknownEvent) {
-			return st, err
+		var fin *time.Time
+		err := pool.QueryRow(ctx, `SELECT finished_at FROM fanout_runs WHERE event_id = $1`, event).Scan(&fin)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return time.Time{}, err
 		}
-		if st.Finished {
-			return st, nil
+		if fin != nil {
+			return *fin, nil
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("event %s not finished: %w (notified %d)", event, ctx.Err(), st.Notified)
-		case <-time.After(10 * time.Millisecond):
+			return time.Time{}, fmt.Errorf("event %s not finished: %w", event, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
+
+// observeCDC is a hook for experiments (nil in normal runs).
+var observeCDC func(time.Duration)
 
 func newUUID() string {
 	var b [16]byte
