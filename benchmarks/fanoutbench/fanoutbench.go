@@ -65,11 +65,11 @@ type Config struct {
 
 // Result is one run. JSON field names are part of the benchmark's contract.
 type Result struct {
-	Rows          int64   `json:"rows"`
-	Users         int     `json:"users"`
-	Ranges        int     `json:"ranges"`
-	SliceSize     int     `json:"slice_size"`
-	Slices        int64   `json:"slices"`
+	Rows      int64 `json:"rows"`
+	Users     int   `json:"users"`
+	Ranges    int   `json:"ranges"`
+	SliceSize int   `json:"slice_size"`
+	Slices    int64 `json:"slices"`
 	// RawSQLSeconds is the raw SQL chains with no replication slot on
 	// the database; Ratio = FanoutSeconds / RawSQLSeconds.
 	RawSQLSeconds float64 `json:"raw_sql_seconds"`
