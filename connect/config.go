@@ -120,6 +120,10 @@ type Config struct {
 	// must be fast. Benchmarks use it; the latency histogram is recorded
 	// regardless.
 	ObserveLatency func(time.Duration)
+	// ObserveReceive, when set, is called once per streamed transaction
+	// with the time from its commit to its Begin message reaching the
+	// connector: the part of ObserveLatency spent in Postgres.
+	ObserveReceive func(time.Duration)
 }
 
 var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)

@@ -557,6 +557,13 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 				rels[m.RelationID] = rel
 			case *pglogrepl.BeginMessage:
 				cur = c.tr.begin(m.CommitTime)
+				// How late Postgres hands a commit to us: the part of the
+				// commit→Kafka latency spent before the connector.
+				d := time.Since(m.CommitTime)
+				c.m.receive.Update(d.Seconds())
+				if c.cfg.ObserveReceive != nil {
+					c.cfg.ObserveReceive(d)
+				}
 			case *pglogrepl.InsertMessage:
 				rel := rels[m.RelationID]
 				if rel == nil {

@@ -55,6 +55,8 @@
 // In Config.Metrics (VictoriaMetrics), labelled slot="<slot>":
 // notify_cdc_events_published_total, notify_cdc_commit_to_ack_seconds
 // (histogram: the Begin message's commit timestamp to Kafka's ack),
+// notify_cdc_commit_to_receive_seconds (commit to the Begin message's
+// arrival: Postgres' share of that latency),
 // notify_cdc_slot_lag_bytes (pg_current_wal_lsn() - confirmed_flush_lsn,
 // polled), notify_cdc_reconnects_total, notify_cdc_inflight_records,
 // notify_cdc_flushed_lsn, notify_cdc_standby (1 while another process holds

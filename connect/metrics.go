@@ -11,6 +11,7 @@ import (
 type connectorMetrics struct {
 	published  *metrics.Counter
 	latency    *metrics.Histogram
+	receive    *metrics.Histogram
 	lagBytes   *metrics.Gauge
 	reconnects *metrics.Counter
 	deleted    *metrics.Counter
@@ -35,6 +36,9 @@ func newConnectorMetrics(s *metrics.Set, slot string, t *tracker) *connectorMetr
 		// notify_cdc_commit_to_ack_seconds is the time from a transaction's
 		// commit (its Begin message's timestamp) to Kafka's acknowledgement.
 		latency: s.GetOrCreateHistogram(name("notify_cdc_commit_to_ack_seconds")),
+		// notify_cdc_commit_to_receive_seconds is the time from a commit to
+		// its Begin message reaching the connector (the walsender's share).
+		receive: s.GetOrCreateHistogram(name("notify_cdc_commit_to_receive_seconds")),
 		// notify_cdc_slot_lag_bytes is pg_current_wal_lsn() minus the slot's
 		// confirmed_flush_lsn: WAL the slot keeps on disk.
 		lagBytes:   s.GetOrCreateGauge(name("notify_cdc_slot_lag_bytes"), nil),

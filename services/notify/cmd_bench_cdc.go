@@ -45,6 +45,10 @@ type benchCDCResult struct {
 		P99Ms    float64 `json:"p99_ms"`
 		MaxMs    float64 `json:"max_ms"`
 		Achieved float64 `json:"achieved_rate_per_s"`
+		// ReceiveP50Ms/P99Ms: commit → the transaction reaching the
+		// connector, i.e. the walsender's share of the latency.
+		ReceiveP50Ms float64 `json:"receive_p50_ms"`
+		ReceiveP99Ms float64 `json:"receive_p99_ms"`
 	} `json:"latency"`
 	Drain struct {
 		Events        int     `json:"events"`
@@ -110,6 +114,7 @@ func runBenchCDC(ctx context.Context, args []string) error {
 	var (
 		mu    sync.Mutex
 		lats  []time.Duration
+		recvs []time.Duration
 		acked atomic.Int64
 	)
 	newConnector := func() (*connect.Connector, error) {
@@ -126,6 +131,11 @@ func runBenchCDC(ctx context.Context, args []string) error {
 				acked.Add(1)
 				mu.Lock()
 				lats = append(lats, d)
+				mu.Unlock()
+			},
+			ObserveReceive: func(d time.Duration) {
+				mu.Lock()
+				recvs = append(recvs, d)
 				mu.Unlock()
 			},
 		})
@@ -162,8 +172,10 @@ func runBenchCDC(ctx context.Context, args []string) error {
 	}
 	mu.Lock()
 	sorted := slices.Clone(lats)
+	sortedRecv := slices.Clone(recvs)
 	mu.Unlock()
 	slices.Sort(sorted)
+	slices.Sort(sortedRecv)
 	if len(sorted) == 0 {
 		return errors.New("no event was acknowledged in the latency phase")
 	}
@@ -175,6 +187,8 @@ func runBenchCDC(ctx context.Context, args []string) error {
 	res.Latency.P50Ms = ms(percentile(sorted, 0.50))
 	res.Latency.P99Ms = ms(percentile(sorted, 0.99))
 	res.Latency.MaxMs = ms(sorted[len(sorted)-1])
+	res.Latency.ReceiveP50Ms = ms(percentile(sortedRecv, 0.50))
+	res.Latency.ReceiveP99Ms = ms(percentile(sortedRecv, 0.99))
 
 	// Phase 2: a backlog written while the connector is stopped, then
 	// drained by a fresh connector from the slot.
@@ -215,6 +229,7 @@ func runBenchCDC(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "cdc connector (compression %s, linger %s)\n", res.Compression, linger)
 	fmt.Fprintf(tw, "commit→Kafka ack\t%d events at %.0f/s\tp50 %.1f ms\tp99 %.1f ms\tmax %.1f ms\n",
 		res.Latency.Events, res.Latency.Achieved, res.Latency.P50Ms, res.Latency.P99Ms, res.Latency.MaxMs)
+	fmt.Fprintf(tw, "  of which commit→received\t(Postgres walsender)\tp50 %.1f ms\tp99 %.1f ms\t\n", res.Latency.ReceiveP50Ms, res.Latency.ReceiveP99Ms)
 	fmt.Fprintf(tw, "drain\t%d events (tx of %d)\t%.2f s\t%.0f events/s\t(insert %.2f s)\n",
 		res.Drain.Events, res.Drain.Batch, res.Drain.DrainSeconds, res.Drain.EventsPerSec, res.Drain.InsertSeconds)
 	_ = tw.Flush()
