@@ -83,11 +83,16 @@ func (s *cdcService) Start(ctx context.Context) error {
 	if err := s.ensureTopics(ctx); err != nil {
 		return err
 	}
+	var ln net.Listener
 	if s.metricsAddr != "" {
-		ln, err := net.Listen("tcp", s.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics listener (--metrics-addr): %w", err)
+		var err error
+		// A standby instance on the same machine finds the address taken;
+		// metrics are not worth refusing to stand by for.
+		if ln, err = net.Listen("tcp", s.metricsAddr); err != nil {
+			s.log.Warn("metrics endpoint disabled (choose another --metrics-addr)", "addr", s.metricsAddr, "err", err)
 		}
+	}
+	if ln != nil {
 		metrics.RegisterSet(s.c.Metrics())
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
