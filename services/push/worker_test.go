@@ -301,7 +301,7 @@ func TestRevokeCancelsSlowCommandsUncommitted(t *testing.T) {
 }
 
 // TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce: a retry command
-// due in 2 s is held at most HoldMax (500 ms) at a time and re-queued
+// due in 4 s is held at most HoldMax (500 ms) at a time and re-queued
 // through the outbox until due; it sends nothing before its not-before
 // time, and a duplicate of it sends nothing at all.
 func TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce(t *testing.T) {
@@ -316,10 +316,11 @@ func TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce(t *testing.T) {
 	for id := int64(1); id <= f.seed.Subscriptions; id++ {
 		ids = append(ids, id)
 	}
-	notBefore := time.Now().Add(2 * time.Second)
+	w := f.newWorker(func(c *push.Config) { c.HoldMax = 500 * time.Millisecond })
+	<-w.Ready()
+	notBefore := time.Now().Add(4 * time.Second)
 	retry := f.commands(1)[0]
 	retry.Attempt, retry.NotBefore, retry.SubscriptionIDs = 2, &notBefore, ids
-	w := f.newWorker(func(c *push.Config) { c.HoldMax = 500 * time.Millisecond })
 	// Copies of a command share its partition (same outbox row, or a
 	// re-queue to the same partition).
 	b, _ := json.Marshal(retry)
