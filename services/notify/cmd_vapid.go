@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -17,7 +18,7 @@ const (
 	envVAPIDSubject    = "NOTIFY_VAPID_SUBJECT"
 	envVAPIDLifetime   = "NOTIFY_VAPID_TOKEN_LIFETIME"
 	envPushCAFile      = "NOTIFY_PUSH_CA_FILE"
-	// devVAPIDSubject is used with a throwaway key when no subject is set.
+	// devVAPIDSubject is used with the dev key when no subject is set.
 	devVAPIDSubject = "mailto:dev@notify.invalid"
 )
 
@@ -52,12 +53,11 @@ func runVAPID(ctx context.Context, args []string) error {
 }
 
 // vapidFromEnv builds the VAPID configuration from NOTIFY_VAPID_PRIVATE_KEY,
-// NOTIFY_VAPID_SUBJECT and NOTIFY_VAPID_TOKEN_LIFETIME. With allowThrowaway
-// a missing key is replaced by a key generated for this process only —
-// enough for the mock push service, which accepts any key, but rejected by
-// real push services for subscriptions made with another key — and that
-// choice is logged as a warning.
-func vapidFromEnv(log *slog.Logger, allowThrowaway bool) (webpush.VAPIDConfig, error) {
+// NOTIFY_VAPID_SUBJECT and NOTIFY_VAPID_TOKEN_LIFETIME. With allowDevKey
+// a missing key is replaced by the dev key that the API also falls back to
+// (api.DevVAPIDPrivateKey), so local browsers and workers agree; that
+// choice is logged as a warning because the key is public.
+func vapidFromEnv(log *slog.Logger, allowDevKey bool) (webpush.VAPIDConfig, error) {
 	var cfg webpush.VAPIDConfig
 	raw := strings.TrimSpace(os.Getenv(envVAPIDPrivateKey))
 	cfg.Subject = strings.TrimSpace(os.Getenv(envVAPIDSubject))
@@ -75,19 +75,21 @@ func vapidFromEnv(log *slog.Logger, allowThrowaway bool) (webpush.VAPIDConfig, e
 			return cfg, fmt.Errorf("invalid %s: %w", envVAPIDPrivateKey, err)
 		}
 		cfg.Key = key
-	case allowThrowaway:
-		key, err := webpush.GenerateVAPIDKey()
+	case allowDevKey:
+		// The same dev key the API advertises at /v1/vapid-public-key, so a
+		// browser subscribed in development accepts what the workers send.
+		key, err := webpush.ParseVAPIDKey(api.DevVAPIDPrivateKey)
 		if err != nil {
-			return cfg, err
+			return cfg, fmt.Errorf("dev VAPID key: %w", err)
 		}
 		cfg.Key = key
-		log.Warn(envVAPIDPrivateKey+" is not set: signing with a THROWAWAY VAPID key generated for this process. "+
-			"Only the mock push service accepts it; set a real key (notify vapid generate) for real push services.",
+		log.Warn(envVAPIDPrivateKey+" is not set: signing with the DEV VAPID key, whose private half is public in the source code. "+
+			"Fine for local runs against the mock; set a real key (notify vapid generate) for real push services.",
 			"public_key", key.PublicKey())
 	default:
 		return cfg, fmt.Errorf("%s is not set: make a key pair with `notify vapid generate`", envVAPIDPrivateKey)
 	}
-	if cfg.Subject == "" && allowThrowaway {
+	if cfg.Subject == "" && allowDevKey {
 		cfg.Subject = devVAPIDSubject
 		log.Warn(envVAPIDSubject+" is not set: using a placeholder contact", "subject", devVAPIDSubject)
 	}

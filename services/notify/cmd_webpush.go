@@ -33,7 +33,7 @@ func runWebpush(ctx context.Context, args []string) error {
 	fs := newFlagSet("webpush send", "--endpoint URL --p256dh KEY --auth SECRET --payload JSON [flags]\n\n"+
 		"Sends one push and prints the outcome. Exit 0: delivered; 3: subscription gone (delete it);\n"+
 		"4: rejected permanently; 5: retryable (try again later). VAPID keys come from\n"+
-		envVAPIDPrivateKey+" and "+envVAPIDSubject+" (a throwaway key is used, with a warning, when unset).")
+		envVAPIDPrivateKey+" and "+envVAPIDSubject+" (the dev key is used, with a warning, when unset).")
 	endpoint := fs.String("endpoint", "", "push resource URL from the browser's PushSubscription (required)")
 	p256dh := fs.String("p256dh", "", "keys.p256dh, base64url (required)")
 	auth := fs.String("auth", "", "keys.auth, base64url (required)")

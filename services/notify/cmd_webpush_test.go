@@ -142,8 +142,8 @@ func testWebpushSend(t *testing.T, bin string) {
 	if r.code != 0 || !strings.Contains(r.stdout, "outcome   delivered") || !strings.Contains(r.stdout, "status    201") {
 		t.Fatalf("delivered: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "THROWAWAY VAPID key") {
-		t.Errorf("no warning about the throwaway VAPID key: %s", r.stderr)
+	if !strings.Contains(r.stderr, "DEV VAPID key") {
+		t.Errorf("no warning about the dev VAPID key: %s", r.stderr)
 	}
 	if strings.Contains(r.stdout+r.stderr, "/wpush/") {
 		t.Errorf("the endpoint was printed: %s %s", r.stdout, r.stderr)
