@@ -15,12 +15,19 @@ import (
 )
 
 const (
-	// DefaultRanges is the number of parallel chains per event. Rule: about
-	// twice the Postgres server's physical cores, at least 2. One chain per
-	// core (the seed's rule) keeps the cores busy only while every chain is
-	// inside its INSERT; with a Kafka hop between the slices of a chain, a
-	// second chain per core fills those gaps. Chosen by `notify bench
-	// fanout` on the 2-core reference machine (see benchmarks/RESULTS.md).
+	// DefaultRanges is the number of parallel chains per event. Rule: two
+	// per physical core of the Postgres server (the seed's rule was one per
+	// core). Between two slices a chain waits for its next command to
+	// travel outbox → CDC → Kafka (60–120 ms measured here while Postgres
+	// is busy decoding the same WAL), so a second chain per core keeps the
+	// cores busy through those gaps. Measured with `notify bench fanout
+	// --users 1000000` on the 2-core reference machine, several runs per
+	// value on a shared, noisy machine: the pipeline took 7.4–8.1 s with
+	// R=2, 7.7–8.2 s with R=4 (once 14.7 s while other work ran),
+	// 6.8–10.5 s with R=8 and 8.1–9.6 s with R=16; raw SQL was best at
+	// R=2–4. So 4: as fast as any, no more concurrent transactions than
+	// needed, and well under the fan-out topic's 16 partitions (one chain
+	// per partition).
 	DefaultRanges = 4
 	// DefaultSliceSize is the number of students one slice transaction
 	// notifies (the seed's 5,000: large enough that per-transaction costs
