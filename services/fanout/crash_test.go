@@ -230,6 +230,7 @@ func TestCrashAndReplay(t *testing.T) {
 	}
 	checkPushCoverage(t, aud, cmds)
 	t.Logf("%d push commands cover %d students exactly once after %d kills", len(cmds), students, kills)
+	checkEvenSpread(t, topics)
 
 	// Replay: stop gracefully, rewind both groups to the earliest offset,
 	// start again and let it consume everything.
@@ -404,5 +405,27 @@ func checkStatusCommand(t *testing.T, bin, dbURL, eventID string, notified int64
 	text, err := exec.Command(bin, "status", eventID, "--database-url", dbURL).Output()
 	if err != nil || !strings.Contains(string(text), "finished") {
 		t.Fatalf("notify status: %v\n%s", err, text)
+	}
+}
+
+// checkEvenSpread checks the DESIGN.md contract on the commands Kafka
+// actually holds: two push workers splitting the partitions 12/12 each get
+// 50±5% of the commands, even with the worst possible split.
+func checkEvenSpread(t *testing.T, topics streams.Topics) {
+	t.Helper()
+	per := make([]int, topics.PushPartitions)
+	total := 0
+	for _, r := range pushCommands(t, topics) {
+		per[r.partition]++
+		total++
+	}
+	sorted := append([]int(nil), per...)
+	sort.Sort(sort.Reverse(sort.IntSlice(sorted)))
+	worst := 0
+	for _, n := range sorted[:len(sorted)/2] {
+		worst += n
+	}
+	if share := float64(worst) / float64(total); share > 0.55 {
+		t.Fatalf("the busier of two push workers would get %.1f%% of %d commands (per partition %v)", 100*share, total, per)
 	}
 }
