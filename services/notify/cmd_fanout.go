@@ -106,11 +106,16 @@ func (s *fanoutService) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", s.infra.brokers, err)
 	}
+	var ln net.Listener
 	if s.metricsAddr != "" {
-		ln, err := net.Listen("tcp", s.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics listener (--metrics-addr): %w", err)
+		// A second fan-out process on the same machine (more slice
+		// workers) finds the address taken; metrics are not worth refusing
+		// to run for.
+		if ln, err = net.Listen("tcp", s.metricsAddr); err != nil {
+			s.log.Warn("metrics endpoint disabled (choose another --metrics-addr)", "addr", s.metricsAddr, "err", err)
 		}
+	}
+	if ln != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) })
 		s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
