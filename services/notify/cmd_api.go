@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/status"
 )
 
 func init() {
@@ -43,7 +45,8 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 		if err != nil {
 			return nil, err
 		}
-		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log}, pool)
+		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log,
+			Status: eventStatusSource{pool}}, pool)
 		if err != nil {
 			pool.Close()
 			return nil, err
@@ -81,4 +84,23 @@ func (s *apiService) Stop(ctx context.Context) error {
 	err := s.Server.Stop(ctx)
 	s.pool.Close()
 	return err
+}
+
+// eventStatusSource serves GET /v1/events/{id} from the same report as
+// `notify status`: the fan-out's progress and the push accounting.
+type eventStatusSource struct{ pool *pgxpool.Pool }
+
+func (s eventStatusSource) EventStatus(ctx context.Context, eventID api.UUID) (api.UUID, any, error) {
+	r, err := status.Load(ctx, s.pool, eventID.String())
+	if errors.Is(err, status.ErrUnknownEvent) {
+		return api.UUID{}, nil, api.ErrEventNotFound
+	}
+	if err != nil {
+		return api.UUID{}, nil, err
+	}
+	course, err := api.ParseUUID(r.CourseID)
+	if err != nil {
+		return api.UUID{}, nil, fmt.Errorf("event %s has course %q: %w", eventID, r.CourseID, err)
+	}
+	return course, r, nil
 }

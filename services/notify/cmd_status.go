@@ -9,20 +9,24 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/status"
 )
 
 func init() {
-	register(command{name: "status", summary: "show an event's progress: notified, slices, rate, ETA", run: runStatus})
+	register(command{name: "status", summary: "show an event's progress and push accounting; --verify checks it", run: runStatus})
 }
 
 func runStatus(ctx context.Context, args []string) error {
-	fs := newFlagSet("status", "EVENT_ID [--json] [--watch]")
+	fs := newFlagSet("status", "EVENT_ID [--json] [--watch] [--verify]")
 	var infra infraFlags
 	infra.register(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
 	watch := fs.Bool("watch", false, "refresh every second until the fan-out finishes")
-	interval := fs.Duration("interval", time.Second, "refresh interval of --watch")
+	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (push counts: at most every 5s, they scan the event's deliveries)")
+	verify := fs.Bool("verify", false, "check delivered + gone + failed + pending = target against the tables; exit 1 when it does not hold")
 	// Accept the event id before or after the flags.
 	var eventID string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -47,14 +51,28 @@ func runStatus(ctx context.Context, args []string) error {
 	defer pool.Close()
 
 	out := os.Stdout
+	if *verify {
+		return verifyEvent(ctx, pool, eventID, *asJSON)
+	}
 	clear := *watch && !*asJSON && isTerminal(out)
+	var pushCounts status.Report
 	for {
-		r, err := status.Load(ctx, pool, eventID)
+		r, err := status.LoadFanout(ctx, pool, eventID)
 		if errors.Is(err, status.ErrUnknownEvent) {
 			return exitError{code: 1, msg: fmt.Sprintf("no event %s (neither published nor planned in %s)", eventID, redactURL(infra.databaseURL))}
 		}
 		if err != nil {
 			return err
+		}
+		// Push counts cost a scan of the event's deliveries: refresh them
+		// every 5 s while watching, and always for the last report.
+		if pushCounts.PushCountsAt.IsZero() || time.Since(pushCounts.PushCountsAt) >= 5*time.Second || r.Finished {
+			if err := r.RefreshPush(ctx, pool); err != nil {
+				return err
+			}
+			pushCounts = r
+		} else {
+			r.Counts, r.PushCountsAt = pushCounts.Counts, pushCounts.PushCountsAt
 		}
 		if clear {
 			fmt.Fprint(out, "\033[H\033[2J")
@@ -86,6 +104,39 @@ func printReport(w io.Writer, r status.Report, asJSON bool) error {
 		return err
 	}
 	return r.WriteText(w)
+}
+
+// verifyEvent recomputes the push accounting term by term from the tables
+// (push.Verify) and fails when the equation or an invariant does not hold.
+func verifyEvent(ctx context.Context, pool *pgxpool.Pool, eventID string, asJSON bool) error {
+	v, err := push.Verify(ctx, pool, eventID)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		b, err := json.Marshal(struct {
+			push.Verification
+			OK bool `json:"ok"`
+		}{v, v.OK()})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s\n", b)
+	} else {
+		c := v.Status.Counts
+		fmt.Printf("event %s: notified %d, target %d = delivered %d + gone %d + failed %d + pending %d\n",
+			eventID, v.Status.Notified, c.Target, c.Delivered, c.Gone, c.Failed, c.Pending)
+		for _, p := range v.Problems {
+			fmt.Printf("problem: %s\n", p)
+		}
+	}
+	if !v.OK() {
+		return exitError{code: 1, msg: fmt.Sprintf("event %s: accounting does not hold (%d problems)", eventID, len(v.Problems))}
+	}
+	if !asJSON {
+		fmt.Println("ok: delivered + gone + failed + pending = target, and every invariant holds")
+	}
+	return nil
 }
 
 // isTerminal reports whether f is a character device (a terminal), where

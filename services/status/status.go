@@ -1,7 +1,7 @@
 // Package status is the one place an event's progress is assembled for
-// people: `notify status` prints it and the API can serve it. Each stage
-// contributes its own numbers — today the fan-out's (fanout.Status); the
-// push stage adds its counts to Report next to them.
+// people: `notify status` prints it and the API serves it. Each stage
+// contributes its own numbers: the fan-out's (fanout.Status) and the push
+// stage's accounting (push.Counts), side by side in one flat object.
 package status
 
 import (
@@ -13,21 +13,48 @@ import (
 	"time"
 
 	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/push"
 )
 
 // Report is the progress of one event. Its JSON is flat: the fan-out's
-// fields (event_id, notified, finished, …) at the top level, so stages can
-// add fields without nesting changes for readers.
+// fields (event_id, notified, finished, …) and the push stage's (target,
+// delivered, gone, failed, pending, …) at the top level.
+//
+// "finished" is the fan-out's: every student is notified. "done" is the
+// whole event's: finished, and every target subscription has a final
+// push outcome.
 type Report struct {
 	fanout.Status
+	push.Counts
+	// PushCountsAt is when the push counts were read; they cost a scan of
+	// the event's deliveries, so watchers refresh them less often.
+	PushCountsAt time.Time `json:"push_counts_at"`
+	// EventDone is Finished and no push pending.
+	EventDone bool `json:"done"`
 }
 
 // ErrUnknownEvent is returned for an event that is neither published nor
 // planned.
 var ErrUnknownEvent = fanout.ErrUnknownEvent
 
-// Load reads the progress of eventID.
-func Load(ctx context.Context, q fanout.Querier, eventID string) (Report, error) {
+// Querier runs queries; *pgxpool.Pool and pgx.Tx satisfy it.
+type Querier interface {
+	fanout.Querier
+	push.Querier
+}
+
+// Load reads the progress of eventID, both stages.
+func Load(ctx context.Context, q Querier, eventID string) (Report, error) {
+	r, err := LoadFanout(ctx, q, eventID)
+	if err != nil {
+		return r, err
+	}
+	return r, r.RefreshPush(ctx, q)
+}
+
+// LoadFanout reads the fan-out's progress only (cheap); the push counts
+// stay as they were until RefreshPush.
+func LoadFanout(ctx context.Context, q fanout.Querier, eventID string) (Report, error) {
 	st, err := fanout.LoadStatus(ctx, q, eventID)
 	if err != nil {
 		return Report{}, err
@@ -35,8 +62,19 @@ func Load(ctx context.Context, q fanout.Querier, eventID string) (Report, error)
 	return Report{Status: st}, nil
 }
 
+// RefreshPush reads the push accounting into r.
+func (r *Report) RefreshPush(ctx context.Context, q push.Querier) error {
+	ps, err := push.EventStatus(ctx, q, r.EventID)
+	if err != nil {
+		return fmt.Errorf("push status of %s: %w", r.EventID, err)
+	}
+	r.Counts, r.PushCountsAt = ps.Counts, time.Now()
+	r.EventDone = r.Finished && r.Counts.Done()
+	return nil
+}
+
 // Done reports whether the event needs no more watching.
-func (r Report) Done() bool { return r.Finished }
+func (r Report) Done() bool { return r.EventDone }
 
 // WriteText writes the report as an aligned two-column table.
 func (r Report) WriteText(w io.Writer) error {
@@ -76,6 +114,15 @@ func (r Report) WriteText(w io.Writer) error {
 		row("eta", seconds(*r.ETASeconds))
 	default:
 		row("eta", "unknown")
+	}
+	if !r.PushCountsAt.IsZero() {
+		row("push", fmt.Sprintf("%s target: %s delivered, %s gone, %s failed, %s pending (%s retrying)",
+			group(r.Target), group(r.Delivered), group(r.Gone), group(r.Failed), group(r.Pending), group(r.Retrying)))
+		state := "in progress"
+		if r.EventDone {
+			state = "done: every subscription has a final outcome"
+		}
+		row("overall", state)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -1,0 +1,59 @@
+package status_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/seed"
+	"github.com/notify-dev/notify/services/status"
+)
+
+// One report carries both stages, and "done" needs both: the fan-out
+// finished and every target subscription with a final outcome.
+func TestLoadBothStages(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	res, err := seed.Load(ctx, db.Pool, seed.Options{Users: 50, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ev = "00000000-0000-4000-8000-000000000001"
+	mustExec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(`INSERT INTO materials (id, course_id, author_id, title, body, published_at, event_id)
+		VALUES ('00000000-0000-4000-8000-0000000000aa', $1, $2, 't', 'b', now(), $3)`, res.CourseID, res.InstructorID, ev)
+	mustExec(`INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size, finished_at, notified)
+		VALUES ($1, $2, '00000000-0000-4000-8000-0000000000aa', 't', now(), 1, 5000, now(), 50)`, ev, res.CourseID)
+	mustExec(`INSERT INTO fanout_ranges (event_id, range_index, lo, hi, slices_done, notified, done_at)
+		VALUES ($1, 0, '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 1, 50, now())`, ev)
+	mustExec(`INSERT INTO notifications (event_id, user_id, created_at) SELECT $1, user_id, now() FROM enrollments`, ev)
+	// All but 3 subscriptions delivered, 1 gone (deleted), 2 still unsent.
+	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status)
+		SELECT $1, id, 'delivered' FROM push_subscriptions WHERE id > 3`, ev)
+	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'gone')`, ev)
+	mustExec(`DELETE FROM push_subscriptions WHERE id = 1`)
+
+	r, err := status.Load(ctx, db.Pool, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Finished || r.Notified != 50 {
+		t.Fatalf("fan-out part: finished=%v notified=%d", r.Finished, r.Notified)
+	}
+	if r.Target != res.Subscriptions || r.Gone != 1 || r.Pending != 2 || r.Delivered != res.Subscriptions-3 {
+		t.Fatalf("push part: %+v (subscriptions %d)", r.Counts, res.Subscriptions)
+	}
+	if r.Done() {
+		t.Fatal("done with 2 pushes pending")
+	}
+	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 2, 'failed'), ($1, 3, 'delivered')`, ev)
+	if r, err = status.Load(ctx, db.Pool, ev); err != nil || !r.Done() || r.Failed != 1 {
+		t.Fatalf("after the last outcomes: done=%v %+v err=%v", r.Done(), r.Counts, err)
+	}
+}
