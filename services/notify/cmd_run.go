@@ -6,6 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // served only when NOTIFY_PPROF_ADDR is set
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -75,6 +79,16 @@ func runService(ctx context.Context, args []string) error {
 		return err
 	}
 	log := serviceLogger(def.name)
+	if addr := os.Getenv("NOTIFY_PPROF_ADDR"); addr != "" {
+		// Profiling on demand (go tool pprof http://ADDR/debug/pprof/profile);
+		// off unless asked for, and only where the operator points it.
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("NOTIFY_PPROF_ADDR %q: %w", addr, err)
+		}
+		log.Info("serving pprof", "addr", ln.Addr().String())
+		go func() { _ = http.Serve(ln, nil) }()
+	}
 	svc, err := build(ctx, log)
 	if err != nil {
 		return err
