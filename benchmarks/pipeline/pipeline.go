@@ -135,6 +135,11 @@ type Result struct {
 	DecryptFailures       int64              `json:"decrypt_failures"`
 	CPUSeconds            map[string]float64 `json:"cpu_seconds"`
 	PushCPUSeconds        float64            `json:"push_cpu_seconds"`
+	// MachineCPUSeconds is the CPU time all processes on the machine used
+	// from the publish to the last outcome (Postgres, Kafka, every service,
+	// the mock); MachineBusyPercent relates it to what the cores offered.
+	MachineCPUSeconds  float64 `json:"machine_cpu_seconds"`
+	MachineBusyPercent float64 `json:"machine_busy_percent"`
 	SeedSeconds           float64            `json:"seed_seconds,omitempty"`
 	Database              string             `json:"database"`
 	LogDir                string             `json:"log_dir"`
@@ -317,6 +322,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	req.Header.Set("Idempotency-Key", "run-"+runID)
+	busy0, total0 := machineCPU()
 	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -339,6 +345,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	// 5. Watch until every subscription has a final outcome.
 	if err := watch(ctx, cfg, pool, mock, procs, &res, t0); err != nil {
 		return res, err
+	}
+
+	// The whole machine's CPU over the run: how close to CPU-bound it was.
+	if busy1, total1 := machineCPU(); total1 > total0 {
+		res.MachineCPUSeconds = busy1 - busy0
+		res.MachineBusyPercent = 100 * (busy1 - busy0) / (total1 - total0)
 	}
 
 	// 6. Accounting and timings from the tables (database clock throughout).

@@ -140,3 +140,25 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, procs []*p
 		}
 	}
 }
+
+// machineCPU returns busy and total CPU seconds of the whole machine since
+// boot, from the first line of /proc/stat (USER_HZ = 100).
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseFloat(v, 64)
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy / 100, total / 100
+}

@@ -190,6 +190,7 @@ func printRunResult(w io.Writer, r pipeline.Result) {
 	fmt.Fprintf(tw, "total (publish → last push)\t%.2f s\t11 min 53 s\n", r.TotalSeconds)
 	fmt.Fprintf(tw, "sends/s\t%.0f\t\n", r.SendsPerSecond)
 	fmt.Fprintf(tw, "push CPU seconds\t%.1f\t\n", r.PushCPUSeconds)
+	fmt.Fprintf(tw, "machine CPU busy\t%.0f%% (%.0f CPU-s)\t\n", r.MachineBusyPercent, r.MachineCPUSeconds)
 	fmt.Fprintf(tw, "delivered / gone / failed\t%d / %d / %d\t\n", r.Delivered, r.Gone, r.Failed)
 	fmt.Fprintf(tw, "lost\t%d\t0\n", r.Lost)
 	fmt.Fprintf(tw, "duplicates (mock)\t%d\t\n", r.Duplicates)
