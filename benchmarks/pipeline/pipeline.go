@@ -479,8 +479,12 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName, dbURL string) (*pg
 		pool, err := pgxpool.New(ctx, dbURL)
 		if err == nil {
 			var users, subs int64
-			qerr := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM enrollments), (SELECT count(*) FROM push_subscriptions)").Scan(&users, &subs)
-			if qerr == nil && users == int64(cfg.Users) && subs == want {
+			var endpoint string
+			qerr := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM enrollments), (SELECT count(*) FROM push_subscriptions),
+				coalesce((SELECT endpoint FROM push_subscriptions ORDER BY id LIMIT 1), '')`).Scan(&users, &subs, &endpoint)
+			// Seeded endpoints name the mock's port: reuse only a seed made
+			// for this port.
+			if qerr == nil && users == int64(cfg.Users) && subs == want && strings.HasPrefix(endpoint, pushBaseURL(cfg)) {
 				if err := migrate(ctx, dbURL); err != nil {
 					pool.Close()
 					return nil, 0, 0, err
@@ -513,13 +517,15 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName, dbURL string) (*pg
 	}
 	cfg.Say(fmt.Sprintf("seeding %d students and %d subscriptions into %s", cfg.Users, want, dbName))
 	r, err := seed.Load(ctx, pool, seed.Options{Users: cfg.Users, Seed: cfg.Seed,
-		PushBaseURL: fmt.Sprintf("https://127.0.0.1:%d/wpush/", cfg.PushPort)})
+		PushBaseURL: pushBaseURL(cfg)})
 	if err != nil {
 		pool.Close()
 		return nil, 0, 0, fmt.Errorf("seed: %w", err)
 	}
 	return pool, r.Subscriptions, r.Seconds, nil
 }
+
+func pushBaseURL(cfg Config) string { return fmt.Sprintf("https://127.0.0.1:%d/wpush/", cfg.PushPort) }
 
 func migrate(ctx context.Context, dbURL string) error {
 	conn, err := pgx.Connect(ctx, dbURL)
