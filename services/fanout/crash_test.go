@@ -1,11 +1,13 @@
 package fanout_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"os/exec"
@@ -132,15 +134,18 @@ func randInt(n int64) int64 {
 	return v.Int64()
 }
 
-// startConnector runs the real CDC connector in-process on a fresh slot.
+// startConnector runs the real CDC connector in-process on a fresh slot. If
+// the test fails, its log and counters are reported.
 func startConnector(t *testing.T, dbURL string, topics streams.Topics) {
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
+	logs := &lockedBuffer{}
 	c, err := connect.New(connect.Config{
 		DatabaseURL: dbURL, Brokers: streamstest.Brokers(t),
 		Slot: "fanout_test_" + hex.EncodeToString(b), Publication: "fanout_test",
-		TopicTemplate: topics.RouteTemplate(), Logger: testLogger(),
+		TopicTemplate: topics.RouteTemplate(),
+		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +158,49 @@ func startConnector(t *testing.T, dbURL string, topics streams.Topics) {
 		defer cancel()
 		_ = c.Stop(ctx)
 	})
+	// Runs before the Stop above: the counters as the test saw them (the
+	// deferred deletes show how often a transaction was published before
+	// other sessions saw it committed), and the log if the test failed.
+	t.Cleanup(func() {
+		var m bytes.Buffer
+		c.Metrics().WritePrometheus(&m)
+		for _, l := range strings.Split(m.String(), "\n") {
+			if !strings.HasPrefix(l, "notify_cdc_") || strings.Contains(l, "_bucket") {
+				continue
+			}
+			if t.Failed() || strings.Contains(l, "_total") {
+				t.Logf("connector: %s", l)
+			}
+		}
+		if !t.Failed() {
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		if len(lines) > 200 {
+			lines = lines[len(lines)-200:]
+		}
+		for _, l := range lines {
+			t.Logf("connector log: %s", l)
+		}
+	})
+}
+
+// lockedBuffer is an io.Writer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestCrashAndReplay kills the fan-out process with SIGKILL at random
@@ -223,7 +271,7 @@ func TestCrashAndReplay(t *testing.T) {
 		t.Fatalf("%d notifications for students outside the audience", extra)
 	}
 	checkStatusCommand(t, bin, db.URL, ev.EventID, students)
-	waitOutboxEmpty(t, db.Pool)
+	waitOutboxEmpty(t, db.Pool, topics)
 	cmds, dups := distinctPushCommands(t, topics)
 	if dups > 0 {
 		t.Logf("%d push records were duplicates by outbox id (connector redelivery; consumers dedupe on it)", dups)
@@ -247,7 +295,7 @@ func TestCrashAndReplay(t *testing.T) {
 	proc = startFanoutProc(t, bin, db.URL, topics, logDir, n, flags...)
 	waitCaughtUp(t, adm, topics.Group(streams.GroupFanoutPlanner), topics.Material(), proc)
 	waitCaughtUp(t, adm, topics.Group(streams.GroupFanout), topics.Fanout(), proc)
-	waitOutboxEmpty(t, db.Pool)
+	waitOutboxEmpty(t, db.Pool, topics)
 	after := snapshotCounts(t, db.Pool, topics, ev.EventID)
 	if after != before {
 		t.Fatalf("replay changed something:\nbefore %+v\nafter  %+v", before, after)

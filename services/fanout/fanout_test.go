@@ -55,7 +55,7 @@ func TestExactCounts(t *testing.T) {
 				if st.SlicesDone != wantSlices || st.SlicesTotal != wantSlices {
 					t.Fatalf("slices done %d total %d, want %d", st.SlicesDone, st.SlicesTotal, wantSlices)
 				}
-				waitOutboxEmpty(t, db.Pool)
+				waitOutboxEmpty(t, db.Pool, topics)
 				recs := pushCommands(t, topics)
 				cmds := make([]streams.PushCommand, len(recs))
 				for i, pr := range recs {

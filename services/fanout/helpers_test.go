@@ -153,30 +153,53 @@ func startService(t testing.TB, pool *pgxpool.Pool, topics streams.Topics, range
 // and returns the decoded commands with their outbox row ids.
 func pushCommands(t testing.TB, topics streams.Topics) []pushRecord {
 	t.Helper()
+	var out []pushRecord
+	readTopic(t, topics.Push(), func(r *kgo.Record) {
+		cmd, err := streams.DecodePushCommand(r.Value)
+		if err != nil {
+			t.Fatalf("push record %d/%d: %v", r.Partition, r.Offset, err)
+		}
+		out = append(out, pushRecord{cmd: cmd, partition: r.Partition, id: recordID(r)})
+	})
+	return out
+}
+
+// recordID is the outbox row id the connector puts in the "id" header.
+func recordID(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == "id" {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// readTopic calls fn with every record of topic, up to the end offsets it
+// has when called.
+func readTopic(t testing.TB, topic string, fn func(*kgo.Record)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	adm := streamstest.Admin(t)
-	ends, err := adm.ListEndOffsets(ctx, topics.Push())
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		t.Fatalf("end offsets: %v", err)
+		t.Fatalf("end offsets of %s: %v", topic, err)
 	}
 	want := map[int32]int64{}
-	total := int64(0)
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Offset > 0 {
 			want[o.Partition] = o.Offset
-			total += o.Offset
 		}
 	})
-	if total == 0 {
-		return nil
+	if len(want) == 0 {
+		return
 	}
 	parts := map[int32]kgo.Offset{}
 	for p := range want {
 		parts[p] = kgo.NewOffset().AtStart()
 	}
-	cl := streamstest.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topics.Push(): parts}), kgo.FetchMaxWait(200*time.Millisecond))
-	var out []pushRecord
+	cl := streamstest.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}), kgo.FetchMaxWait(200*time.Millisecond))
+	defer cl.Close()
 	got := map[int32]int64{}
 	for {
 		done := true
@@ -186,25 +209,18 @@ func pushCommands(t testing.TB, topics streams.Topics) []pushRecord {
 			}
 		}
 		if done {
-			return out
+			return
 		}
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			t.Fatalf("reading push topic: %v (got %v of %v)", err, got, want)
+			t.Fatalf("reading %s: %v (got %v of %v)", topic, err, got, want)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= want[r.Partition] {
+				return
+			}
 			got[r.Partition] = r.Offset + 1
-			cmd, err := streams.DecodePushCommand(r.Value)
-			if err != nil {
-				t.Fatalf("push record %d/%d: %v", r.Partition, r.Offset, err)
-			}
-			pr := pushRecord{cmd: cmd, partition: r.Partition}
-			for _, h := range r.Headers {
-				if h.Key == "id" {
-					pr.id = string(h.Value)
-				}
-			}
-			out = append(out, pr)
+			fn(r)
 		})
 	}
 }
@@ -344,14 +360,57 @@ func (r *relay) pass(ctx context.Context, pool *pgxpool.Pool, cl *kgo.Client, to
 }
 
 // waitOutboxEmpty waits until every outbox row was published and deleted.
-func waitOutboxEmpty(t testing.TB, pool *pgxpool.Pool) {
+// If rows stay, it reports them and whether Kafka has them: a row in Kafka
+// was published but its delete was lost; a row not in Kafka never left.
+func waitOutboxEmpty(t testing.TB, pool *pgxpool.Pool, topics streams.Topics) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for count(t, pool, `SELECT count(*) FROM outbox`) > 0 {
 		if time.Now().After(deadline) {
+			reportOutbox(t, pool, topics)
 			t.Fatal("outbox never drained")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reportOutbox logs the rows left in the outbox (the first 50).
+func reportOutbox(t testing.TB, pool *pgxpool.Pool, topics streams.Topics) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id::text, aggregatetype, type, created_at, xmin::text FROM outbox ORDER BY created_at, id`)
+	if err != nil {
+		t.Fatalf("list outbox: %v", err)
+	}
+	type left struct {
+		id, agg, typ, xmin string
+		created            time.Time
+	}
+	var all []left
+	for rows.Next() {
+		var l left
+		if err := rows.Scan(&l.id, &l.agg, &l.typ, &l.created, &l.xmin); err != nil {
+			t.Fatalf("list outbox: %v", err)
+		}
+		all = append(all, l)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("list outbox: %v", err)
+	}
+	inKafka := map[string]int{} // id -> copies in Kafka
+	aggs := map[string]bool{}
+	for _, l := range all {
+		aggs[l.agg] = true
+	}
+	for agg := range aggs {
+		readTopic(t, topics.Outbox(agg), func(r *kgo.Record) { inKafka[recordID(r)]++ })
+	}
+	t.Logf("%d rows left in the outbox (oldest first):", len(all))
+	for i, l := range all {
+		if i == 50 {
+			t.Logf("  …")
+			break
+		}
+		t.Logf("  %s %s/%s created %s xmin %s: %d copies in Kafka", l.id, l.agg, l.typ, l.created.Format(time.RFC3339Nano), l.xmin, inKafka[l.id])
 	}
 }
 
