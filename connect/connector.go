@@ -75,9 +75,9 @@ func New(cfg Config) (*Connector, error) {
 		failed:   make(chan error, 1),
 	}
 	c.readCtx, c.endRead = context.WithCancel(context.Background())
-	c.tr = newTracker(!cfg.KeepRows, func(ids []string) {
+	c.tr = newTracker(!cfg.KeepRows, func(xid uint32, ids []string) {
 		if c.cleaner != nil {
-			c.cleaner.add(ids)
+			c.cleaner.add(xid, ids)
 		}
 	})
 	c.m = newConnectorMetrics(cfg.Metrics, cfg.Slot, c.tr)
@@ -137,7 +137,8 @@ func (c *Connector) start(ctx context.Context) error {
 	c.bgCancel = cancel
 	if !c.cfg.KeepRows {
 		// Before the snapshot: its acknowledgements already queue deletes.
-		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log, func(n int) { c.m.deleted.Add(n) })
+		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log,
+			func(n int) { c.m.deleted.Add(n) }, func(n int) { c.m.deferred.Add(n) })
 		c.bgWG.Add(1)
 		go func() { defer c.bgWG.Done(); c.cleaner.run(bg) }()
 	}
@@ -232,7 +233,7 @@ func (c *Connector) stop(ctx context.Context) error {
 	c.bgCancel()
 	c.bgWG.Wait()
 	if c.cleaner != nil && ctx.Err() == nil {
-		if derr := c.cleaner.drain(ctx); derr != nil {
+		if derr := c.cleaner.finish(ctx); derr != nil {
 			c.log.Warn("final outbox cleanup", "err", derr)
 		}
 	}
@@ -556,7 +557,7 @@ func (c *Connector) stream(conn *pgconn.PgConn) error {
 				}
 				rels[m.RelationID] = rel
 			case *pglogrepl.BeginMessage:
-				cur = c.tr.begin(m.CommitTime)
+				cur = c.tr.begin(m.Xid, m.CommitTime)
 				// How late Postgres hands a commit to us: the part of the
 				// commit→Kafka latency spent before the connector.
 				d := time.Since(m.CommitTime)

@@ -44,7 +44,12 @@
 // standing by and retries until the first one's connection ends.
 //
 // Rows whose transaction Kafka acknowledged are deleted from the outbox in
-// batches on a separate connection; the deletes are not published.
+// batches on a separate connection; the deletes are not published. A
+// transaction can be decoded and acknowledged before other sessions see it
+// committed (the walsender wakes when the commit record is flushed, before
+// the backend leaves the ProcArray or while it waits for a synchronous
+// standby); each DELETE reports the transactions its snapshot still sees in
+// progress, and their rows are deleted on a retry (see cleaner).
 //
 // A slot created by Start publishes the rows already in the outbox from the
 // snapshot it starts at (Debezium's "initial" snapshot), so events written
@@ -60,6 +65,8 @@
 // notify_cdc_slot_lag_bytes (pg_current_wal_lsn() - confirmed_flush_lsn,
 // polled), notify_cdc_reconnects_total, notify_cdc_inflight_records,
 // notify_cdc_flushed_lsn, notify_cdc_standby (1 while another process holds
-// the slot), notify_cdc_outbox_rows_deleted_total and
+// the slot), notify_cdc_outbox_rows_deleted_total,
+// notify_cdc_outbox_deletes_deferred_total (rows whose delete waited for
+// their transaction to become visible, counted per retry) and
 // notify_cdc_changes_skipped_total{kind=update|delete|truncate|other_table}.
 package connect

@@ -15,6 +15,7 @@ type connectorMetrics struct {
 	lagBytes   *metrics.Gauge
 	reconnects *metrics.Counter
 	deleted    *metrics.Counter
+	deferred   *metrics.Counter
 	skipUpdate *metrics.Counter
 	skipDelete *metrics.Counter
 	skipTrunc  *metrics.Counter
@@ -44,6 +45,9 @@ func newConnectorMetrics(s *metrics.Set, slot string, t *tracker) *connectorMetr
 		lagBytes:   s.GetOrCreateGauge(name("notify_cdc_slot_lag_bytes"), nil),
 		reconnects: s.GetOrCreateCounter(name("notify_cdc_reconnects_total")),
 		deleted:    s.GetOrCreateCounter(name("notify_cdc_outbox_rows_deleted_total")),
+		// notify_cdc_outbox_deletes_deferred_total counts rows whose DELETE
+		// saw their transaction still in progress (retried), per attempt.
+		deferred:   s.GetOrCreateCounter(name("notify_cdc_outbox_deletes_deferred_total")),
 		skipUpdate: s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "update")),
 		skipDelete: s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "delete")),
 		skipTrunc:  s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "truncate")),

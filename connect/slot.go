@@ -206,7 +206,7 @@ func (c *Connector) snapshot(ctx context.Context, name string, cp pglogrepl.LSN)
 		return 0, fmt.Errorf("read outbox: %w", err)
 	}
 	defer rows.Close()
-	x := c.tr.begin(time.Time{})
+	x := c.tr.begin(0, time.Time{}) // rows of the snapshot are visible
 	now := time.Now()
 	n := 0
 	for rows.Next() {

@@ -26,14 +26,18 @@ type tracker struct {
 	// changed gets a token whenever pending drops or flushed moves, so a
 	// paused reader or a draining Stop wakes up.
 	changed chan struct{}
-	// onFlushed receives the row ids of transactions the flush position
-	// passed (outbox cleanup). Called without the lock held.
-	onFlushed func(ids []string)
+	// onFlushed receives, per transaction the flush position passed, its
+	// xid and row ids (outbox cleanup). Called without the lock held.
+	onFlushed func(xid uint32, ids []string)
 	keepIDs   bool
 }
 
 // txn is one received transaction.
 type txn struct {
+	// xid is the transaction's id (0 for the initial snapshot): its rows
+	// become visible to other sessions only once it leaves Postgres's
+	// ProcArray, which can be after its commit was decoded and published.
+	xid         uint32
 	commitTime  time.Time
 	end         pglogrepl.LSN // commit end LSN, set by commit
 	outstanding int
@@ -46,7 +50,7 @@ type txn struct {
 	ids       []string
 }
 
-func newTracker(keepIDs bool, onFlushed func([]string)) *tracker {
+func newTracker(keepIDs bool, onFlushed func(xid uint32, ids []string)) *tracker {
 	return &tracker{changed: make(chan struct{}, 1), keepIDs: keepIDs, onFlushed: onFlushed}
 }
 
@@ -59,13 +63,13 @@ func (t *tracker) signal() {
 
 // begin queues a new transaction. A transaction still open (a Begin without
 // its Commit, which a healthy stream never sends) is abandoned first.
-func (t *tracker) begin(commitTime time.Time) *txn {
+func (t *tracker) begin(xid uint32, commitTime time.Time) *txn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if n := len(t.queue); n > 0 && !t.queue[n-1].committed {
 		t.queue[n-1].abandoned = true
 	}
-	x := &txn{commitTime: commitTime}
+	x := &txn{xid: xid, commitTime: commitTime}
 	t.queue = append(t.queue, x)
 	return x
 }
@@ -94,10 +98,10 @@ func (t *tracker) ack(x *txn, err error) {
 			t.failed = err
 		}
 	}
-	ids := t.advanceLocked()
+	done := t.advanceLocked()
 	t.mu.Unlock()
 	t.signal()
-	t.emit(ids)
+	t.emit(done)
 }
 
 // commit marks x complete at end, the commit's end LSN.
@@ -105,10 +109,10 @@ func (t *tracker) commit(x *txn, end pglogrepl.LSN) {
 	t.mu.Lock()
 	x.committed = true
 	x.end = end
-	ids := t.advanceLocked()
+	done := t.advanceLocked()
 	t.mu.Unlock()
 	t.signal()
-	t.emit(ids)
+	t.emit(done)
 }
 
 // abandonOpen drops the transaction the stream was in the middle of when
@@ -119,10 +123,10 @@ func (t *tracker) abandonOpen() {
 	if n := len(t.queue); n > 0 && !t.queue[n-1].committed {
 		t.queue[n-1].abandoned = true
 	}
-	ids := t.advanceLocked()
+	done := t.advanceLocked()
 	t.mu.Unlock()
 	t.signal()
-	t.emit(ids)
+	t.emit(done)
 }
 
 // idle moves the flush position to walEnd, a server WAL position the stream
@@ -177,8 +181,10 @@ func (t *tracker) err() error {
 	return t.failed
 }
 
-func (t *tracker) advanceLocked() []string {
-	var ids []string
+// advanceLocked pops the head of the queue while it is complete and returns
+// the committed transactions it popped (abandoned ones are dropped).
+func (t *tracker) advanceLocked() []*txn {
+	var done []*txn
 	for len(t.queue) > 0 {
 		h := t.queue[0]
 		if h.outstanding > 0 || h.failed {
@@ -195,15 +201,22 @@ func (t *tracker) advanceLocked() []string {
 		if h.end > t.flushed {
 			t.flushed = h.end
 		}
-		ids = append(ids, h.ids...)
+		if len(h.ids) > 0 {
+			done = append(done, h)
+		}
 		t.queue[0] = nil
 		t.queue = t.queue[1:]
 	}
-	return ids
+	return done
 }
 
-func (t *tracker) emit(ids []string) {
-	if len(ids) > 0 && t.onFlushed != nil {
-		t.onFlushed(ids)
+// emit hands the ids of flushed transactions to onFlushed. A popped
+// transaction is no longer written to, so its ids are read without the lock.
+func (t *tracker) emit(done []*txn) {
+	if t.onFlushed == nil {
+		return
+	}
+	for _, x := range done {
+		t.onFlushed(x.xid, x.ids)
 	}
 }

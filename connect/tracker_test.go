@@ -13,14 +13,18 @@ import (
 
 func TestTrackerFlushWaitsForEarlierTransaction(t *testing.T) {
 	var flushedIDs []string
-	tr := newTracker(true, func(ids []string) { flushedIDs = append(flushedIDs, ids...) })
+	var flushedXids []uint32
+	tr := newTracker(true, func(xid uint32, ids []string) {
+		flushedIDs = append(flushedIDs, ids...)
+		flushedXids = append(flushedXids, xid)
+	})
 	tr.raiseFloor(100)
 
-	a := tr.begin(time.Now())
+	a := tr.begin(7, time.Now())
 	tr.add(a, "a1")
 	tr.add(a, "a2")
 	tr.commit(a, 200)
-	b := tr.begin(time.Now())
+	b := tr.begin(8, time.Now())
 	tr.add(b, "b1")
 	tr.commit(b, 300)
 
@@ -40,6 +44,9 @@ func TestTrackerFlushWaitsForEarlierTransaction(t *testing.T) {
 	if want := []string{"a1", "a2", "b1"}; !slices.Equal(flushedIDs, want) {
 		t.Fatalf("flushed ids %v, want %v", flushedIDs, want)
 	}
+	if want := []uint32{7, 8}; !slices.Equal(flushedXids, want) {
+		t.Fatalf("flushed xids %v, want %v", flushedXids, want)
+	}
 	if tr.inFlight() != 0 || tr.queued() != 0 {
 		t.Fatalf("in flight %d, queued %d, want 0, 0", tr.inFlight(), tr.queued())
 	}
@@ -48,7 +55,7 @@ func TestTrackerFlushWaitsForEarlierTransaction(t *testing.T) {
 func TestTrackerUncommittedTransactionBlocksFlush(t *testing.T) {
 	tr := newTracker(false, nil)
 	tr.raiseFloor(10)
-	a := tr.begin(time.Now())
+	a := tr.begin(0, time.Now())
 	tr.add(a, "a1")
 	tr.ack(a, nil) // all records acked, but no Commit yet
 	if got := tr.position(); got != 10 {
@@ -63,10 +70,10 @@ func TestTrackerUncommittedTransactionBlocksFlush(t *testing.T) {
 func TestTrackerEmptyTransactionFlushesInOrder(t *testing.T) {
 	tr := newTracker(false, nil)
 	tr.raiseFloor(10)
-	a := tr.begin(time.Now())
+	a := tr.begin(0, time.Now())
 	tr.add(a, "a1")
 	tr.commit(a, 20)
-	b := tr.begin(time.Now()) // e.g. rows of another table only
+	b := tr.begin(0, time.Now()) // e.g. rows of another table only
 	tr.commit(b, 30)
 	if got := tr.position(); got != 10 {
 		t.Fatalf("empty later txn moved flush to %v past an unacked one", got)
@@ -80,10 +87,10 @@ func TestTrackerEmptyTransactionFlushesInOrder(t *testing.T) {
 func TestTrackerFailedRecordPinsFlush(t *testing.T) {
 	tr := newTracker(false, nil)
 	tr.raiseFloor(10)
-	a := tr.begin(time.Now())
+	a := tr.begin(0, time.Now())
 	tr.add(a, "a1")
 	tr.commit(a, 20)
-	b := tr.begin(time.Now())
+	b := tr.begin(0, time.Now())
 	tr.add(b, "b1")
 	tr.commit(b, 30)
 	tr.ack(a, errors.New("refused"))
@@ -102,10 +109,10 @@ func TestTrackerFailedRecordPinsFlush(t *testing.T) {
 func TestTrackerAbandonedTransaction(t *testing.T) {
 	tr := newTracker(true, nil)
 	tr.raiseFloor(10)
-	a := tr.begin(time.Now())
+	a := tr.begin(0, time.Now())
 	tr.add(a, "a1")
 	tr.commit(a, 20)
-	open := tr.begin(time.Now())
+	open := tr.begin(0, time.Now())
 	tr.add(open, "o1")
 	tr.abandonOpen() // connection lost mid-transaction
 	tr.ack(a, nil)
@@ -130,7 +137,7 @@ func TestTrackerIdle(t *testing.T) {
 	if tr.idle(120) || tr.position() != 150 {
 		t.Fatalf("flush moved backwards: %v", tr.position())
 	}
-	a := tr.begin(time.Now())
+	a := tr.begin(0, time.Now())
 	if tr.idle(500) {
 		t.Fatal("idle advanced with a transaction open")
 	}
@@ -164,7 +171,7 @@ func TestTrackerConcurrentAcks(t *testing.T) {
 	unacked := make([]int, txns) // per txn index
 	ends := make([]pglogrepl.LSN, txns)
 	for i := range txns {
-		x := tr.begin(time.Now())
+		x := tr.begin(0, time.Now())
 		n := rand.IntN(4) // some transactions are empty
 		for range n {
 			tr.add(x, "")
@@ -208,13 +215,13 @@ func TestTrackerConcurrentAcks(t *testing.T) {
 // BenchmarkTracker measures the bookkeeping of one record: add, commit and
 // acknowledge, one record per transaction.
 func BenchmarkTracker(b *testing.B) {
-	tr := newTracker(true, func([]string) {})
+	tr := newTracker(true, func(uint32, []string) {})
 	tr.raiseFloor(1)
 	now := time.Now()
 	b.ReportAllocs()
 	lsn := pglogrepl.LSN(1)
 	for b.Loop() {
-		x := tr.begin(now)
+		x := tr.begin(0, now)
 		tr.add(x, "id")
 		lsn++
 		tr.commit(x, lsn)
