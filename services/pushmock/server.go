@@ -15,9 +15,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/seed"
@@ -72,9 +75,9 @@ type Server struct {
 	byStatus                     [600]atomic.Int64
 	delivered                    idSet
 	notBefore                    sync.Map // id int64 → unix nanos of the Retry-After deadline
-	vapidOK                      sync.Map // Authorization → vapidVerified
-	vapidCached                  atomic.Int64
+	vapid                        vapidCache
 	bodyPool                     sync.Pool
+	release                      *releaser
 }
 
 // New validates cfg and returns a server; Start makes it listen.
@@ -83,7 +86,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1), served: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1), served: make(chan struct{}), release: newReleaser()}
 	s.bodyPool.New = func() any { b := make([]byte, maxBody+1); return &b }
 	return s, nil
 }
@@ -130,14 +133,9 @@ func (s *Server) start() error {
 	mux.HandleFunc("POST /stats/reset", s.handleReset)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 
-	var protos http.Protocols
-	protos.SetHTTP1(true) // for curl and tests
-	protos.SetHTTP2(true)
 	s.srv = &http.Server{
-		Handler:           mux,
+		Handler:           pushFirst{s, mux},
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		Protocols:         &protos,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: s.cfg.MaxStreams},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(slogWriter{s.log}, "", 0),
@@ -147,6 +145,23 @@ func (s *Server) start() error {
 			}
 		},
 	}
+	// HTTP/2 comes from x/net/http2 rather than net/http's bundled copy
+	// because only it lets us pick the write scheduler: both built-in
+	// defaults (round robin, RFC 9218) keep every open stream in a ring and
+	// walk it on each frame they pick. Here nearly every stream is idle,
+	// waiting out its latency, so with a thousand streams per connection
+	// that walk was the mock's largest CPU cost. The random scheduler only
+	// holds streams with frames queued. HTTP/1.1 stays on for curl and
+	// tests.
+	h2 := &http2.Server{
+		MaxConcurrentStreams: uint32(s.cfg.MaxStreams),
+		NewWriteScheduler:    http2.NewRandomWriteScheduler, //nolint:staticcheck // see above
+	}
+	if err := http2.ConfigureServer(s.srv, h2); err != nil {
+		ln.Close()
+		return fmt.Errorf("pushmock: configure HTTP/2: %w", err)
+	}
+	raiseGCPercent()
 	go func() {
 		defer close(s.served)
 		if err := s.srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -177,6 +192,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			s.srv.Close()
 		}
 		<-s.served
+		restoreGCPercent()
 	})
 	return err
 }
@@ -263,27 +279,42 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.inflight.Add(-1)
 
-	status, retryAfter := s.judge(r, start)
+	idText := r.URL.Path[len(pushPrefix):]
+	status, retryAfter := s.judge(r, idText, start)
 
 	if d := s.latency(); d > 0 {
-		if wait := d - time.Since(start); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			}
+		s.release.wait(start.Add(d))
+		if r.Context().Err() != nil {
+			return // the client gave up (reset the stream or closed the connection)
 		}
 	}
 	s.byStatus[status].Add(1)
 	if retryAfter != "" {
-		w.Header().Set("Retry-After", retryAfter)
+		w.Header()["Retry-After"] = []string{retryAfter}
 	}
 	if status == http.StatusCreated {
-		w.Header().Set("Location", s.url+"/m/"+r.PathValue("id")+"-"+strconv.FormatInt(start.UnixNano(), 36))
+		w.Header()["Location"] = []string{s.url + "/m/" + idText + "-" + strconv.FormatInt(start.UnixNano(), 36)}
 	}
 	w.WriteHeader(status)
+}
+
+const pushPrefix = "/wpush/"
+
+// pushFirst sends push message requests straight to handlePush and the
+// rest through the mux: matching a pattern with a wildcard is a visible
+// share of the mock's CPU at a million requests.
+type pushFirst struct {
+	s   *Server
+	mux *http.ServeMux
+}
+
+func (h pushFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; r.Method == http.MethodPost && len(p) > len(pushPrefix) && p[:len(pushPrefix)] == pushPrefix &&
+		strings.IndexByte(p[len(pushPrefix):], '/') < 0 {
+		h.s.handlePush(w, r)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
 }
 
 func (s *Server) latency() time.Duration {
@@ -299,13 +330,15 @@ func (s *Server) latency() time.Duration {
 
 // judge validates the request as a push service would and decides the
 // answer. It runs before the latency so the checks' CPU is not hidden.
-func (s *Server) judge(r *http.Request, now time.Time) (status int, retryAfter string) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+func (s *Server) judge(r *http.Request, idText string, now time.Time) (status int, retryAfter string) {
+	id, err := strconv.ParseInt(idText, 10, 64)
 	if err != nil || id < 1 || id >= MaxID {
 		io.Copy(io.Discard, io.LimitReader(r.Body, maxBody+1))
 		return http.StatusNotFound, ""
 	}
-	auth := r.Header.Get("Authorization")
+	// Header keys arrive canonical; indexing the map skips canonicalising
+	// the key on every lookup.
+	auth := headerValue(r.Header, "Authorization")
 	if auth == "" {
 		s.vapidFail.Add(1)
 		return http.StatusUnauthorized, ""
@@ -314,18 +347,18 @@ func (s *Server) judge(r *http.Request, now time.Time) (status int, retryAfter s
 		s.vapidFail.Add(1)
 		return http.StatusForbidden, ""
 	}
-	if r.Header.Get("Content-Encoding") != "aes128gcm" {
+	if headerValue(r.Header, "Content-Encoding") != "aes128gcm" {
 		return http.StatusBadRequest, ""
 	}
-	if ttl, err := strconv.ParseInt(r.Header.Get("TTL"), 10, 64); err != nil || ttl < 0 {
+	if ttl, err := strconv.ParseInt(headerValue(r.Header, "Ttl"), 10, 64); err != nil || ttl < 0 {
 		return http.StatusBadRequest, ""
 	}
-	if u := r.Header.Get("Urgency"); u != "" {
+	if u := headerValue(r.Header, "Urgency"); u != "" {
 		if _, err := webpush.ParseUrgency(u); err != nil {
 			return http.StatusBadRequest, ""
 		}
 	}
-	if err := webpush.ValidateTopic(r.Header.Get("Topic")); err != nil {
+	if err := webpush.ValidateTopic(headerValue(r.Header, "Topic")); err != nil {
 		return http.StatusBadRequest, ""
 	}
 	if r.ContentLength > maxBody {
@@ -342,11 +375,13 @@ func (s *Server) judge(r *http.Request, now time.Time) (status int, retryAfter s
 	}
 	body := (*bufp)[:n]
 
-	if v, ok := s.notBefore.Load(id); ok {
-		if now.UnixNano() < v.(int64) {
-			s.earlyRetries.Add(1)
-		} else {
-			s.notBefore.Delete(id)
+	if s.cfg.Rate429 > 0 { // only 429s record deadlines
+		if v, ok := s.notBefore.Load(id); ok {
+			if now.UnixNano() < v.(int64) {
+				s.earlyRetries.Add(1)
+			} else {
+				s.notBefore.Delete(id)
+			}
 		}
 	}
 	switch {
@@ -400,29 +435,65 @@ func (s *Server) checkDecrypts(id int64, body []byte) {
 // senders reuse one token per origin and an ECDSA verify per request would
 // make the mock, not the sender, the bottleneck.
 func (s *Server) vapidValid(auth, host string, now time.Time) bool {
-	if v, ok := s.vapidOK.Load(auth); ok {
-		if ok := v.(vapidVerified); ok.host == host {
-			return now.Before(ok.exp)
-		}
+	if exp, ok := s.vapid.lookup(auth, host); ok {
+		return now.Before(exp)
 	}
 	tok, err := webpush.VerifyVAPID(auth, "https://"+host, now)
 	if err != nil {
 		s.log.Debug("vapid rejected", "err", err)
 		return false
 	}
-	if s.vapidCached.Add(1) > 10000 { // bound the cache against token-per-request senders
-		s.vapidOK.Clear()
-		s.vapidCached.Store(0)
-	}
-	s.vapidOK.Store(auth, vapidVerified{host: host, exp: tok.Expires})
+	s.vapid.store(auth, host, tok.Expires)
 	return true
 }
 
-// vapidVerified is a cached verification: the header was valid for
-// requests addressed to host until exp.
+// vapidCache remembers verified Authorization headers. The last one
+// verified or looked up is checked first without a lock: a sender uses one
+// token per origin for minutes, so nearly every request hits it.
+type vapidCache struct {
+	last atomic.Pointer[vapidVerified]
+	mu   sync.RWMutex
+	ok   map[string]*vapidVerified // Authorization → verification
+}
+
+// vapidVerified is a cached verification: auth was valid for requests
+// addressed to host until exp.
 type vapidVerified struct {
-	host string
-	exp  time.Time
+	auth, host string
+	exp        time.Time
+}
+
+func (c *vapidCache) lookup(auth, host string) (time.Time, bool) {
+	if v := c.last.Load(); v != nil && v.auth == auth && v.host == host {
+		return v.exp, true
+	}
+	c.mu.RLock()
+	v := c.ok[auth]
+	c.mu.RUnlock()
+	if v == nil || v.host != host {
+		return time.Time{}, false
+	}
+	c.last.Store(v)
+	return v.exp, true
+}
+
+func (c *vapidCache) store(auth, host string, exp time.Time) {
+	v := &vapidVerified{auth: auth, host: host, exp: exp}
+	c.mu.Lock()
+	if c.ok == nil || len(c.ok) >= 10000 { // bound the cache against token-per-request senders
+		c.ok = map[string]*vapidVerified{}
+	}
+	c.ok[auth] = v
+	c.mu.Unlock()
+	c.last.Store(v)
+}
+
+// headerValue is h.Get(key) for a key already in canonical form.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // slogWriter routes net/http's internal log lines (TLS handshake errors from
