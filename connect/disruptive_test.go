@@ -110,9 +110,6 @@ func TestDisruptiveBrokerOutage(t *testing.T) {
 			after = append(after, a)
 		}
 	}
-	if len(after) == 0 {
-		t.Fatal("no acknowledgement after the broker returned")
-	}
 	c.mu.Lock()
 	var firstSeen, lastSeen time.Time
 	for _, id := range during {
@@ -125,9 +122,18 @@ func TestDisruptiveBrokerOutage(t *testing.T) {
 		}
 	}
 	c.mu.Unlock()
-	t.Logf("broker back (answering) → first held-back event acknowledged after %v, last after %v (%d acks after return); a consumer saw the first after %v, the last after %v",
-		after[0].Sub(back).Round(time.Millisecond), after[len(after)-1].Sub(back).Round(time.Millisecond), len(after),
-		firstSeen.Sub(back).Round(time.Millisecond), lastSeen.Sub(back).Round(time.Millisecond))
+	if len(after) == 0 {
+		// kafka.sh start polls every 0.3s and the producer retries at least
+		// every KafkaBackoffMax (250ms): everything held back can be
+		// acknowledged before the script notices the broker is back.
+		// waitFor above proved that every held-back event arrived.
+		t.Logf("every held-back event was acknowledged before kafka.sh start returned; a consumer saw the first after %v, the last after %v (negative: before it returned)",
+			firstSeen.Sub(back).Round(time.Millisecond), lastSeen.Sub(back).Round(time.Millisecond))
+	} else {
+		t.Logf("broker back (answering) → first held-back event acknowledged after %v, last after %v (%d acks after return); a consumer saw the first after %v, the last after %v",
+			after[0].Sub(back).Round(time.Millisecond), after[len(after)-1].Sub(back).Round(time.Millisecond), len(after),
+			firstSeen.Sub(back).Round(time.Millisecond), lastSeen.Sub(back).Round(time.Millisecond))
+	}
 	distinct, total := c.count()
 	t.Logf("%d events, %d records, %d duplicates", distinct, total, total-distinct)
 }
