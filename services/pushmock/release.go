@@ -19,34 +19,60 @@ const releaseTick = time.Millisecond
 // which lets the HTTP/2 connections write them with one flush.
 type releaser struct {
 	mu    sync.Mutex
-	slots map[int64]chan struct{} // tick → closed when the tick is due
-	due   tickHeap                // the ticks in slots, earliest first
-	armed int64                   // tick the timer is set for; 0 when stopped
+	slots map[int64]*tickSlot // what is due at each tick
+	due   tickHeap            // the ticks in slots, earliest first
+	armed int64               // tick the timer is set for; 0 when stopped
 	timer *time.Timer
 }
 
 func newReleaser() *releaser {
-	r := &releaser{slots: map[int64]chan struct{}{}}
+	r := &releaser{slots: map[int64]*tickSlot{}}
 	r.timer = time.AfterFunc(time.Hour, r.fire)
 	r.timer.Stop()
 	return r
 }
 
+// tickSlot is what a tick releases: goroutines waiting on ch (closed
+// then, made on demand) and HTTP/2 answers to write.
+type tickSlot struct {
+	ch      chan struct{}
+	answers []*h2answer
+}
+
 // wait blocks until deadline has passed (rounded up to the tick).
 func (r *releaser) wait(deadline time.Time) {
-	tick := (deadline.UnixNano() + int64(releaseTick) - 1) / int64(releaseTick)
 	r.mu.Lock()
-	ch := r.slots[tick]
-	if ch == nil {
-		ch = make(chan struct{})
-		r.slots[tick] = ch
+	slot := r.slot(deadline)
+	if slot.ch == nil {
+		slot.ch = make(chan struct{})
+	}
+	ch := slot.ch
+	r.mu.Unlock()
+	<-ch
+}
+
+// schedule writes a once deadline has passed (rounded up to the tick).
+func (r *releaser) schedule(deadline time.Time, a *h2answer) {
+	r.mu.Lock()
+	slot := r.slot(deadline)
+	slot.answers = append(slot.answers, a)
+	r.mu.Unlock()
+}
+
+// slot returns deadline's tick slot, arming the timer if it is the
+// earliest. r.mu is held.
+func (r *releaser) slot(deadline time.Time) *tickSlot {
+	tick := (deadline.UnixNano() + int64(releaseTick) - 1) / int64(releaseTick)
+	slot := r.slots[tick]
+	if slot == nil {
+		slot = &tickSlot{}
+		r.slots[tick] = slot
 		heap.Push(&r.due, tick)
 		if r.armed == 0 || tick < r.armed {
 			r.arm(tick)
 		}
 	}
-	r.mu.Unlock()
-	<-ch
+	return slot
 }
 
 // arm sets the timer for tick. r.mu is held.
@@ -58,19 +84,29 @@ func (r *releaser) arm(tick int64) {
 // fire releases every tick that is due and re-arms for the next one.
 func (r *releaser) fire() {
 	now := time.Now().UnixNano()
+	var answers []*h2answer
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.armed = 0
 	for len(r.due) > 0 {
 		tick := r.due[0]
 		if tick*int64(releaseTick) > now {
 			r.arm(tick)
-			return
+			break
 		}
 		heap.Pop(&r.due)
-		close(r.slots[tick])
+		slot := r.slots[tick]
 		delete(r.slots, tick)
+		if slot.ch != nil {
+			close(slot.ch)
+		}
+		if answers == nil {
+			answers = slot.answers
+		} else {
+			answers = append(answers, slot.answers...)
+		}
 	}
+	r.mu.Unlock()
+	writeAnswers(answers)
 }
 
 // tickHeap is a min-heap of ticks.

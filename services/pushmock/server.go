@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
-
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/seed"
 )
@@ -78,6 +76,10 @@ type Server struct {
 	vapid                        vapidCache
 	bodyPool                     sync.Pool
 	release                      *releaser
+
+	h2mu      sync.Mutex
+	h2conns   map[*h2conn]struct{}
+	h2closing bool
 }
 
 // New validates cfg and returns a server; Start makes it listen.
@@ -145,22 +147,10 @@ func (s *Server) start() error {
 			}
 		},
 	}
-	// HTTP/2 comes from x/net/http2 rather than net/http's bundled copy
-	// because only it lets us pick the write scheduler: both built-in
-	// defaults (round robin, RFC 9218) keep every open stream in a ring and
-	// walk it on each frame they pick. Here nearly every stream is idle,
-	// waiting out its latency, so with a thousand streams per connection
-	// that walk was the mock's largest CPU cost. The random scheduler only
-	// holds streams with frames queued. HTTP/1.1 stays on for curl and
-	// tests.
-	h2 := &http2.Server{
-		MaxConcurrentStreams: uint32(s.cfg.MaxStreams),
-		NewWriteScheduler:    http2.NewRandomWriteScheduler, //nolint:staticcheck // see above
-	}
-	if err := http2.ConfigureServer(s.srv, h2); err != nil {
-		ln.Close()
-		return fmt.Errorf("pushmock: configure HTTP/2: %w", err)
-	}
+	// HTTP/2 is served by serveH2 (h2.go), HTTP/1.1 by net/http for curl
+	// and tests.
+	s.srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": s.serveH2}
+	s.srv.RegisterOnShutdown(s.shutdownH2)
 	raiseGCPercent()
 	go func() {
 		defer close(s.served)
@@ -269,14 +259,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 // handlePush answers a push message request after the injected latency.
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	s.received.Add(1)
-	n := s.inflight.Add(1)
-	for {
-		m := s.maxInflight.Load()
-		if n <= m || s.maxInflight.CompareAndSwap(m, n) {
-			break
-		}
-	}
+	s.requestStarted()
 	defer s.inflight.Add(-1)
 
 	idText := r.URL.Path[len(pushPrefix):]
@@ -328,41 +311,42 @@ func (s *Server) latency() time.Duration {
 	return max(d, 0)
 }
 
+// pushHeaders is what judge looks at in a push message request before its
+// body.
+type pushHeaders struct {
+	idText        string // the path after /wpush/
+	host          string // as the client addressed it (:authority)
+	auth          string
+	encoding      string
+	ttl           string
+	urgency       string
+	topic         string
+	contentLength int64 // -1 when not sent
+}
+
 // judge validates the request as a push service would and decides the
 // answer. It runs before the latency so the checks' CPU is not hidden.
 func (s *Server) judge(r *http.Request, idText string, now time.Time) (status int, retryAfter string) {
-	id, err := strconv.ParseInt(idText, 10, 64)
-	if err != nil || id < 1 || id >= MaxID {
-		io.Copy(io.Discard, io.LimitReader(r.Body, maxBody+1))
-		return http.StatusNotFound, ""
-	}
 	// Header keys arrive canonical; indexing the map skips canonicalising
 	// the key on every lookup.
-	auth := headerValue(r.Header, "Authorization")
-	if auth == "" {
-		s.vapidFail.Add(1)
-		return http.StatusUnauthorized, ""
+	h := pushHeaders{
+		idText:        idText,
+		host:          r.Host,
+		auth:          headerValue(r.Header, "Authorization"),
+		encoding:      headerValue(r.Header, "Content-Encoding"),
+		ttl:           headerValue(r.Header, "Ttl"),
+		urgency:       headerValue(r.Header, "Urgency"),
+		topic:         headerValue(r.Header, "Topic"),
+		contentLength: r.ContentLength,
 	}
-	if !s.vapidValid(auth, r.Host, now) {
-		s.vapidFail.Add(1)
-		return http.StatusForbidden, ""
-	}
-	if headerValue(r.Header, "Content-Encoding") != "aes128gcm" {
-		return http.StatusBadRequest, ""
-	}
-	if ttl, err := strconv.ParseInt(headerValue(r.Header, "Ttl"), 10, 64); err != nil || ttl < 0 {
-		return http.StatusBadRequest, ""
-	}
-	if u := headerValue(r.Header, "Urgency"); u != "" {
-		if _, err := webpush.ParseUrgency(u); err != nil {
-			return http.StatusBadRequest, ""
-		}
-	}
-	if err := webpush.ValidateTopic(headerValue(r.Header, "Topic")); err != nil {
-		return http.StatusBadRequest, ""
-	}
-	if r.ContentLength > maxBody {
-		return http.StatusRequestEntityTooLarge, ""
+	id, status := s.judgeHeaders(&h, now)
+	switch status {
+	case 0:
+	case http.StatusNotFound:
+		io.Copy(io.Discard, io.LimitReader(r.Body, maxBody+1))
+		return status, ""
+	default:
+		return status, ""
 	}
 	bufp := s.bodyPool.Get().(*[]byte)
 	defer s.bodyPool.Put(bufp)
@@ -373,8 +357,47 @@ func (s *Server) judge(r *http.Request, idText string, now time.Time) (status in
 	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
 		return http.StatusBadRequest, ""
 	}
-	body := (*bufp)[:n]
+	return s.judgeBody(id, (*bufp)[:n], now)
+}
 
+// judgeHeaders checks everything but the body: it returns the
+// subscription id, or the status to answer with.
+func (s *Server) judgeHeaders(h *pushHeaders, now time.Time) (id int64, status int) {
+	id, err := strconv.ParseInt(h.idText, 10, 64)
+	if err != nil || id < 1 || id >= MaxID {
+		return 0, http.StatusNotFound
+	}
+	if h.auth == "" {
+		s.vapidFail.Add(1)
+		return 0, http.StatusUnauthorized
+	}
+	if !s.vapidValid(h.auth, h.host, now) {
+		s.vapidFail.Add(1)
+		return 0, http.StatusForbidden
+	}
+	if h.encoding != "aes128gcm" {
+		return 0, http.StatusBadRequest
+	}
+	if ttl, err := strconv.ParseInt(h.ttl, 10, 64); err != nil || ttl < 0 {
+		return 0, http.StatusBadRequest
+	}
+	if h.urgency != "" {
+		if _, err := webpush.ParseUrgency(h.urgency); err != nil {
+			return 0, http.StatusBadRequest
+		}
+	}
+	if err := webpush.ValidateTopic(h.topic); err != nil {
+		return 0, http.StatusBadRequest
+	}
+	if h.contentLength > maxBody {
+		return 0, http.StatusRequestEntityTooLarge
+	}
+	return id, 0
+}
+
+// judgeBody decides the answer to a request whose headers passed, given
+// its body (at most maxBody bytes).
+func (s *Server) judgeBody(id int64, body []byte, now time.Time) (status int, retryAfter string) {
 	if s.cfg.Rate429 > 0 { // only 429s record deadlines
 		if v, ok := s.notBefore.Load(id); ok {
 			if now.UnixNano() < v.(int64) {
