@@ -75,6 +75,7 @@ type h2conn struct {
 	pending    int    // accepted streams not yet answered
 	draining   bool   // GOAWAY sent: close once pending is zero
 	goawayLast uint32
+	waiting    map[uint32]*h2answer // answers in the releaser, by stream
 
 	dead atomic.Bool // the connection failed or closed
 
@@ -106,6 +107,7 @@ type h2answer struct {
 	retryAfter string
 	idText     string
 	start      time.Time
+	canceled   bool // under c.mu: the stream was reset or the connection lost
 }
 
 // serveH2 is the TLSNextProto handler for "h2": it serves the connection
@@ -117,6 +119,7 @@ func (s *Server) serveH2(hs *http.Server, tc *tls.Conn, _ http.Handler) {
 		br:      bufio.NewReaderSize(tc, 16<<10),
 		bw:      bufio.NewWriterSize(tc, 16<<10),
 		streams: map[uint32]*h2stream{},
+		waiting: map[uint32]*h2answer{},
 		maxOpen: s.cfg.MaxStreams,
 	}
 	c.enc = hpack.NewEncoder(&c.hbuf)
@@ -134,6 +137,14 @@ func (s *Server) serveH2(hs *http.Server, tc *tls.Conn, _ http.Handler) {
 	for _, st := range c.streams {
 		c.drop(st)
 	}
+	c.mu.Lock()
+	for id, a := range c.waiting {
+		delete(c.waiting, id)
+		a.canceled = true
+		c.pending--
+		s.inflight.Add(-1)
+	}
+	c.mu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("http2 connection ended", "err", err)
 	}
@@ -230,9 +241,7 @@ func (c *h2conn) processFrame(f http2.Frame) error {
 			delete(c.streams, f.StreamID)
 			c.drop(st)
 		}
-		// A stream reset after its body was complete is still answered
-		// (and counted) when its latency is over; the client ignores
-		// the answer.
+		c.cancel(f.StreamID)
 	case *http2.GoAwayFrame:
 		// The client sends no new streams; it closes when done.
 	}
@@ -368,6 +377,9 @@ func (c *h2conn) finish(st *h2stream) {
 	}
 	a := &h2answer{c: c, stream: st.id, status: status, retryAfter: retryAfter, idText: st.h.idText, start: st.start}
 	if d := s.latency(); d > 0 && st.start.Add(d).After(now) {
+		c.mu.Lock()
+		c.waiting[st.id] = a
+		c.mu.Unlock()
 		s.release.schedule(st.start.Add(d), a)
 		return
 	}
@@ -376,6 +388,26 @@ func (c *h2conn) finish(st *h2stream) {
 	c.needFlush = true
 	c.wmu.Unlock()
 	c.answered(1)
+}
+
+// cancel forgets the answer a reset stream waits for: like a handler whose
+// request context ended, it is neither written nor counted.
+func (c *h2conn) cancel(id uint32) {
+	c.mu.Lock()
+	a := c.waiting[id]
+	if a == nil {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.waiting, id)
+	a.canceled = true
+	c.pending--
+	done := c.draining && c.pending <= 0
+	c.mu.Unlock()
+	c.s.inflight.Add(-1)
+	if done {
+		c.conn.Close()
+	}
 }
 
 // drop forgets a stream that will not be answered.
@@ -516,22 +548,31 @@ func (c *h2conn) goAway() {
 // writeAnswers writes answers whose latency is over: per connection, all
 // of them and one flush.
 func writeAnswers(answers []*h2answer) {
+	var mine []*h2answer
 	for len(answers) > 0 {
 		c := answers[0].c
-		c.wmu.Lock()
 		rest := answers[:0]
-		n := 0
+		mine = mine[:0]
+		c.mu.Lock()
 		for _, a := range answers {
-			if a.c != c {
+			switch {
+			case a.c != c:
 				rest = append(rest, a)
-				continue
+			case !a.canceled:
+				delete(c.waiting, a.stream)
+				mine = append(mine, a)
 			}
-			c.writeAnswerLocked(a)
-			n++
 		}
-		c.flushLocked()
-		c.wmu.Unlock()
-		c.answered(n)
+		c.mu.Unlock()
+		if len(mine) > 0 {
+			c.wmu.Lock()
+			for _, a := range mine {
+				c.writeAnswerLocked(a)
+			}
+			c.flushLocked()
+			c.wmu.Unlock()
+			c.answered(len(mine))
+		}
 		answers = rest
 	}
 }
