@@ -6,10 +6,18 @@
 // most 4096 bytes — answering 401/403/400/413 otherwise.
 //
 // It answers after an injected latency (default 230 ms, the seed's measured
-// FCM round trip) using timers, so thousands of concurrent streams cost
-// memory, not CPU. Faults are configurable: random 429s with Retry-After,
-// random 503s, a deterministic set of ids that answer 410 (GoneID) and a
-// deterministic set that answer 500 forever (Always5xxID).
+// FCM round trip, rounded up to the millisecond), so thousands of concurrent
+// streams cost memory, not CPU. Faults are configurable: random 429s with
+// Retry-After, random 503s, a deterministic set of ids that answer 410
+// (GoneID) and a deterministic set that answer 500 forever (Always5xxID).
+//
+// The mock shares the benchmark machine with the sender it stands in front
+// of, so its own CPU per push is kept small (about 10 µs): HTTP/2 is served
+// by a frame loop per connection (h2.go) instead of net/http's goroutine per
+// stream, answers wait in a millisecond-grained releaser instead of a timer
+// each and leave in batches with one flush per connection, and while a
+// server runs the GC target is 400% unless GOGC is set (gc.go). HTTP/1.1
+// goes through net/http as usual.
 //
 // With DecryptSample > 0 it re-derives the browser keys of a deterministic
 // fraction of subscription ids (seed.DeriveSubscriptionKeys, as `notify

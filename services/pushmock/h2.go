@@ -80,9 +80,9 @@ type h2conn struct {
 	dead atomic.Bool // the connection failed or closed
 
 	// Owned by the reader goroutine.
-	streams  map[uint32]*h2stream
-	unacked  uint32 // connection-level bytes received since the last WINDOW_UPDATE
-	maxOpen  int
+	streams map[uint32]*h2stream
+	unacked uint32 // connection-level bytes received since the last WINDOW_UPDATE
+	maxOpen int
 }
 
 // h2stream is a request whose body is still arriving.
