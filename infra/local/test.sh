@@ -2,10 +2,11 @@
 # The test suite, from a clean clone on a fresh machine: installs what the
 # tests need, starts the real Postgres and Kafka (infra/local/up.sh), then
 #   1. go vet ./...
-#   2. every package's tests with the race detector, packages in parallel,
-#      each test in its own database and topic prefix;
-#   3. the disruptive tests (they stop and restart the shared broker or
-#      Postgres, or kill -9 services), one package at a time.
+#   2. the disruptive tests (they stop and restart the shared broker or
+#      Postgres), alone, one package at a time;
+#   3. every package's tests with the race detector, packages in parallel,
+#      each test in its own database and topic prefix (crash tests kill -9
+#      real notify processes here).
 # Extra arguments go to both go test runs, e.g. -run TestSeed or -v.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$NOTIFY_ROOT"
@@ -28,10 +29,17 @@ bash "$INFRA_DIR/up.sh"
 info "go vet ./..."
 go vet ./...
 
+# Disruptive tests stop and restart the shared broker or Postgres, so they
+# run first, alone, one package at a time: only packages that have them.
+mapfile -t disruptive < <(grep -rl --include='*_test.go' --exclude-dir=.local --exclude-dir=.git '^func TestDisruptive' . | xargs -r -n1 dirname | sort -u)
+if ((${#disruptive[@]} > 0)); then
+	info "disruptive tests (stop/restart the shared servers): ${disruptive[*]}"
+	NOTIFY_DISRUPTIVE_TESTS=1 go test -count=1 -p 1 -timeout 20m -run 'Disruptive' "$@" "${disruptive[@]}"
+	# They leave the servers running; make sure, before the main run.
+	bash "$INFRA_DIR/up.sh"
+fi
+
 info "go test -race ./... (real Postgres + Kafka)"
 go test -race -count=1 -timeout 20m "$@" ./...
-
-info "disruptive tests (stop/restart the shared servers; one package at a time)"
-NOTIFY_DISRUPTIVE_TESTS=1 go test -count=1 -p 1 -timeout 20m -run 'Disruptive' "$@" ./...
 
 info "all tests passed in $(elapsed "$t0")"
