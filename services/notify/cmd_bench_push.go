@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
@@ -63,6 +64,7 @@ type benchPushResult struct {
 	HeapPeakMB    float64          `json:"heap_peak_mb"`
 	MaxRSSMB      float64          `json:"max_rss_mb"`
 	GCCycles      uint32           `json:"gc_cycles"`
+	GCPercent     int              `json:"gc_percent"`
 
 	// MockCPUSeconds is the mock process's CPU over its whole life, for
 	// scale: it shares this machine's cores with the sender.
@@ -134,6 +136,13 @@ func runBenchPush(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+
+	// The GC target a push worker sends with (unless GOGC is set), for the
+	// reference and the send phase alike.
+	restoreGC := webpush.RaiseGCPercent()
+	defer restoreGC()
+	res.GCPercent = debug.SetGCPercent(-1)
+	debug.SetGCPercent(res.GCPercent)
 
 	// Reference: the same crypto with no network.
 	res.CryptoOnly = *cryptoN
@@ -446,7 +455,7 @@ func printBenchPush(r benchPushResult) {
 	row("deliveries per CPU-second", fmt.Sprintf("%.0f", r.PerCPUSecond))
 	row("crypto only per CPU-second", fmt.Sprintf("%.0f  (%d messages, encrypt + VAPID header, no network)", r.CryptoPerCPU, r.CryptoOnly))
 	row("ratio to crypto only", fmt.Sprintf("%.2f", r.Ratio))
-	row("sender heap peak / max RSS", fmt.Sprintf("%.0f MB / %.0f MB  (%d GC cycles while sending)", r.HeapPeakMB, r.MaxRSSMB, r.GCCycles))
+	row("sender heap peak / max RSS", fmt.Sprintf("%.0f MB / %.0f MB  (%d GC cycles while sending, GC percent %d)", r.HeapPeakMB, r.MaxRSSMB, r.GCCycles, r.GCPercent))
 	row("mock connections / max in flight", fmt.Sprintf("%d / %d", r.Mock.Connections, r.Mock.MaxInFlight))
 	row("mock process CPU (whole life)", fmt.Sprintf("%.2f s", r.MockCPUSeconds))
 	fmt.Fprintln(w, "\n  checks")

@@ -52,6 +52,8 @@ type Worker struct {
 	stopOnce  sync.Once
 	stopErr   error
 	lagCancel context.CancelFunc
+	// restoreGC undoes webpush.RaiseGCPercent, applied while the worker runs.
+	restoreGC func()
 	lagDone   chan struct{}
 
 	stats stats
@@ -128,6 +130,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.consumer.Start(ctx); err != nil {
 		return err
 	}
+	// Sending allocates per message while the live heap stays small; see
+	// webpush.GCPercent. Skipped when GOGC is set.
+	w.restoreGC = webpush.RaiseGCPercent()
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.lagCancel = cancel
 	go w.lagLoop(lctx)
@@ -154,6 +159,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 			<-w.lagDone
 		}
 		w.stopErr = w.consumer.Stop(ctx)
+		if w.restoreGC != nil {
+			w.restoreGC()
+		}
 		s := w.Stats()
 		w.log.Info("push worker stopped", "fresh_commands", s.FreshCommands, "retry_commands", s.RetryCommands,
 			"empty_commands", s.EmptyCommands, "requeued", s.Requeued, "delivered", s.Delivered, "gone", s.Gone,
