@@ -65,6 +65,11 @@ type benchPushResult struct {
 	MaxRSSMB      float64          `json:"max_rss_mb"`
 	GCCycles      uint32           `json:"gc_cycles"`
 	GCPercent     int              `json:"gc_percent"`
+	// WriteSyscalls and ReadSyscalls are the sending process's system calls
+	// while sending (Linux /proc/self/io; 0 elsewhere): how well writes and
+	// reads are batched across streams.
+	WriteSyscalls int64 `json:"write_syscalls"`
+	ReadSyscalls  int64 `json:"read_syscalls"`
 
 	// MockCPUSeconds is the mock process's CPU over its whole life, for
 	// scale: it shares this machine's cores with the sender.
@@ -319,6 +324,7 @@ func benchSend(ctx context.Context, res *benchPushResult, subs []benchSub, mock 
 	}
 	runtime.GC()
 	gcBefore := gcCycles()
+	ioBefore := procIO()
 	before := cpuNow()
 	start := time.Now()
 	stopProgress := benchProgress(total, &done, start, &res.HeapPeakMB)
@@ -361,6 +367,10 @@ func benchSend(ctx context.Context, res *benchPushResult, subs []benchSub, mock 
 	}
 
 	res.GCCycles = gcCycles() - gcBefore
+	if ioAfter := procIO(); ioBefore.ok && ioAfter.ok {
+		res.WriteSyscalls = ioAfter.syscw - ioBefore.syscw
+		res.ReadSyscalls = ioAfter.syscr - ioBefore.syscr
+	}
 	res.Deliveries = outcomes[webpush.Delivered].Load()
 	for _, k := range []webpush.Kind{webpush.Delivered, webpush.Gone, webpush.PermanentFailure, webpush.Retryable} {
 		if v := outcomes[k].Load(); v > 0 {
@@ -429,6 +439,35 @@ func (c cpuSample) total() float64 { return c.user + c.sys }
 
 // cpuNow is this process's CPU time so far (getrusage RUSAGE_SELF): the
 // sender only, never the mock, which is another process.
+type ioSample struct {
+	syscr, syscw int64
+	ok           bool
+}
+
+// procIO reads the process's read and write system call counts from
+// /proc/self/io (Linux only; ok is false elsewhere).
+func procIO() ioSample {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return ioSample{}
+	}
+	var s ioSample
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "syscr":
+			s.syscr, s.ok = n, true
+		case "syscw":
+			s.syscw = n
+		}
+	}
+	return s
+}
+
 func cpuNow() cpuSample {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -455,6 +494,9 @@ func printBenchPush(r benchPushResult) {
 	row("deliveries per CPU-second", fmt.Sprintf("%.0f", r.PerCPUSecond))
 	row("crypto only per CPU-second", fmt.Sprintf("%.0f  (%d messages, encrypt + VAPID header, no network)", r.CryptoPerCPU, r.CryptoOnly))
 	row("ratio to crypto only", fmt.Sprintf("%.2f", r.Ratio))
+	if r.WriteSyscalls > 0 && r.Deliveries > 0 {
+		row("sender system calls per message", fmt.Sprintf("%.3f writes, %.3f reads", float64(r.WriteSyscalls)/float64(r.Deliveries), float64(r.ReadSyscalls)/float64(r.Deliveries)))
+	}
 	row("sender heap peak / max RSS", fmt.Sprintf("%.0f MB / %.0f MB  (%d GC cycles while sending, GC percent %d)", r.HeapPeakMB, r.MaxRSSMB, r.GCCycles, r.GCPercent))
 	row("mock connections / max in flight", fmt.Sprintf("%d / %d", r.Mock.Connections, r.Mock.MaxInFlight))
 	row("mock process CPU (whole life)", fmt.Sprintf("%.2f s", r.MockCPUSeconds))
