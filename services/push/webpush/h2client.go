@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -523,6 +524,12 @@ func (cc *h2Conn) writeLoop() {
 		case <-cc.done:
 			return
 		}
+		// Let the goroutines already runnable — senders whose bodies were
+		// just sealed — add their frames first: without this, on a busy
+		// machine almost every request was a write system call and a TLS
+		// record of its own. It delays a write by a scheduling round, not
+		// a timer tick.
+		runtime.Gosched()
 		cc.mu.Lock()
 		buf := cc.wbuf
 		cc.wbuf = spare[:0]
