@@ -32,6 +32,10 @@ type Config struct {
 
 	// Key verifies bearer tokens. Required.
 	Key *auth.Key
+	// TokenCacheSize bounds the verified tokens kept so a client's repeated
+	// token is not re-verified on every request (see auth.Cache). Default
+	// auth.DefaultCacheSize.
+	TokenCacheSize int
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
 	VAPIDPublicKey *ecdh.PublicKey
@@ -89,6 +93,9 @@ func (c Config) validate() error {
 		if d < 0 {
 			return fmt.Errorf("invalid api %s %s: must be positive", name, d)
 		}
+	}
+	if c.TokenCacheSize < 0 {
+		return fmt.Errorf("invalid api token cache size %d: must be ≥ 0", c.TokenCacheSize)
 	}
 	if c.Key == nil {
 		return errors.New("api config: Key (token secret) is required")

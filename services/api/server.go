@@ -27,6 +27,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	vapid   string // base64url public key
+	tokens  *auth.Cache
 	m       serverMetrics
 
 	http   *http.Server
@@ -45,6 +46,35 @@ type serverMetrics struct {
 	published  *metrics.Counter
 	replayed   *metrics.Counter
 	pubLatency *metrics.Histogram
+
+	// Per-route metrics, looked up once per route and status rather than
+	// formatting their names on every request.
+	requests  sync.Map // routeStatus → *metrics.Counter
+	durations sync.Map // route → *metrics.Histogram
+}
+
+type routeStatus struct {
+	route  string
+	status int
+}
+
+func (m *serverMetrics) requestsTotal(route string, status int) *metrics.Counter {
+	k := routeStatus{route, status}
+	if c, ok := m.requests.Load(k); ok {
+		return c.(*metrics.Counter)
+	}
+	c := m.set.GetOrCreateCounter(fmt.Sprintf(`notify_api_requests_total{route=%q,status="%d"}`, route, status))
+	m.requests.Store(k, c)
+	return c
+}
+
+func (m *serverMetrics) requestDuration(route string) *metrics.Histogram {
+	if h, ok := m.durations.Load(route); ok {
+		return h.(*metrics.Histogram)
+	}
+	h := m.set.GetOrCreateHistogram(fmt.Sprintf(`notify_api_request_duration_seconds{route=%q}`, route))
+	m.durations.Store(route, h)
+	return h
 }
 
 // New validates cfg and builds the server; it neither listens nor touches
@@ -60,11 +90,16 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if cfg.Status == nil {
 		cfg.Status = FanoutStatus{Pool: pool}
 	}
+	tokens, err := auth.NewCache(cfg.Key, cfg.TokenCacheSize)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:    cfg,
 		pool:   pool,
 		log:    cfg.Logger,
 		vapid:  b64url.EncodeToString(cfg.VAPIDPublicKey.Bytes()),
+		tokens: tokens,
 		failed: make(chan error, 1),
 		m: serverMetrics{
 			set:        cfg.Metrics,
@@ -181,7 +216,7 @@ func (s *Server) authenticate(r *http.Request) (UUID, *Error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "Authorization must be: Bearer <token>")
 	}
-	c, err := s.cfg.Key.Verify(strings.TrimSpace(tok), s.cfg.Now())
+	c, err := s.tokens.Verify(strings.TrimSpace(tok), s.cfg.Now())
 	if err != nil {
 		msg := "invalid token"
 		if errors.Is(err, auth.ErrExpired) {
@@ -263,8 +298,8 @@ func (s *Server) instrument(next *http.ServeMux) http.Handler {
 				status = http.StatusOK
 			}
 			d := time.Since(start)
-			s.m.set.GetOrCreateCounter(fmt.Sprintf(`notify_api_requests_total{route=%q,status="%d"}`, route, status)).Inc()
-			s.m.set.GetOrCreateHistogram(fmt.Sprintf(`notify_api_request_duration_seconds{route=%q}`, route)).Update(d.Seconds())
+			s.m.requestsTotal(route, status).Inc()
+			s.m.requestDuration(route).Update(d.Seconds())
 			level := slog.LevelInfo
 			if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
 				level = slog.LevelDebug
