@@ -64,7 +64,6 @@
 // multiplications, ~80 µs on one core of the reference machine) dominate;
 // everything else — HKDF, AES-GCM, VAPID (a cached token), HTTP/2 framing,
 // HPACK (the repeated Authorization costs one byte after the first
-// request), TLS — costs under 10 µs. Encryption runs on one goroutine per
-// core (see sealer), so CPU-bound work stays bounded whatever the number
-// of callers.
+// request), TLS — costs under 10 µs. Encryption runs on the calling
+// goroutine; the Go scheduler runs at most GOMAXPROCS of them at a time.
 package webpush

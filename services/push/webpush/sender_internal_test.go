@@ -217,24 +217,3 @@ func TestParseEndpoint(t *testing.T) {
 		}
 	}
 }
-
-// TestSealerStopWhileSealing: sealing concurrently with stop always
-// completes, on a sealer goroutine or the caller's.
-func TestSealerStopWhileSealing(t *testing.T) {
-	_, _, keys := newBrowser(t)
-	for range 20 {
-		s := newSealer()
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 5 {
-					if _, err := s.seal(nil, keys, []byte("x"), 0); err != nil {
-						t.Error(err)
-					}
-				}
-			})
-		}
-		s.stop()
-		wg.Wait()
-	}
-}
