@@ -2,18 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
-
-	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/connect"
-	"github.com/notify-dev/notify/streams"
 )
 
 func init() {
@@ -65,7 +60,7 @@ func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
 			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
 		}
-		return &cdcService{c: c, infra: infra, topics: topics, metricsAddr: *metricsAddr, log: log}, nil
+		return &cdcService{c: c, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
 	}
 }
 
@@ -73,66 +68,23 @@ func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 type cdcService struct {
 	c           *connect.Connector
 	infra       infraFlags
-	topics      streams.Topics
 	metricsAddr string
 	log         *slog.Logger
 	srv         *http.Server
 }
 
 func (s *cdcService) Start(ctx context.Context) error {
-	if err := s.ensureTopics(ctx); err != nil {
+	// The connector has its own pool; only Kafka's topics are checked here,
+	// so the first records do not stall on a missing topic.
+	if err := s.infra.checkInfra(ctx, nil, "cdc", s.log); err != nil {
 		return err
 	}
-	var ln net.Listener
-	if s.metricsAddr != "" {
-		var err error
-		// A standby instance on the same machine finds the address taken;
-		// metrics are not worth refusing to stand by for.
-		if ln, err = net.Listen("tcp", s.metricsAddr); err != nil {
-			s.log.Warn("metrics endpoint disabled (choose another --metrics-addr)", "addr", s.metricsAddr, "err", err)
-		}
-	}
-	if ln != nil {
-		metrics.RegisterSet(s.c.Metrics())
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-			metrics.WritePrometheus(w, true)
-		})
-		s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("metrics server", "err", err)
-			}
-		}()
-		s.log.Info("metrics", "addr", ln.Addr().String())
-	}
+	s.srv = serveMetrics(s.metricsAddr, s.log, s.c.Metrics())
 	if err := s.c.Start(ctx); err != nil {
 		if s.srv != nil {
 			_ = s.srv.Close()
 		}
 		return err
-	}
-	return nil
-}
-
-// ensureTopics creates the outbox topics if missing, so the first records
-// do not wait on broker auto-creation (or stall where it is off).
-func (s *cdcService) ensureTopics(ctx context.Context) error {
-	cl, adm, err := s.infra.kafkaAdmin("cdc-admin")
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := streams.EnsureTopics(tctx, adm, s.topics)
-	if err != nil {
-		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", s.infra.brokers, err)
-	}
-	for _, r := range res {
-		if r.Created {
-			s.log.Info("created topic", "topic", r.Topic, "partitions", r.Partitions)
-		}
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,12 +9,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/fanout"
-	"github.com/notify-dev/notify/streams"
 )
 
 func init() {
@@ -92,40 +89,10 @@ type fanoutService struct {
 }
 
 func (s *fanoutService) Start(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.pool.Ping(pctx); err != nil {
-		return fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(s.infra.databaseURL), err)
-	}
-	cl, adm, err := s.infra.kafkaAdmin("fanout-admin")
-	if err != nil {
+	if err := s.infra.checkInfra(ctx, s.pool, "fanout", s.log); err != nil {
 		return err
 	}
-	_, err = streams.EnsureTopics(pctx, adm, s.infra.topics())
-	cl.Close()
-	if err != nil {
-		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", s.infra.brokers, err)
-	}
-	var ln net.Listener
-	if s.metricsAddr != "" {
-		// A second fan-out process on the same machine (more slice
-		// workers) finds the address taken; metrics are not worth refusing
-		// to run for.
-		if ln, err = net.Listen("tcp", s.metricsAddr); err != nil {
-			s.log.Warn("metrics endpoint disabled (choose another --metrics-addr)", "addr", s.metricsAddr, "err", err)
-		}
-	}
-	if ln != nil {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) })
-		s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("metrics server", "err", err)
-			}
-		}()
-		s.log.Info("metrics", "addr", ln.Addr().String())
-	}
+	s.srv = serveMetrics(s.metricsAddr, s.log)
 	return s.svc.Start(ctx)
 }
 

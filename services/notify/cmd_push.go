@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/webpush"
-	"github.com/notify-dev/notify/streams"
 )
 
 // defaultPushMetricsAddr is where a push worker serves /metrics. Several
@@ -128,39 +126,10 @@ type pushService struct {
 }
 
 func (s *pushService) Start(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.pool.Ping(pctx); err != nil {
-		return fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(s.infra.databaseURL), err)
-	}
-	cl, adm, err := s.infra.kafkaAdmin("push-admin")
-	if err != nil {
+	if err := s.infra.checkInfra(ctx, s.pool, "push", s.log); err != nil {
 		return err
 	}
-	_, err = streams.EnsureTopics(pctx, adm, s.infra.topics())
-	cl.Close()
-	if err != nil {
-		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", s.infra.brokers, err)
-	}
-	if s.metricsAddr != "" {
-		ln, err := net.Listen("tcp", s.metricsAddr)
-		if err != nil && s.metricsAddr == defaultPushMetricsAddr {
-			// Another worker on this host has the default port.
-			ln, err = net.Listen("tcp", "127.0.0.1:0")
-		}
-		if err != nil {
-			return fmt.Errorf("metrics listener (--metrics-addr): %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) })
-		s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("metrics server", "err", err)
-			}
-		}()
-		s.log.Info("metrics", "addr", ln.Addr().String())
-	}
+	s.srv = serveMetrics(s.metricsAddr, s.log)
 	return s.w.Start(ctx)
 }
 
