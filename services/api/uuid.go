@@ -56,15 +56,5 @@ func ParseUUID(s string) (UUID, error) {
 
 // String returns the canonical lower-case form.
 func (u UUID) String() string {
-	var b [36]byte
-	hex.Encode(b[0:8], u[0:4])
-	b[8] = '-'
-	hex.Encode(b[9:13], u[4:6])
-	b[13] = '-'
-	hex.Encode(b[14:18], u[6:8])
-	b[18] = '-'
-	hex.Encode(b[19:23], u[8:10])
-	b[23] = '-'
-	hex.Encode(b[24:36], u[10:16])
-	return string(b[:])
+	return pgtype.UUID{Bytes: u, Valid: true}.String()
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/big"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Range is one slice of the uuid space, both bounds inclusive, in uuid text
@@ -48,19 +50,7 @@ func formatUUID(v *big.Int) string {
 	return uuidString(b)
 }
 
-func uuidString(b [16]byte) string {
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], b[10:])
-	return string(s[:])
-}
+func uuidString(b [16]byte) string { return pgtype.UUID{Bytes: b, Valid: true}.String() }
 
 // parseUUID parses the canonical 36-character uuid form (any hex case).
 func parseUUID(s string) ([16]byte, error) {

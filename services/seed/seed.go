@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 )
@@ -260,17 +261,7 @@ func newUUID(rng *rand.Rand) [16]byte {
 	return u
 }
 
-func uuidString(u [16]byte) string {
-	const hex = "0123456789abcdef"
-	b := make([]byte, 0, 36)
-	for i, c := range u {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b = append(b, '-')
-		}
-		b = append(b, hex[c>>4], hex[c&0xf])
-	}
-	return string(b)
-}
+func uuidString(u [16]byte) string { return pgtype.UUID{Bytes: u, Valid: true}.String() }
 
 // copyTable COPYs n generated rows into table on its own connection.
 func copyTable(ctx context.Context, pool *pgxpool.Pool, table string, cols []string, written *atomic.Int64, n int64, fill func(i int, row []any)) error {
