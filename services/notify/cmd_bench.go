@@ -25,7 +25,7 @@ func registerBench(d benchDef) {
 }
 
 func init() {
-	register(command{name: "bench", summary: "measure a stage or the whole pipeline (publish | fanout | push | e2e)", run: runBench})
+	register(command{name: "bench", summary: "measure a stage or the whole pipeline (publish | cdc | fanout | push | e2e)", run: runBench})
 }
 
 func runBench(ctx context.Context, args []string) error {
