@@ -8,9 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -21,17 +18,14 @@ import (
 
 	"github.com/notify-dev/notify/connect"
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
 
-var binDir string
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	notifytest.Cleanup()
 	os.Exit(code)
 }
 
@@ -237,31 +231,4 @@ func (c *consumer) record(id string) *kgo.Record {
 }
 
 // notifyBinary builds the notify command once per test binary.
-var (
-	buildOnce sync.Once
-	buildErr  error
-	binPath   string
-)
-
-func notifyBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "notify-connect-test")
-		if buildErr != nil {
-			return
-		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
-		binPath = filepath.Join(binDir, "notify")
-		cmd := exec.Command("go", "build", "-o", binPath, "./services/notify")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func notifyBinary(t *testing.T) string { return notifytest.Binary(t) }

@@ -2,14 +2,12 @@ package pipeline_test
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/notify-dev/notify/benchmarks/pipeline"
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
 
@@ -21,14 +19,8 @@ func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts every service as a process")
 	}
-	bin := filepath.Join(t.TempDir(), "notify")
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	build := exec.Command("go", "build", "-o", bin, "./services/notify")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build notify: %v\n%s", err, out)
-	}
+	bin := notifytest.Binary(t)
+	defer notifytest.Cleanup()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := pipeline.Run(ctx, pipeline.Config{

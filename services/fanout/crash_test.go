@@ -25,43 +25,13 @@ import (
 
 	"github.com/notify-dev/notify/connect"
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
 // notifyBinary builds the notify command from source once per test binary.
-func notifyBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "notify-fanout-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "notify")
-		root, err := filepath.Abs("../..")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binPath, "./services/notify")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func notifyBinary(t *testing.T) string { return notifytest.Binary(t) }
 
 // fanoutProc is one `notify run fanout` process.
 type fanoutProc struct {

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
@@ -464,47 +464,14 @@ func (f *fixture) count(sql string, args ...any) int64 {
 
 // --- worker processes ---
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	notifytest.Cleanup()
 	os.Exit(code)
 }
 
 // notifyBinary builds the notify binary once per test binary.
-func notifyBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "notify-push-test-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "notify")
-		root, err := filepath.Abs("../..")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binPath, "./services/notify")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func notifyBinary(t testing.TB) string { return notifytest.Binary(t) }
 
 // proc is a `notify run push` process.
 type proc struct {
