@@ -110,3 +110,23 @@ reserve_port() {
 	printf '%s\n' "${current:+$current,}$port" >"$f" 2>/dev/null ||
 		warn "could not reserve port $port in $f (ephemeral range $lo-$hi)"
 }
+
+# select_services "DEFAULTS" ARG...: sets the array "services" to the
+# services named on the command line (postgres | kafka), or to DEFAULTS (a
+# space-separated list, in order) when none is named, and fails before
+# anything is touched on an unknown name.
+select_services() {
+	local defaults="$1"
+	shift
+	services=("$@")
+	if ((${#services[@]} == 0)); then
+		read -r -a services <<<"$defaults"
+	fi
+	local s
+	for s in "${services[@]}"; do
+		case "$s" in
+		postgres | kafka) ;;
+		*) die "unknown service \"$s\" (want postgres or kafka)" ;;
+		esac
+	done
+}

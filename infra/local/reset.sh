@@ -8,16 +8,7 @@
 #   bash infra/local/reset.sh postgres     # one (postgres | kafka)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-services=("$@")
-if ((${#services[@]} == 0)); then
-	services=(kafka postgres)
-fi
-for s in "${services[@]}"; do
-	case "$s" in
-	postgres | kafka) ;;
-	*) die "unknown service \"$s\" (want postgres or kafka)" ;;
-	esac
-done
+select_services "kafka postgres" "$@"
 
 for s in "${services[@]}"; do
 	bash "$INFRA_DIR/$s.sh" stop

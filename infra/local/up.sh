@@ -7,16 +7,7 @@
 #   bash infra/local/up.sh postgres     # one (postgres | kafka)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-services=("$@")
-if ((${#services[@]} == 0)); then
-	services=(postgres kafka)
-fi
-for s in "${services[@]}"; do
-	case "$s" in
-	postgres | kafka) ;;
-	*) die "unknown service \"$s\" (want postgres or kafka)" ;;
-	esac
-done
+select_services "postgres kafka" "$@"
 
 t0="$(now)"
 # Both start at once: a first run spends most of its time fetching Kafka's jars, which
