@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -36,6 +35,7 @@ func init() {
 }
 
 type benchPublishResult struct {
+	Client         string  `json:"client"`
 	Clients        int     `json:"clients"`
 	Requests       int     `json:"requests"`
 	Warmup         int     `json:"warmup"`
@@ -76,6 +76,7 @@ func runBenchPublish(ctx context.Context, args []string) error {
 	force := fs.Bool("force", false, "publish even though a logical replication slot exists on the database (its connector would fan every benchmark event out to every student)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured phase to FILE (go tool pprof); covers the in-process API and the clients")
 	keep := fs.Bool("keep", false, "keep the benchmark's materials and outbox rows instead of deleting them afterwards")
+	clientKind := fs.String("client", "lean", `load generator: "lean" (a minimal HTTP/1.1 client, so the clients take little of the CPU they share with the API) or "stdlib" (net/http's client; needed for an https --api)`)
 	gogc := fs.Int("gogc", 400, "GC target percent of this benchmark process (the load generator and the in-process API share it); 0 keeps the runtime's (GOGC or 100)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -93,6 +94,8 @@ func runBenchPublish(ctx context.Context, args []string) error {
 		return usageError{msg: "--db-max-conns must be ≥ 1"}
 	case *gogc < 0:
 		return usageError{msg: "--gogc must be ≥ 0"}
+	case *clientKind != "lean" && *clientKind != "stdlib":
+		return usageError{msg: fmt.Sprintf("--client %q: want lean or stdlib", *clientKind)}
 	}
 	// The clients allocate a request and a response per publish; a higher GC
 	// target trades a little memory for less collector CPU on the 2 cores the
@@ -114,7 +117,7 @@ func runBenchPublish(ctx context.Context, args []string) error {
 		return err
 	}
 
-	res := benchPublishResult{Clients: *clients, Requests: *requests, Warmup: *warmup, Idempotency: *idem,
+	res := benchPublishResult{Client: *clientKind, Clients: *clients, Requests: *requests, Warmup: *warmup, Idempotency: *idem,
 		DBMaxConns: *maxConns, InProcess: *apiURL == "", GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent, GoVersion: runtime.Version()}
 	course, instructor, enrolled, err := findSeededCourse(ctx, pool)
 	if err != nil {
@@ -180,9 +183,17 @@ func runBenchPublish(ctx context.Context, args []string) error {
 		auth:      "Bearer " + token,
 		keyPrefix: "bench-" + runID + "-",
 		idem:      *idem,
-		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-			MaxIdleConns: *clients, MaxIdleConnsPerHost: *clients, MaxConnsPerHost: *clients, IdleConnTimeout: time.Minute,
-		}},
+	}
+	b.newClient = func() (publishClient, error) {
+		if *clientKind == "stdlib" {
+			return newStdlibClient(b.url, b.auth, 30*time.Second), nil
+		}
+		return newRawHTTPClient(b.url, b.auth, 30*time.Second)
+	}
+	if c, err := b.newClient(); err != nil {
+		return usageError{msg: err.Error()}
+	} else {
+		c.close()
 	}
 	fmt.Fprintf(os.Stderr, "publish benchmark: %d clients, %d requests (+%d warm-up) against %s, course %s (%d enrolled)\n",
 		*clients, *requests, *warmup, base, course, enrolled)
@@ -318,7 +329,7 @@ type publishBench struct {
 	url, token, runID string
 	auth, keyPrefix   string // "Bearer <token>", "bench-<runID>-"
 	idem              bool
-	client            *http.Client
+	newClient         func() (publishClient, error)
 	seq               atomic.Int64
 
 	mu     sync.Mutex
@@ -360,12 +371,21 @@ func (b *publishBench) run(ctx context.Context, c, n int, phase string) ([]time.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			cl, err := b.newClient()
+			if err != nil {
+				if errs.Add(1) == 1 {
+					firstErr.Store(err)
+				}
+				cancel()
+				return
+			}
+			defer cl.close()
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(n) || ctx.Err() != nil {
 					return
 				}
-				d, err := b.publishOne(ctx)
+				d, err := b.publishOne(ctx, cl)
 				lat[i] = d
 				done.Add(1)
 				if err != nil {
@@ -403,7 +423,7 @@ var benchBodyJSON = func() string {
 // publishOne builds its request with plain appends: the load generator
 // shares the 2 cores with the API and Postgres, so its own per-request work
 // is kept to what a real client must do.
-func (b *publishBench) publishOne(ctx context.Context) (time.Duration, error) {
+func (b *publishBench) publishOne(ctx context.Context, cl publishClient) (time.Duration, error) {
 	i := b.seq.Add(1)
 	body := make([]byte, 0, 128+len(benchBodyJSON))
 	body = append(body, `{"title":"Benchmark material `...)
@@ -413,28 +433,18 @@ func (b *publishBench) publishOne(ctx context.Context) (time.Duration, error) {
 	body = append(body, `,"url":"https://learn.example.com/materials/`...)
 	body = strconv.AppendInt(body, i, 10)
 	body = append(body, `"}`...)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header["Content-Type"] = []string{"application/json"}
-	req.Header["Authorization"] = []string{b.auth}
+	var key string
 	if b.idem {
-		req.Header["Idempotency-Key"] = []string{b.keyPrefix + strconv.FormatInt(i, 10)}
+		key = b.keyPrefix + strconv.FormatInt(i, 10)
 	}
 	start := time.Now()
-	res, err := b.client.Do(req)
-	if err != nil {
-		return time.Since(start), err
-	}
-	out, err := io.ReadAll(res.Body)
-	res.Body.Close()
+	status, out, err := cl.post(ctx, body, key)
 	d := time.Since(start)
 	if err != nil {
 		return d, err
 	}
-	if res.StatusCode != http.StatusCreated {
-		return d, fmt.Errorf("status %d: %s", res.StatusCode, strings.TrimSpace(string(out)))
+	if status != http.StatusCreated {
+		return d, fmt.Errorf("status %d: %s", status, strings.TrimSpace(string(out)))
 	}
 	var pr struct {
 		EventID string `json:"event_id"`
