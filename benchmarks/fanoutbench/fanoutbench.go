@@ -57,6 +57,9 @@ type Config struct {
 	// fanout.DefaultRanges and fanout.DefaultSliceSize.
 	Ranges    int
 	SliceSize int
+	// SliceInFlight bounds the pipeline's concurrent slice transactions
+	// (fanout.Config.SliceInFlight). Default: the fan-out's default.
+	SliceInFlight int
 	// Say receives progress lines. Default: discarded.
 	Say func(format string, args ...any)
 	// Logger receives the services' logs. Default: discarded.
@@ -69,6 +72,9 @@ type Result struct {
 	Users     int   `json:"users"`
 	Ranges    int   `json:"ranges"`
 	SliceSize int   `json:"slice_size"`
+	// SliceInFlight is the pipeline's bound on concurrent slice
+	// transactions (the raw SQL always runs all R chains at once).
+	SliceInFlight int `json:"slice_in_flight"`
 	Slices    int64 `json:"slices"`
 	// RawSQLSeconds is the raw SQL chains with no replication slot on
 	// the database; Ratio = FanoutSeconds / RawSQLSeconds.
@@ -100,6 +106,9 @@ func (c Config) withDefaults() Config {
 	if c.SliceSize == 0 {
 		c.SliceSize = fanout.DefaultSliceSize
 	}
+	if c.SliceInFlight == 0 {
+		c.SliceInFlight = fanout.DefaultSliceInFlight(c.Ranges)
+	}
 	if c.Say == nil {
 		c.Say = func(string, ...any) {}
 	}
@@ -127,7 +136,7 @@ func (c Config) validate() error {
 // pipeline.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg = cfg.withDefaults()
-	res := Result{Users: cfg.Users, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize, Transport: "cdc connector (connect/, in-process)"}
+	res := Result{Users: cfg.Users, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize, SliceInFlight: cfg.SliceInFlight, Transport: "cdc connector (connect/, in-process)"}
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
@@ -457,6 +466,7 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, dbURL string, cfg Co
 
 	svc, err := fanout.New(fanout.Config{
 		Pool: pool, Brokers: cfg.Brokers, Topics: topics, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
+		SliceInFlight: cfg.SliceInFlight,
 		Logger: cfg.Logger.With("service", "fanout"),
 	})
 	if err != nil {

@@ -49,13 +49,16 @@ func (c Config) withDefaults() Config {
 		c.SliceSize = DefaultSliceSize
 	}
 	if c.SliceInFlight == 0 {
-		c.SliceInFlight = c.Ranges
+		c.SliceInFlight = DefaultSliceInFlight(c.Ranges)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
 }
+
+// DefaultSliceInFlight is SliceInFlight's default for a given Ranges.
+func DefaultSliceInFlight(ranges int) int { return ranges }
 
 // Service runs the planner and/or the slice worker.
 type Service struct {

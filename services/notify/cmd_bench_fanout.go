@@ -26,6 +26,7 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	users := fs.Int("users", 1_000_000, "students to fan out to (seeded once into database notify_bench_fanout_<N> on the same server)")
 	ranges := fs.Int("ranges", fanout.DefaultRanges, "uuid ranges (parallel chains), used by both measurements")
 	slice := fs.Int("slice", fanout.DefaultSliceSize, "students per slice, used by both measurements")
+	inFlight := fs.Int("max-in-flight", 0, "the pipeline's concurrent slice transactions (default: as notify run fanout)")
 	jsonFile := fs.String("json", "", "also write the result as JSON to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -39,7 +40,7 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	}
 	res, err := fanoutbench.Run(ctx, fanoutbench.Config{
 		DatabaseURL: infra.databaseURL, Brokers: brokers,
-		Users: *users, Ranges: *ranges, SliceSize: *slice,
+		Users: *users, Ranges: *ranges, SliceSize: *slice, SliceInFlight: *inFlight,
 		Say: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench fanout: "+format+"\n", a...) },
 	})
 	if err != nil {
@@ -47,7 +48,7 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "rows\t%d\n", res.Rows)
-	fmt.Fprintf(tw, "ranges × slice\t%d × %d (%d slices)\n", res.Ranges, res.SliceSize, res.Slices)
+	fmt.Fprintf(tw, "ranges × slice\t%d × %d (%d slices, %d in flight)\n", res.Ranges, res.SliceSize, res.Slices, res.SliceInFlight)
 	fmt.Fprintf(tw, "raw SQL limit\t%.2f s\t%.0f rows/s\t(no replication slot)\n", res.RawSQLSeconds, res.RawRowsPerSec)
 	fmt.Fprintf(tw, "raw SQL, CDC attached\t%.2f s\t%.0f rows/s\t(the connector streaming, as deployed: Postgres decodes every row)\n", res.RawSQLCDCSeconds, float64(res.Rows)/max(res.RawSQLCDCSeconds, 1e-9))
 	fmt.Fprintf(tw, "fan-out pipeline\t%.2f s\t%.0f rows/s\t(outbox commit → last notification committed; via %s)\n", res.FanoutSeconds, res.FanoutPerSec, res.Transport)
