@@ -74,8 +74,8 @@ type Result struct {
 	SliceSize int   `json:"slice_size"`
 	// SliceInFlight is the pipeline's bound on concurrent slice
 	// transactions (the raw SQL always runs all R chains at once).
-	SliceInFlight int `json:"slice_in_flight"`
-	Slices    int64 `json:"slices"`
+	SliceInFlight int   `json:"slice_in_flight"`
+	Slices        int64 `json:"slices"`
 	// RawSQLSeconds is the raw SQL chains with no replication slot on
 	// the database; Ratio = FanoutSeconds / RawSQLSeconds.
 	RawSQLSeconds float64 `json:"raw_sql_seconds"`
@@ -467,7 +467,7 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, dbURL string, cfg Co
 	svc, err := fanout.New(fanout.Config{
 		Pool: pool, Brokers: cfg.Brokers, Topics: topics, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 		SliceInFlight: cfg.SliceInFlight,
-		Logger: cfg.Logger.With("service", "fanout"),
+		Logger:        cfg.Logger.With("service", "fanout"),
 	})
 	if err != nil {
 		return nil, err

@@ -138,13 +138,13 @@ type Result struct {
 	// MachineCPUSeconds is the CPU time all processes on the machine used
 	// from the publish to the last outcome (Postgres, Kafka, every service,
 	// the mock); MachineBusyPercent relates it to what the cores offered.
-	MachineCPUSeconds  float64 `json:"machine_cpu_seconds"`
-	MachineBusyPercent float64 `json:"machine_busy_percent"`
-	SeedSeconds           float64            `json:"seed_seconds,omitempty"`
-	Database              string             `json:"database"`
-	LogDir                string             `json:"log_dir"`
-	APIAddr               string             `json:"api_addr"`
-	Metrics               map[string]string  `json:"metrics"`
+	MachineCPUSeconds  float64           `json:"machine_cpu_seconds"`
+	MachineBusyPercent float64           `json:"machine_busy_percent"`
+	SeedSeconds        float64           `json:"seed_seconds,omitempty"`
+	Database           string            `json:"database"`
+	LogDir             string            `json:"log_dir"`
+	APIAddr            string            `json:"api_addr"`
+	Metrics            map[string]string `json:"metrics"`
 }
 
 // Run executes one end-to-end run. It leaves no process, slot or topic
