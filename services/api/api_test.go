@@ -48,6 +48,7 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
 	e := &testEnv{t: t, db: db, srv: srv, key: key, instructor: NewUUID(), student: NewUUID(), course: NewUUID()}
 	e.exec(`INSERT INTO users (id, name) VALUES ($1, 'instructor'), ($2, 'student')`, e.instructor, e.student)
 	e.exec(`INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'Course')`, e.course, e.instructor)

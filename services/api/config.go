@@ -13,6 +13,12 @@ import (
 	"github.com/notify-dev/notify/services/auth"
 )
 
+// Defaults of Config.PublishBatch and Config.PublishConcurrency.
+const (
+	DefaultPublishBatch       = 64
+	DefaultPublishConcurrency = 2
+)
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Addr is the listen address. Default "127.0.0.1:8080"; port 0 picks a
@@ -29,6 +35,19 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ReadyTimeout bounds the database ping of /readyz. Default 1s.
 	ReadyTimeout time.Duration
+
+	// PublishBatch is the most publishes written by one statement and one
+	// transaction (see publishBatcher). 1 writes every publish alone.
+	// Default 64.
+	PublishBatch int
+	// PublishConcurrency is how many publish statements run at once; more
+	// concurrent publishes wait and are written together by the next one.
+	// Keep it below the pool's size so other requests find a connection.
+	// Default 2: one group executes while the other waits for its commit's
+	// WAL flush. On the 2-core reference machine (50 clients, see
+	// benchmarks/RESULTS.md) 1 and 3 were within noise of 2, 4 and 8 were
+	// worse: more groups at once make each smaller and the commits more.
+	PublishConcurrency int
 
 	// Key verifies bearer tokens. Required.
 	Key *auth.Key
@@ -70,6 +89,12 @@ func (c Config) withDefaults() Config {
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = time.Second
 	}
+	if c.PublishBatch == 0 {
+		c.PublishBatch = DefaultPublishBatch
+	}
+	if c.PublishConcurrency == 0 {
+		c.PublishConcurrency = DefaultPublishConcurrency
+	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()
 	}
@@ -93,6 +118,12 @@ func (c Config) validate() error {
 		if d < 0 {
 			return fmt.Errorf("invalid api %s %s: must be positive", name, d)
 		}
+	}
+	if c.PublishBatch < 1 || c.PublishBatch > 1000 {
+		return fmt.Errorf("invalid api publish batch %d: must be between 1 and 1000", c.PublishBatch)
+	}
+	if c.PublishConcurrency < 1 {
+		return fmt.Errorf("invalid api publish concurrency %d: must be ≥ 1", c.PublishConcurrency)
 	}
 	if c.TokenCacheSize < 0 {
 		return fmt.Errorf("invalid api token cache size %d: must be ≥ 0", c.TokenCacheSize)

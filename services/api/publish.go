@@ -126,7 +126,8 @@ type publishResult struct {
 }
 
 // publish runs the publish transaction: the material, its outbox event and,
-// with a key, the idempotency record — all or nothing, in one statement.
+// with a key, the idempotency record — all or nothing, in one statement
+// (shared with concurrent publishes, see publishBatcher).
 //
 // published_at is this server's clock when the request was accepted,
 // truncated to the microseconds Postgres stores, so the response, the
@@ -157,16 +158,15 @@ func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequ
 		hash = []byte{} // unused without a key, but the parameter is NOT NULL-typed
 	}
 
-	var instructor *UUID
-	var written int64
-	err = s.pool.QueryRow(ctx, sqlPublish,
-		course, user, key, hash, string(resp),
-		materialID, eventID, req.Title, req.Body, req.URL, publishedAt,
-		outboxAggregateType, course.String(), outboxEventType, string(payload),
-	).Scan(&instructor, &written)
+	row, err := s.batch.publish(publishArgs{
+		course: course, user: user, key: key, hash: hash, response: string(resp),
+		materialID: materialID, eventID: eventID, title: req.Title, body: req.Body, url: req.URL,
+		publishedAt: publishedAt, aggregateID: course.String(), payload: string(payload),
+	})
 	if err != nil {
 		return publishResult{}, fmt.Errorf("publish to course %s: %w", course, err)
 	}
+	instructor, written := row.instructor, row.written
 	switch {
 	case instructor == nil:
 		return publishResult{}, newError(http.StatusNotFound, errCourseNotFound, "no such course")

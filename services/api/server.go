@@ -28,6 +28,7 @@ type Server struct {
 	handler http.Handler
 	vapid   string // base64url public key
 	tokens  *auth.Cache
+	batch   *publishBatcher
 	m       serverMetrics
 
 	http   *http.Server
@@ -42,10 +43,14 @@ type Server struct {
 }
 
 type serverMetrics struct {
-	set        *metrics.Set
-	published  *metrics.Counter
-	replayed   *metrics.Counter
-	pubLatency *metrics.Histogram
+	set       *metrics.Set
+	published *metrics.Counter
+	// batchSize and batchFallbacks: publishes written per statement, and
+	// groups retried one by one after their statement failed.
+	batchSize      *metrics.Histogram
+	batchFallbacks *metrics.Counter
+	replayed       *metrics.Counter
+	pubLatency     *metrics.Histogram
 
 	// Per-route metrics, looked up once per route and status rather than
 	// formatting their names on every request.
@@ -106,8 +111,12 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			published:  cfg.Metrics.NewCounter("notify_api_publishes_total"),
 			replayed:   cfg.Metrics.NewCounter("notify_api_publish_replays_total"),
 			pubLatency: cfg.Metrics.NewHistogram("notify_api_publish_duration_seconds"),
+
+			batchSize:      cfg.Metrics.NewHistogram("notify_api_publish_group_size"),
+			batchFallbacks: cfg.Metrics.NewCounter("notify_api_publish_group_fallbacks_total"),
 		},
 	}
+	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
 	s.routes()
 	return s, nil
 }
@@ -176,6 +185,7 @@ func (s *Server) Failed() <-chan error { return s.failed }
 // back) and closes every connection. Safe to call more than once.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
+		defer s.batch.stop()
 		if s.http == nil {
 			return
 		}

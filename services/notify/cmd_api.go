@@ -28,7 +28,8 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 	var infra infraFlags
 	infra.register(fs, false)
 	addr := fs.String("addr", envOr("NOTIFY_API_ADDR", defaultAPIAddr), "listen address (NOTIFY_API_ADDR)")
-	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the API; concurrent publishes share commits (group commit), so a few per core pay off")
+	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the API")
+	pub := publishFlags(fs)
 	return func(ctx context.Context, log *slog.Logger) (service, error) {
 		key, err := auth.KeyFromEnv(log)
 		if err != nil {
@@ -41,18 +42,45 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 		if *maxConns < 1 {
 			return nil, usageError{msg: fmt.Sprintf("--db-max-conns %d must be at least 1", *maxConns)}
 		}
+		if err := pub.check(*maxConns); err != nil {
+			return nil, err
+		}
 		pool, err := openAPIPool(ctx, &infra, int32(*maxConns))
 		if err != nil {
 			return nil, err
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log,
-			Status: eventStatusSource{pool}}, pool)
+			Status: eventStatusSource{pool}, PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency}, pool)
 		if err != nil {
 			pool.Close()
 			return nil, err
 		}
 		return &apiService{Server: srv, pool: pool}, nil
 	}
+}
+
+// publishGroupFlags tune how the API groups concurrent publishes into one
+// statement (api.Config.PublishBatch and PublishConcurrency).
+type publishGroupFlags struct{ batch, concurrency *int }
+
+func publishFlags(fs *flag.FlagSet) publishGroupFlags {
+	return publishGroupFlags{
+		batch: fs.Int("publish-batch", api.DefaultPublishBatch, "most concurrent publishes written by one statement and one commit (1: each alone)"),
+		concurrency: fs.Int("publish-concurrency", api.DefaultPublishConcurrency, "publish statements running at once; publishes arriving meanwhile are written together by the next one "+
+			"(2: one group executes while another waits for its commit)"),
+	}
+}
+
+func (f publishGroupFlags) check(maxConns int) error {
+	switch {
+	case *f.batch < 1 || *f.batch > 1000:
+		return usageError{msg: fmt.Sprintf("--publish-batch %d must be between 1 and 1000", *f.batch)}
+	case *f.concurrency < 1:
+		return usageError{msg: fmt.Sprintf("--publish-concurrency %d must be at least 1", *f.concurrency)}
+	case *f.concurrency >= maxConns:
+		return usageError{msg: fmt.Sprintf("--publish-concurrency %d must be below --db-max-conns %d, or other requests find no connection", *f.concurrency, maxConns)}
+	}
+	return nil
 }
 
 // openAPIPool opens the API's pool with maxConns connections and checks the

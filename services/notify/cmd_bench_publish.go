@@ -44,6 +44,8 @@ type benchPublishResult struct {
 	Seeded         bool    `json:"seeded_by_this_run"`
 	Idempotency    bool    `json:"idempotency_keys"`
 	DBMaxConns     int     `json:"db_max_conns"`
+	PublishBatch   int     `json:"publish_batch"`
+	PublishConc    int     `json:"publish_concurrency"`
 	InProcess      bool    `json:"api_in_process"`
 	GOMAXPROCS     int     `json:"gomaxprocs"`
 	GOGC           int     `json:"gogc"`
@@ -71,6 +73,7 @@ func runBenchPublish(ctx context.Context, args []string) error {
 	users := fs.Int("users", 1_000_000, "students to seed when the database holds no seed yet (an existing seed is reused)")
 	jsonFile := fs.String("json", "", "also write the result as one JSON object to FILE")
 	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the in-process API")
+	pub := publishFlags(fs)
 	idem := fs.Bool("idempotency-keys", true, "send a unique Idempotency-Key with every publish, as a careful client does")
 	apiURL := fs.String("api", "", "benchmark an already running API at this base URL instead of starting one in-process (tokens are signed with "+auth.EnvSecret+")")
 	force := fs.Bool("force", false, "publish even though a logical replication slot exists on the database (its connector would fan every benchmark event out to every student)")
@@ -94,6 +97,8 @@ func runBenchPublish(ctx context.Context, args []string) error {
 		return usageError{msg: "--db-max-conns must be ≥ 1"}
 	case *gogc < 0:
 		return usageError{msg: "--gogc must be ≥ 0"}
+	case *apiURL == "" && pub.check(*maxConns) != nil:
+		return pub.check(*maxConns)
 	case *clientKind != "lean" && *clientKind != "stdlib":
 		return usageError{msg: fmt.Sprintf("--client %q: want lean or stdlib", *clientKind)}
 	}
@@ -118,7 +123,7 @@ func runBenchPublish(ctx context.Context, args []string) error {
 	}
 
 	res := benchPublishResult{Client: *clientKind, Clients: *clients, Requests: *requests, Warmup: *warmup, Idempotency: *idem,
-		DBMaxConns: *maxConns, InProcess: *apiURL == "", GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent, GoVersion: runtime.Version()}
+		DBMaxConns: *maxConns, PublishBatch: *pub.batch, PublishConc: *pub.concurrency, InProcess: *apiURL == "", GOMAXPROCS: runtime.GOMAXPROCS(0), GOGC: gcPercent, GoVersion: runtime.Version()}
 	course, instructor, enrolled, err := findSeededCourse(ctx, pool)
 	if err != nil {
 		return err
@@ -157,6 +162,7 @@ func runBenchPublish(ctx context.Context, args []string) error {
 			return err
 		}
 		srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Key: key, VAPIDPublicKey: vapid.PublicKey(),
+			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, pool)
 		if err != nil {
 			return err
@@ -489,6 +495,9 @@ func printPublishTable(w io.Writer, r benchPublishResult) {
 		fmt.Fprintf(w, "  %-10s %10.2f\n", row.name, row.v)
 	}
 	fmt.Fprintf(w, "\n  throughput %10.0f publishes/s over %.1f s, %d errors\n", r.RPS, r.Seconds, r.Errors)
+	if r.InProcess {
+		fmt.Fprintf(w, "  api        in-process, %d Postgres connections, publishes grouped ≤ %d per statement, %d statements at once\n", r.DBMaxConns, r.PublishBatch, r.PublishConc)
+	}
 	fmt.Fprintf(w, "  verified   %d of %d returned event ids (warm-up included) have their material row\n", r.EventsVerified, r.EventsReturned)
 	fmt.Fprintf(w, "  target     p99 ≤ 20 ms: %s\n", verdict)
 }
