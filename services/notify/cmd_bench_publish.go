@@ -68,8 +68,8 @@ func runBenchPublish(ctx context.Context, args []string) error {
 	var infra infraFlags
 	infra.register(fs, false)
 	clients := fs.Int("clients", 50, "concurrent clients, each with its own keep-alive connection")
-	requests := fs.Int("requests", 10000, "measured publishes (after the warm-up)")
-	warmup := fs.Int("warmup", 500, "publishes before measuring (connections, plan cache); not counted")
+	requests := fs.Int("requests", 30000, "measured publishes (after the warm-up)")
+	warmup := fs.Int("warmup", 2000, "publishes before measuring (connections, plan cache); not counted")
 	users := fs.Int("users", 1_000_000, "students to seed when the database holds no seed yet (an existing seed is reused)")
 	jsonFile := fs.String("json", "", "also write the result as one JSON object to FILE")
 	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the in-process API")
