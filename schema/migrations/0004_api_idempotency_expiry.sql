@@ -1,0 +1,13 @@
+-- api_idempotency: an index on created_at for the API's expiry sweeper.
+--
+-- Why: Idempotency-Key records only matter while a client may still retry
+-- (api.Config.IdempotencyTTL, 24 hours by default); kept forever, the table
+-- grows by one row per keyed publish. The sweeper deletes the oldest rows in
+-- small batches (ORDER BY created_at LIMIT n); without this index every
+-- batch would scan the whole table to find them, and the scan grows with
+-- exactly the backlog the sweeper exists to remove. Rows are inserted in
+-- roughly created_at order, so the index is appended to at its right edge
+-- and costs each publish one more small index insert. Migrations run in a
+-- transaction, so this is a plain CREATE INDEX: on a table that already
+-- holds millions of keys it blocks keyed publishes while it builds.
+CREATE INDEX api_idempotency_created_at_idx ON api_idempotency (created_at);
