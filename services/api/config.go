@@ -19,6 +19,14 @@ const (
 	DefaultPublishConcurrency = 2
 )
 
+// Defaults of Config.IdempotencyTTL, IdempotencySweepInterval and
+// IdempotencySweepBatch.
+const (
+	DefaultIdempotencyTTL           = 24 * time.Hour
+	DefaultIdempotencySweepInterval = 10 * time.Minute
+	DefaultIdempotencySweepBatch    = 1000
+)
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Addr is the listen address. Default "127.0.0.1:8080"; port 0 picks a
@@ -49,6 +57,25 @@ type Config struct {
 	// worse: more groups at once make each smaller and the commits more.
 	PublishConcurrency int
 
+	// IdempotencyTTL is how long an Idempotency-Key record is kept: a retry
+	// within it gets the first response, a retry after the record was
+	// deleted is treated as a new request and publishes another event.
+	// Records are deleted by the sweeper (see IdempotencySweepInterval), so
+	// a key lives at least IdempotencyTTL and at most about one sweep
+	// interval longer. Clients must not retry with a key older than this.
+	// Default 24h (as Stripe does).
+	IdempotencyTTL time.Duration
+	// IdempotencySweepInterval is how often the server deletes expired
+	// Idempotency-Key records, once at Start and then every interval.
+	// Negative disables the sweeper (records then live until something
+	// else deletes them); every API replica may sweep, the deletes are
+	// harmless to repeat. Default 10m.
+	IdempotencySweepInterval time.Duration
+	// IdempotencySweepBatch is the most records one DELETE removes; a
+	// sweep repeats it until a batch comes back short, so no statement
+	// holds its row locks for long. Default 1000.
+	IdempotencySweepBatch int
+
 	// Key verifies bearer tokens. Required.
 	Key *auth.Key
 	// TokenCacheSize bounds the verified tokens kept so a client's repeated
@@ -66,7 +93,8 @@ type Config struct {
 	Metrics *metrics.Set
 	// Logger receives the access log and errors. Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock for token expiry. Default time.Now.
+	// Now is the clock for token expiry and Idempotency-Key expiry.
+	// Default time.Now.
 	Now func() time.Time
 }
 
@@ -94,6 +122,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PublishConcurrency == 0 {
 		c.PublishConcurrency = DefaultPublishConcurrency
+	}
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if c.IdempotencySweepInterval == 0 {
+		c.IdempotencySweepInterval = DefaultIdempotencySweepInterval
+	}
+	if c.IdempotencySweepBatch == 0 {
+		c.IdempotencySweepBatch = DefaultIdempotencySweepBatch
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()
@@ -124,6 +161,12 @@ func (c Config) validate() error {
 	}
 	if c.PublishConcurrency < 1 {
 		return fmt.Errorf("invalid api publish concurrency %d: must be ≥ 1", c.PublishConcurrency)
+	}
+	if c.IdempotencyTTL < 0 {
+		return fmt.Errorf("invalid api idempotency TTL %s: must be positive", c.IdempotencyTTL)
+	}
+	if c.IdempotencySweepBatch < 1 || c.IdempotencySweepBatch > 100_000 {
+		return fmt.Errorf("invalid api idempotency sweep batch %d: must be between 1 and 100000", c.IdempotencySweepBatch)
 	}
 	if c.TokenCacheSize < 0 {
 		return fmt.Errorf("invalid api token cache size %d: must be ≥ 0", c.TokenCacheSize)

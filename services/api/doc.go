@@ -24,7 +24,10 @@
 // the primary key (INSERT … ON CONFLICT DO NOTHING waits for the first
 // transaction), so exactly one event is created. Requests that fail (4xx,
 // 5xx) store nothing and may be retried with the same key. Keys apply to
-// publishing only.
+// publishing only. Records expire: the server deletes those older than
+// Config.IdempotencyTTL (24 hours by default) every
+// Config.IdempotencySweepInterval, and a retry whose record is gone is a new
+// request that publishes a new event.
 //
 // # Choices made for bad input
 //

@@ -29,6 +29,7 @@ type Server struct {
 	vapid   string // base64url public key
 	tokens  *auth.Cache
 	batch   *publishBatcher
+	sweeper *idempotencySweeper // nil until Start, or when disabled
 	m       serverMetrics
 
 	http   *http.Server
@@ -51,6 +52,11 @@ type serverMetrics struct {
 	batchFallbacks *metrics.Counter
 	replayed       *metrics.Counter
 	pubLatency     *metrics.Histogram
+	// Idempotency-Key expiry: records deleted, sweeps completed, sweeps
+	// that failed (retried at the next tick).
+	keysExpired *metrics.Counter
+	sweeps      *metrics.Counter
+	sweepErrors *metrics.Counter
 
 	// Per-route metrics, looked up once per route and status rather than
 	// formatting their names on every request.
@@ -114,6 +120,10 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 
 			batchSize:      cfg.Metrics.NewHistogram("notify_api_publish_group_size"),
 			batchFallbacks: cfg.Metrics.NewCounter("notify_api_publish_group_fallbacks_total"),
+
+			keysExpired: cfg.Metrics.NewCounter("notify_api_idempotency_keys_expired_total"),
+			sweeps:      cfg.Metrics.NewCounter("notify_api_idempotency_sweeps_total"),
+			sweepErrors: cfg.Metrics.NewCounter("notify_api_idempotency_sweep_errors_total"),
 		},
 	}
 	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
@@ -140,8 +150,9 @@ func (s *Server) routes() {
 // Handler is the whole API with access log, metrics and panic recovery.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Start listens on cfg.Addr and serves until Stop. ctx's values reach
-// every request; its cancellation does not cut requests short (Stop drains).
+// Start listens on cfg.Addr and serves until Stop, and starts the
+// Idempotency-Key sweeper. ctx's values reach every request; its
+// cancellation does not cut requests short (Stop drains).
 func (s *Server) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
@@ -164,6 +175,7 @@ func (s *Server) Start(ctx context.Context) error {
 			s.failed <- fmt.Errorf("serve http: %w", err)
 		}
 	}()
+	s.startIdempotencySweeper(ctx)
 	s.log.Info("api listening", "addr", ln.Addr().String())
 	return nil
 }
@@ -182,10 +194,12 @@ func (s *Server) Failed() <-chan error { return s.failed }
 
 // Stop stops accepting connections and waits for in-flight requests; when
 // ctx expires first it cancels their contexts (their transactions roll
-// back) and closes every connection. Safe to call more than once.
+// back) and closes every connection. It also stops the Idempotency-Key
+// sweeper and waits for it. Safe to call more than once.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		defer s.batch.stop()
+		defer s.stopIdempotencySweeper()
 		if s.http == nil {
 			return
 		}
