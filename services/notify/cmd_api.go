@@ -30,7 +30,15 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 	addr := fs.String("addr", envOr("NOTIFY_API_ADDR", defaultAPIAddr), "listen address (NOTIFY_API_ADDR)")
 	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the API")
 	pub := publishFlags(fs)
+	idemTTL := fs.Duration("idempotency-ttl", api.DefaultIdempotencyTTL, "how long an Idempotency-Key is kept; a retry after it expired publishes a new event")
+	idemSweep := fs.Duration("idempotency-sweep-interval", api.DefaultIdempotencySweepInterval, "how often expired Idempotency-Keys are deleted (negative: never)")
 	return func(ctx context.Context, log *slog.Logger) (service, error) {
+		if *idemTTL <= 0 {
+			return nil, usageError{msg: fmt.Sprintf("--idempotency-ttl %s must be positive", *idemTTL)}
+		}
+		if *idemSweep == 0 {
+			return nil, usageError{msg: "--idempotency-sweep-interval 0: give a positive interval, or a negative one to disable the sweeper"}
+		}
 		key, err := auth.KeyFromEnv(log)
 		if err != nil {
 			return nil, err
@@ -50,7 +58,8 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 			return nil, err
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log,
-			Status: eventStatusSource{pool}, PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency}, pool)
+			Status: eventStatusSource{pool}, PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
+			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep}, pool)
 		if err != nil {
 			pool.Close()
 			return nil, err
