@@ -11,6 +11,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$NOTIFY_ROOT"
 
+# The tests use the servers this script starts, whatever the caller's
+# environment says: with the port overrides (a second checkout beside a
+# running one) the defaults would silently point the tests at the other
+# checkout's servers — and the disruptive tests would stop this checkout's.
+export NOTIFY_TEST_DATABASE_URL="postgres://postgres@$PG_HOST:$PG_PORT/notify?sslmode=disable"
+export NOTIFY_TEST_KAFKA_BROKERS="$KAFKA_HOST:$KAFKA_PORT"
+export NOTIFY_DATABASE_URL="$NOTIFY_TEST_DATABASE_URL" NOTIFY_KAFKA_BROKERS="$NOTIFY_TEST_KAFKA_BROKERS"
+
 t0="$(now)"
 # kcat is a Kafka client that is not ours: the connector tests read its
 # records with it to prove other teams' consumers can.
