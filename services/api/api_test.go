@@ -44,7 +44,9 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler)}, db.Pool)
+	// Reports are not shared between calls here: the tests change an
+	// event and read its status at once (statusCache has its own tests).
+	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler), StatusMaxAge: -1}, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

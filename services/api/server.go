@@ -101,6 +101,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if cfg.Status == nil {
 		cfg.Status = FanoutStatus{Pool: pool}
 	}
+	if cfg.StatusMaxAge > 0 {
+		cfg.Status = newStatusCache(cfg.Status, cfg.StatusMaxAge, cfg.Now)
+	}
 	tokens, err := auth.NewCache(cfg.Key, cfg.TokenCacheSize)
 	if err != nil {
 		return nil, err
