@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -251,5 +256,99 @@ func TestStatusAndVerify(t *testing.T) {
 	}
 	if _, err := EventStatus(ctx, db.Pool, "nope"); err == nil {
 		t.Fatal("a bad event id was accepted")
+	}
+}
+
+// scriptedSender answers by endpoint and reports each call on sent.
+type scriptedSender struct {
+	out  map[string]webpush.Outcome
+	sent chan struct{}
+}
+
+func (s *scriptedSender) Send(_ context.Context, m webpush.Message) webpush.Outcome {
+	defer func() { s.sent <- struct{}{} }()
+	return s.out[m.Subscription.Endpoint]
+}
+
+// TestAbandonedCommandRecordsFinalOutcomesWhenDeadLetterFails: a command
+// whose dead letter cannot be written (no broker answers) is given up, yet
+// its delivered push is recorded, so its next owner does not send it again;
+// the out-of-attempts subscription is not recorded failed without its dead
+// letter, nor is anything queued, and every send slot is given back.
+func TestAbandonedCommandRecordsFinalOutcomesWhenDeadLetterFails(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	seedTiny(t, db)
+	// A broker address nothing listens on: the dead letter never gets out.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noBroker := l.Addr().String()
+	_ = l.Close()
+	sender := &scriptedSender{sent: make(chan struct{}, 2), out: map[string]webpush.Outcome{
+		"https://push.example/1": {Kind: webpush.Delivered, Status: 201},
+		"https://push.example/2": {Kind: webpush.Retryable, Status: 500, Err: errors.New("server error")},
+	}}
+	w, err := New(Config{
+		Brokers: []string{noBroker}, Topics: streams.DefaultTopics().WithPrefix("dlqfail"), Pool: db.Pool, Sender: sender,
+		MaxInFlight: 10, MaxAttempts: 1, LagInterval: -1,
+		Logger: slog.New(slog.DiscardHandler), Metrics: metrics.NewSet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.consumer.Client().Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd, err := decodeCommand(cmdJSON(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recips, err := loadRecipients(ctx, db.Pool, cmd)
+	if err != nil || len(recips) != 2 {
+		t.Fatalf("recipients %d, err %v", len(recips), err)
+	}
+	// Both sends answered, the last flush waits on the dead letter: the
+	// partition is lost (ctx cancelled) and the command is given up.
+	go func() {
+		<-sender.sent
+		<-sender.sent
+		cancel()
+	}()
+	src := &kgo.Record{Topic: "push", Partition: 0, Offset: 7}
+	if err := w.deliver(ctx, src, cmd, recips); err == nil {
+		t.Fatal("deliver succeeded without its dead letter")
+	}
+
+	got := map[int64]string{}
+	rows, err := db.Pool.Query(context.Background(), `SELECT subscription_id, status FROM push_deliveries WHERE event_id = $1`, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		var status string
+		if err := rows.Scan(&id, &status); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = status
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[1] != StatusDelivered {
+		t.Fatalf("recorded %v, want only subscription 1 delivered (2 waits for its dead letter)", got)
+	}
+	var queued int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&queued); err != nil || queued != 0 {
+		t.Fatalf("outbox rows %d err %v, want none", queued, err)
+	}
+	if n := len(w.tokens); n != 0 {
+		t.Fatalf("%d send slots still held", n)
+	}
+	if s := w.Stats(); s.Delivered != 1 || s.Failed != 0 || s.DeadLettered != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 }

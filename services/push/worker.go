@@ -461,6 +461,31 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	if len(b.dead) > 0 && !b.deadSent && b.len() > 0 {
+		// A dead letter is still to be written: record the final outcomes
+		// first, on their own, so a failed dead letter (a broker outage;
+		// produceDeadLetter then returns only when rctx ends, leaving no
+		// time to record after it) no longer throws away delivered and
+		// gone results, which the next owner would send again. Safe:
+		//  - b.rows holds only final outcomes (delivered, gone, failed
+		//    for good — see batch.add); the out-of-attempts ones are in
+		//    b.later, still written only by flushOnce(last) after their
+		//    dead letter. This write is what a mid-command flush does any
+		//    time the batch fills, with gone deletions in the same
+		//    transaction; retrying rows stay with their retry commands.
+		//  - The command is handed back uncommitted either way (failure
+		//    is returned), and its next owner skips what is recorded:
+		//    loadFreshSQL any subscription with a row, loadRetrySQL any
+		//    not still retrying at the previous attempt.
+		// If the dead letter succeeds, the same rows end up recorded, in
+		// two transactions instead of one. The slots stay held until the
+		// end, as before.
+		if err := w.flushOnce(rctx, src, cmd, b, false); err == nil {
+			held := b.tokens
+			b.resetFinal()
+			b.tokens = held
+		}
+	}
 	if err := w.flushOnce(rctx, src, cmd, b, true); err != nil {
 		w.log.Warn("could not record outcomes of an abandoned command; they will be sent again", "event", cmd.EventID, "outcomes", b.len()+len(b.later), "err", err)
 	}
