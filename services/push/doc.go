@@ -30,7 +30,10 @@
 // answers (a retryable outcome gives its slot back at once: it will be sent
 // again anyway). Those are exactly the sends a kill -9 can repeat (the next owner
 // of the partition redoes the command and skips what was recorded), so
-// duplicates after a crash are at most MaxInFlight per worker.
+// pushes delivered twice after a crash are at most MaxInFlight per worker.
+// A failed send whose slot went back early (a retryable answer, or a 5xx on
+// the last attempt waiting for its dead letter) can be sent again beyond
+// that bound; it reached nobody the first time.
 //
 // # Retries
 //
