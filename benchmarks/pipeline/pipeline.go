@@ -147,6 +147,31 @@ type Result struct {
 	Metrics            map[string]string `json:"metrics"`
 }
 
+// dropStaleRunSlots drops the replication slots of earlier runs on this
+// run database that nothing is streaming from. A run killed before its
+// deferred clean-up (kill -9, a closed terminal) leaves its slot behind, and
+// an inactive logical slot pins WAL for good — 4.9 GB on the development
+// server before this existed. The database belongs to the harness, and a
+// live run's slot is active, so only leftovers match.
+func dropStaleRunSlots(ctx context.Context, pool *pgxpool.Pool, say func(string)) error {
+	rows, err := pool.Query(ctx, `SELECT slot_name FROM pg_replication_slots
+		WHERE database = current_database() AND NOT active AND slot_name LIKE 'notify\_run\_%'`)
+	if err != nil {
+		return fmt.Errorf("look up stale slots: %w", err)
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("look up stale slots: %w", err)
+	}
+	for _, slot := range stale {
+		if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active`, slot); err != nil {
+			return fmt.Errorf("drop stale slot %s: %w", slot, err)
+		}
+		say("dropped replication slot " + slot + ", left behind by an interrupted earlier run (it was holding WAL)")
+	}
+	return nil
+}
+
 // Run executes one end-to-end run. It leaves no process, slot or topic
 // behind, also when ctx is cancelled (Ctrl-C).
 func Run(ctx context.Context, cfg Config) (res Result, err error) {
@@ -172,6 +197,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	defer pool.Close()
 	res.Subscriptions, res.SeedSeconds = subs, seeded
+	if err := dropStaleRunSlots(ctx, pool, cfg.Say); err != nil {
+		return res, err
+	}
 	var courseID, instructorID string
 	if err := pool.QueryRow(ctx, "SELECT id::text, instructor_id::text FROM courses LIMIT 1").Scan(&courseID, &instructorID); err != nil {
 		return res, fmt.Errorf("read seeded course: %w", err)
