@@ -1,44 +1,19 @@
 package connect_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/notify-dev/notify/infra/local/localtest"
 )
-
-// Disruptive tests stop or restart the shared broker or Postgres, which
-// disturbs every other test running at the time. They run only with
-// NOTIFY_DISRUPTIVE_TESTS=1, which infra/local/test.sh sets in its serial
-// phase (-run Disruptive -p 1).
-func disruptive(t *testing.T) {
-	t.Helper()
-	if os.Getenv("NOTIFY_DISRUPTIVE_TESTS") != "1" {
-		t.Skip("stops shared servers; runs with NOTIFY_DISRUPTIVE_TESTS=1 (infra/local/test.sh, serial phase)")
-	}
-}
-
-// infra runs bash infra/local/<script> args... and fails the test on error.
-func infra(t *testing.T, script string, args ...string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(file))
-	cmd := exec.Command("bash", append([]string{filepath.Join(root, "infra", "local", script)}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", script, args, err, out)
-	}
-}
 
 // TestDisruptiveBrokerOutage stops the broker while events are committed and
 // measures how soon after it answers again the held-back events reach it.
 func TestDisruptiveBrokerOutage(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	e := newEnv(t)
 	ctx := t.Context()
 	var (
@@ -63,13 +38,7 @@ func TestDisruptiveBrokerOutage(t *testing.T) {
 	}
 	c.waitFor(t, before, time.Minute)
 
-	infra(t, "kafka.sh", "stop")
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			infra(t, "kafka.sh", "start")
-		}
-	})
+	start := localtest.Stop(t, "kafka.sh")
 	var afterFirst string
 	for i := range 200 {
 		ev := newEvent(newUUID())
@@ -96,8 +65,7 @@ func TestDisruptiveBrokerOutage(t *testing.T) {
 	if !held {
 		t.Fatal("the slot was flushed past an event Kafka never acknowledged")
 	}
-	infra(t, "kafka.sh", "start") // returns once the broker answers metadata
-	restarted = true
+	start() // returns once the broker answers metadata
 	back := time.Now()
 
 	c.waitFor(t, during, 2*time.Minute)
@@ -141,7 +109,7 @@ func TestDisruptiveBrokerOutage(t *testing.T) {
 // TestDisruptivePostgresRestart restarts Postgres while events are being
 // committed: the connector reconnects and nothing is lost.
 func TestDisruptivePostgresRestart(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	e := newEnv(t)
 	ctx := t.Context()
 	conn := e.start(t, e.config(t))
@@ -178,7 +146,7 @@ func TestDisruptivePostgresRestart(t *testing.T) {
 		}()
 	}
 	waitUntil(t, "events flowing", func() bool { d, _ := c.count(); return d >= 200 })
-	infra(t, "postgres.sh", "restart")
+	localtest.Script(t, "postgres.sh", "restart")
 	mu.Lock()
 	atRestart := len(ids)
 	mu.Unlock()

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,30 +20,9 @@ import (
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
+
+	"github.com/notify-dev/notify/infra/local/localtest"
 )
-
-// Disruptive tests stop or restart the shared broker or Postgres, which
-// disturbs every other test running at the time. They run only with
-// NOTIFY_DISRUPTIVE_TESTS=1, which infra/local/test.sh sets in its serial
-// phase (-run Disruptive -p 1).
-func disruptive(t *testing.T) {
-	t.Helper()
-	if os.Getenv("NOTIFY_DISRUPTIVE_TESTS") != "1" {
-		t.Skip("stops shared servers; runs with NOTIFY_DISRUPTIVE_TESTS=1 (infra/local/test.sh, serial phase)")
-	}
-}
-
-// infra runs bash infra/local/<script> args... and fails the test on error.
-func infra(t *testing.T, script string, args ...string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command("bash", append([]string{filepath.Join(root, "infra", "local", script)}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", script, args, err, out)
-	}
-}
 
 // Shape of the disruptive runs: 150,000 students in slices of 1,000 over 4
 // ranges is 150 slice transactions, each chain ~38 slices long with a CDC +
@@ -223,20 +201,13 @@ func (p *fanoutProc) logCount(s string) int {
 // worst it publishes again what Kafka already has (same outbox id, which
 // consumers dedupe on). The run then finishes with exact counts.
 func TestDisruptiveFanoutPostgresRestart(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	r := startDisruptRun(t)
 	at := r.waitSlices(disruptSlices / 5)
 
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			infra(t, "postgres.sh", "start")
-		}
-	})
-	infra(t, "postgres.sh", "stop")
+	start := localtest.Stop(t, "postgres.sh")
 	time.Sleep(1500 * time.Millisecond)
-	infra(t, "postgres.sh", "start") // returns once the server accepts connections
-	stopped = false
+	start() // returns once the server accepts connections
 	back := time.Now()
 	// The test's own pool holds connections the restart ended.
 	r.db.Pool.Reset()
@@ -263,22 +234,15 @@ func TestDisruptiveFanoutPostgresRestart(t *testing.T) {
 // next command waits in the outbox through the outage, so the run stalls
 // and resumes; it then finishes with exact counts.
 func TestDisruptiveFanoutBrokerRestart(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	r := startDisruptRun(t)
 	at := r.waitSlices(disruptSlices / 5)
 
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			infra(t, "kafka.sh", "start")
-		}
-	})
-	infra(t, "kafka.sh", "stop")
+	start := localtest.Stop(t, "kafka.sh")
 	down := slicesDone(t, r.db.Pool, r.ev.EventID)
 	time.Sleep(4 * time.Second)
 	during := slicesDone(t, r.db.Pool, r.ev.EventID)
-	infra(t, "kafka.sh", "start") // returns once the broker answers metadata
-	stopped = false
+	start() // returns once the broker answers metadata
 	back := time.Now()
 	t.Logf("broker stopped at %d of ~%d slices done (%d when stop returned); %d more slices were done while it was down",
 		at, disruptSlices, down, during-down)

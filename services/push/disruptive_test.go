@@ -3,9 +3,6 @@ package push_test
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,30 +13,9 @@ import (
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/streams"
+
+	"github.com/notify-dev/notify/infra/local/localtest"
 )
-
-// Disruptive tests stop or restart the shared broker or Postgres, which
-// disturbs every other test running at the time. They run only with
-// NOTIFY_DISRUPTIVE_TESTS=1, which infra/local/test.sh sets in its serial
-// phase (-run Disruptive -p 1).
-func disruptive(t *testing.T) {
-	t.Helper()
-	if os.Getenv("NOTIFY_DISRUPTIVE_TESTS") != "1" {
-		t.Skip("stops shared servers; runs with NOTIFY_DISRUPTIVE_TESTS=1 (infra/local/test.sh, serial phase)")
-	}
-}
-
-// infra runs bash infra/local/<script> args... and fails the test on error.
-func infra(t *testing.T, script string, args ...string) {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command("bash", append([]string{filepath.Join(root, "infra", "local", script)}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", script, args, err, out)
-	}
-}
 
 // Settings of the disruptive runs. The mock answers after 40 ms and the
 // worker keeps at most 40 sends unrecorded, so ~5,000 subscriptions take
@@ -300,23 +276,16 @@ func (p *proc) logCount(msg string) int {
 // cap and resume when Postgres is back. Every subscription still ends with
 // exactly its one final outcome, and nothing is sent twice beyond the cap.
 func TestDisruptivePushPostgresRestart(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	r := startDisruptRun(t)
 	subs := r.f.seed.Subscriptions
 	r.waitProgress(subs / 4)
 
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			infra(t, "postgres.sh", "start")
-		}
-	})
-	infra(t, "postgres.sh", "stop")
+	start := localtest.Stop(t, "postgres.sh")
 	at := r.f.mock.Stats().Unique
 	time.Sleep(1500 * time.Millisecond)
 	during := r.f.mock.Stats().Unique
-	infra(t, "postgres.sh", "start")
-	stopped = false
+	start()
 	back := time.Now()
 	t.Logf("Postgres stopped at %d of %d delivered; the mock delivered %d more while it was down", at, subs, during-at)
 	if at >= subs {
@@ -343,23 +312,16 @@ func TestDisruptivePushPostgresRestart(t *testing.T) {
 // redelivered commands skip everything recorded. The worker itself never
 // exits (its consumer fails only if its client is closed).
 func TestDisruptivePushBrokerRestart(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	r := startDisruptRun(t)
 	subs := r.f.seed.Subscriptions
 	r.waitProgress(subs / 4)
 
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			infra(t, "kafka.sh", "start")
-		}
-	})
-	infra(t, "kafka.sh", "stop")
+	start := localtest.Stop(t, "kafka.sh")
 	at := r.f.mock.Stats().Unique
 	time.Sleep(4 * time.Second)
 	during := r.f.mock.Stats().Unique
-	infra(t, "kafka.sh", "start") // returns once the broker answers metadata
-	stopped = false
+	start() // returns once the broker answers metadata
 	back := time.Now()
 	t.Logf("broker stopped at %d of %d delivered; the mock delivered %d more while it was down", at, subs, during-at)
 	if at >= subs {
@@ -383,18 +345,12 @@ func TestDisruptivePushBrokerRestart(t *testing.T) {
 // Worker.produceDeadLetter.) A worker started after the broker is back
 // — what a supervisor does — completes the run with exact counts.
 func TestDisruptivePushStopDuringBrokerOutage(t *testing.T) {
-	disruptive(t)
+	localtest.Disruptive(t)
 	r := startDisruptRun(t, "--stop-timeout", "3s")
 	subs := r.f.seed.Subscriptions
 	r.waitProgress(subs / 4)
 
-	stopped := true
-	t.Cleanup(func() {
-		if stopped {
-			infra(t, "kafka.sh", "start")
-		}
-	})
-	infra(t, "kafka.sh", "stop")
+	start := localtest.Stop(t, "kafka.sh")
 	at := r.f.mock.Stats().Unique
 	if at >= subs {
 		t.Fatal("everything was delivered before the broker stopped; the test tested nothing")
@@ -412,8 +368,7 @@ func TestDisruptivePushStopDuringBrokerOutage(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the worker did not exit within a minute of SIGTERM while the broker was down")
 	}
-	infra(t, "kafka.sh", "start")
-	stopped = false
+	start()
 	back := time.Now()
 
 	r.p = r.startWorker("push-2")

@@ -1,0 +1,52 @@
+// Package localtest lets disruptive tests stop and start the local servers
+// of infra/local (postgres.sh, kafka.sh). Those tests stop servers every
+// other test shares, so they run only when NOTIFY_DISRUPTIVE_TESTS=1, which
+// infra/local/test.sh sets for a serial phase before the main run.
+package localtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Disruptive skips t unless NOTIFY_DISRUPTIVE_TESTS=1.
+func Disruptive(t testing.TB) {
+	t.Helper()
+	if os.Getenv("NOTIFY_DISRUPTIVE_TESTS") != "1" {
+		t.Skip("stops shared servers; runs with NOTIFY_DISRUPTIVE_TESTS=1 (infra/local/test.sh, serial phase)")
+	}
+}
+
+// Script runs bash infra/local/<script> args... and fails t on error.
+func Script(t testing.TB, script string, args ...string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Dir(filepath.Dir(file)) // infra/local
+	cmd := exec.Command("bash", append([]string{filepath.Join(dir, script)}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", script, args, err, out)
+	}
+}
+
+// Stop stops the server that script ("postgres.sh" or "kafka.sh") runs and
+// returns the function that starts it again; start returns once the server
+// answers. A test that fails before calling start still gets its server
+// back at cleanup, so the tests after it find it running.
+func Stop(t testing.TB, script string) (start func()) {
+	t.Helper()
+	started := false
+	start = func() {
+		t.Helper()
+		if !started {
+			started = true
+			Script(t, script, "start")
+		}
+	}
+	t.Cleanup(start)
+	Script(t, script, "stop")
+	return start
+}
