@@ -198,7 +198,12 @@ func (b *publishBatcher) write(group []*publishCall) {
 	}
 }
 
-// publishRowAlone is one publish in its own statement (sqlPublish).
+// publishRowAlone is one publish in its own statement (sqlPublish). A group
+// of one could run sqlPublishGroup instead, and one statement would do; but
+// lone publishes are common even under load (a writer that frees up finds
+// one request queued), and the unnest form costs them more: 3–6% fewer
+// publishes/s at 50 clients in three interleaved pairs on the reference
+// machine. Both statements are checked by the same tests.
 func (s *Server) publishRowAlone(ctx context.Context, a publishArgs) (publishRow, error) {
 	var r publishRow
 	err := s.pool.QueryRow(ctx, sqlPublish,
