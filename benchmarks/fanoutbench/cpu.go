@@ -31,15 +31,14 @@ type CPU struct {
 // cpuMeter samples the database's server processes while a phase runs:
 // backends come and go, so it keeps the first and last reading of each.
 type cpuMeter struct {
-	pool   *pgxpool.Pool
-	stop   chan struct{}
-	done   chan struct{}
-	mu     sync.Mutex
-	first  map[int]float64
-	last   map[int]float64
-	wal    map[int]bool
-	self0  float64
-	result CPU
+	pool  *pgxpool.Pool
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	first map[int]float64
+	last  map[int]float64
+	wal   map[int]bool
+	self0 float64
 }
 
 func startCPUMeter(ctx context.Context, pool *pgxpool.Pool) *cpuMeter {

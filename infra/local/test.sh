@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, from a clean clone on a fresh machine: installs what the
 # tests need, starts the real Postgres and Kafka (infra/local/up.sh), then
-#   1. go vet ./...
+#   1. go vet ./... and staticcheck ./...
 #   2. the disruptive tests (they stop and restart the shared broker or
 #      Postgres), alone, one package at a time;
 #   3. every package's tests with the race detector, packages in parallel,
@@ -36,6 +36,11 @@ bash "$INFRA_DIR/up.sh"
 
 info "go vet ./..."
 go vet ./...
+
+# staticcheck is pinned as a tool in go.mod (go get -tool), so every machine
+# runs the same version; staticcheck.conf says which checks and why.
+info "staticcheck ./..."
+go tool staticcheck ./...
 
 # Disruptive tests stop and restart the shared broker or Postgres, so they
 # run first, alone, one package at a time: only packages that have them.

@@ -145,7 +145,8 @@ func (s *Server) serveH2(hs *http.Server, tc *tls.Conn, _ http.Handler) {
 		s.inflight.Add(-1)
 	}
 	c.mu.Unlock()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	// serve always returns why the connection ended.
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("http2 connection ended", "err", err)
 	}
 }
