@@ -27,7 +27,14 @@ import (
 // under one lock, one writer goroutine per connection flushes whatever has
 // accumulated in a single write (so under load many requests share a TLS
 // record and a system call), and one reader goroutine per connection
-// completes streams. Framing and HPACK come from golang.org/x/net/http2.
+// completes streams. Framing and HPACK decoding come from
+// golang.org/x/net/http2.
+//
+// Measured (h2client_compare_test.go: the same requests, 256 concurrent,
+// against the same HTTP/2 server in a child process, 3 interleaved runs on
+// 2026-12-01): 4.2–4.9 µs of client CPU per request here, 23.8–24.5 µs
+// through x/net/http2's Transport — about 5×, on a path where the message's
+// own crypto costs ~80 µs.
 //
 // What it implements of RFC 9113: the connection preface and SETTINGS in
 // both directions (MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE,
@@ -95,6 +102,9 @@ type h2Pool struct {
 	tlsCfg      *tls.Config
 	dialTimeout time.Duration
 	log         *slog.Logger
+	// readIdle and pingTimeout are h2ReadIdleTimeout and h2PingTimeout;
+	// fields so that tests can shorten them.
+	readIdle, pingTimeout time.Duration
 
 	mu      sync.Mutex
 	conns   []*h2Conn
@@ -119,7 +129,8 @@ func newH2Pool(addr, serverName string, base *tls.Config, dialTimeout time.Durat
 	cfg := base.Clone()
 	cfg.ServerName = serverName
 	cfg.NextProtos = []string{http2.NextProtoTLS}
-	return &h2Pool{addr: addr, tlsCfg: cfg, dialTimeout: dialTimeout, log: log}
+	return &h2Pool{addr: addr, tlsCfg: cfg, dialTimeout: dialTimeout, log: log,
+		readIdle: h2ReadIdleTimeout, pingTimeout: h2PingTimeout}
 }
 
 // roundTrip sends req and waits for the answer, at most timeout. Requests
@@ -886,7 +897,7 @@ func (cc *h2Conn) close(err error) {
 // closes it when the ping goes unanswered, so requests do not wait for
 // their timeout on a dead peer; it also closes connections idle for long.
 func (cc *h2Conn) healthLoop() {
-	t := time.NewTicker(h2ReadIdleTimeout / 3)
+	t := time.NewTicker(cc.pool.readIdle / 3)
 	defer t.Stop()
 	sweep := time.NewTimer(cc.pool.sweepPeriod())
 	defer sweep.Stop()
@@ -914,11 +925,11 @@ func (cc *h2Conn) healthLoop() {
 			cc.signalFlushLocked()
 		case !pingSent.IsZero() && lastRead.After(pingSent):
 			pingSent = time.Time{}
-		case !pingSent.IsZero() && now.Sub(pingSent) > h2PingTimeout:
+		case !pingSent.IsZero() && now.Sub(pingSent) > cc.pool.pingTimeout:
 			cc.mu.Unlock()
 			cc.close(errors.New("push service did not answer a PING: connection lost"))
 			return
-		case pingSent.IsZero() && now.Sub(lastRead) > h2ReadIdleTimeout:
+		case pingSent.IsZero() && now.Sub(lastRead) > cc.pool.readIdle:
 			pingSent = now
 			cc.wbuf = appendFrameHeader(cc.wbuf, 8, http2.FramePing, 0, 0)
 			cc.wbuf = append(cc.wbuf, 0, 0, 0, 0, 0, 0, 0, 1)

@@ -1,0 +1,301 @@
+package webpush
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The protocol paths below are rare on a healthy push service, so the
+// pipeline's tests never reach them: a peer that stops answering PINGs, header
+// blocks split into CONTINUATION frames (both ways) and a connection that
+// runs out of stream ids.
+
+// frameServer is a TLS listener speaking HTTP/2 frames through serve, one
+// call per connection after the preface and the server's SETTINGS.
+func frameServer(t *testing.T, serve func(fr *http2.Framer, c net.Conn)) (addr string, roots *x509.CertPool) {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(nil) // only for its certificate
+	ts.StartTLS()
+	tlsCfg := ts.TLS.Clone()
+	ts.Close()
+	tlsCfg.NextProtos = []string{"h2"}
+	roots = x509.NewCertPool()
+	roots.AddCert(ts.Certificate())
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				preface := make([]byte, len(h2Preface))
+				if _, err := io.ReadFull(c, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
+				serve(fr, c)
+			}()
+		}
+	}()
+	return ln.Addr().String(), roots
+}
+
+// answer201 answers every request that ends its stream with 201, ACKs
+// SETTINGS and (when pings) PINGs.
+func answer201(pings bool) func(fr *http2.Framer, c net.Conn) {
+	return func(fr *http2.Framer, c net.Conn) {
+		var hbuf bytes.Buffer
+		enc := hpack.NewEncoder(&hbuf)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			var id uint32
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+				continue
+			case *http2.PingFrame:
+				if pings && !f.IsAck() {
+					fr.WritePing(true, f.Data)
+				}
+				continue
+			case *http2.HeadersFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+				id = f.StreamID
+			case *http2.DataFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+				id = f.StreamID
+			default:
+				continue
+			}
+			hbuf.Reset()
+			enc.WriteField(hpack.HeaderField{Name: ":status", Value: "201"})
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true})
+		}
+	}
+}
+
+func testRequest(addr string) *h2Request {
+	return &h2Request{authority: addr, path: "/wpush/1", auth: "vapid t=x, k=y", ttl: "60", body: []byte("hello")}
+}
+
+// TestUnansweredPingClosesConnection: a peer that stops reading and
+// answering (a dead NAT entry, a hung server) is found by a PING after the
+// read-idle time and the request fails at once with that reason, instead
+// of waiting for its own timeout.
+func TestUnansweredPingClosesConnection(t *testing.T) {
+	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
+		f, err := fr.ReadFrame() // the client's SETTINGS
+		if err != nil {
+			return
+		}
+		_ = f
+		fr.WriteSettingsAck()
+		io.Copy(io.Discard, c) // silent from now on: no answers, no PING ACK
+	})
+	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	p.readIdle, p.pingTimeout = 150*time.Millisecond, 150*time.Millisecond
+	t.Cleanup(p.close)
+	_, err := p.roundTrip(context.Background(), testRequest(addr), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "did not answer a PING") {
+		t.Fatalf("err %v, want the connection closed for an unanswered PING", err)
+	}
+}
+
+// TestAnsweredPingKeepsConnection: a quiet but healthy connection survives
+// the PING probe and is reused.
+func TestAnsweredPingKeepsConnection(t *testing.T) {
+	addr, roots := frameServer(t, answer201(true))
+	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	p.readIdle, p.pingTimeout = 60*time.Millisecond, 2*time.Second
+	t.Cleanup(p.close)
+	for i := 0; i < 2; i++ {
+		resp, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second)
+		if err != nil || resp.status != 201 {
+			t.Fatalf("request %d: status %d, err %v", i, resp.status, err)
+		}
+		time.Sleep(400 * time.Millisecond) // several PING rounds while idle
+	}
+	if n := p.dials.Load(); n != 1 {
+		t.Fatalf("%d connections dialed, want 1 (a PING-answering connection must be kept)", n)
+	}
+}
+
+// TestResponseHeadersInContinuation: an answer whose header block the
+// server splits over HEADERS + CONTINUATION frames is read whole.
+func TestResponseHeadersInContinuation(t *testing.T) {
+	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
+		var hbuf bytes.Buffer
+		enc := hpack.NewEncoder(&hbuf)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.DataFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+				hbuf.Reset()
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "429"})
+				enc.WriteField(hpack.HeaderField{Name: "x-padding", Value: strings.Repeat("p", 300)})
+				enc.WriteField(hpack.HeaderField{Name: "retry-after", Value: "7"})
+				block := hbuf.Bytes()
+				third := len(block) / 3
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block[:third], EndStream: true})
+				fr.WriteContinuation(f.StreamID, false, block[third:2*third])
+				fr.WriteContinuation(f.StreamID, true, block[2*third:])
+			}
+		}
+	})
+	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	t.Cleanup(p.close)
+	resp, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.status != 429 || resp.retryAfter != "7" {
+		t.Fatalf("status %d retry-after %q, want 429 and 7 from a block split over CONTINUATION", resp.status, resp.retryAfter)
+	}
+}
+
+// TestRequestHeadersSplitIntoContinuation: a header block larger than the
+// peer's MAX_FRAME_SIZE is sent as HEADERS + CONTINUATION, and decodes to
+// the request that was asked for.
+func TestRequestHeadersSplitIntoContinuation(t *testing.T) {
+	longPath := "/wpush/" + strings.Repeat("a", 40000) // > 2 × 16,384
+	type seen struct {
+		continuations int
+		path          string
+	}
+	got := make(chan seen, 1)
+	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
+		var hbuf bytes.Buffer
+		enc := hpack.NewEncoder(&hbuf)
+		var block []byte
+		var s seen
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.HeadersFrame:
+				block = append(block[:0], f.HeaderBlockFragment()...)
+				if f.HeadersEnded() {
+					continue
+				}
+			case *http2.ContinuationFrame:
+				s.continuations++
+				block = append(block, f.HeaderBlockFragment()...)
+				if !f.HeadersEnded() {
+					continue
+				}
+				dec := hpack.NewDecoder(4096, nil)
+				fields, err := dec.DecodeFull(block)
+				if err != nil {
+					return
+				}
+				for _, hf := range fields {
+					if hf.Name == ":path" {
+						s.path = hf.Value
+					}
+				}
+			case *http2.DataFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+				got <- s
+				hbuf.Reset()
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "201"})
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true})
+			}
+		}
+	})
+	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	t.Cleanup(p.close)
+	req := testRequest(addr)
+	req.path = longPath
+	resp, err := p.roundTrip(context.Background(), req, 10*time.Second)
+	if err != nil || resp.status != 201 {
+		t.Fatalf("status %d, err %v", resp.status, err)
+	}
+	s := <-got
+	if s.continuations < 2 {
+		t.Fatalf("%d CONTINUATION frames for a %d-byte path, want at least 2", s.continuations, len(longPath))
+	}
+	if s.path != longPath {
+		t.Fatalf("server decoded a %d-byte :path, want the %d-byte one sent", len(s.path), len(longPath))
+	}
+}
+
+// TestStreamIDExhaustionMovesToNewConnection: after the last odd stream id
+// (2^31-1) a connection takes no new streams; the next request goes out on
+// a new connection instead of failing or wrapping the id.
+func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
+	var streams atomic.Int64
+	serve := answer201(false)
+	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) { streams.Add(1); serve(fr, c) })
+	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	t.Cleanup(p.close)
+	if _, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	cc := p.conns[0]
+	p.mu.Unlock()
+	cc.mu.Lock()
+	cc.nextID = h2MaxStreamID // the last id a client may use
+	cc.mu.Unlock()
+	for i := 0; i < 3; i++ {
+		resp, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second)
+		if err != nil || resp.status != 201 {
+			t.Fatalf("request %d after the last id: status %d, err %v", i, resp.status, err)
+		}
+	}
+	if n := p.dials.Load(); n != 2 {
+		t.Fatalf("%d connections dialed, want 2 (one after the ids ran out)", n)
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if !cc.goAway {
+		t.Fatal("the exhausted connection still takes streams")
+	}
+}
