@@ -32,6 +32,7 @@ func pushmockFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger)
 	fs.Float64Var(&c.DecryptSample, "decrypt-sample", 0, "fraction of ids whose messages are decrypted with keys re-derived from --seed")
 	fs.Int64Var(&c.Seed, "seed", 1, "seed the subscriptions were generated with (notify seed --seed)")
 	fs.IntVar(&c.MaxStreams, "max-streams", 1000, "HTTP/2 concurrent streams per connection")
+	fs.StringVar(&c.WebSocketAddr, "ws-addr", "", "also speak Mozilla's push protocol here (ws://; a Firefox's dom.push.serverURL), forwarding pushes to /moz/<channel> to the browser")
 	return func(ctx context.Context, log *slog.Logger) (service, error) {
 		if c.Latency == 0 {
 			c.Latency = pushmock.NoLatency

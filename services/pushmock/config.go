@@ -47,6 +47,12 @@ type Config struct {
 	// MaxStreams is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS per
 	// connection. Default 1000.
 	MaxStreams int
+	// WebSocketAddr, when set, is where the mock also speaks Mozilla's
+	// push protocol (plain ws://) for a real Firefox whose
+	// dom.push.serverURL points there: browsers subscribe through the mock
+	// and pushes to their endpoints are forwarded to them (mozpush.go).
+	// Default empty: off.
+	WebSocketAddr string
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }

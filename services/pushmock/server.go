@@ -49,6 +49,17 @@ type Stats struct {
 	MaxInFlight int64 `json:"max_in_flight"`
 	// Connections counts TLS connections accepted.
 	Connections int64 `json:"connections"`
+	// Browser counts the Mozilla push protocol side (Config.WebSocketAddr):
+	// pushes forwarded to (or queued for) a connected Firefox, their acks,
+	// and pushes to unregistered channels (answered 410).
+	Browser BrowserStats `json:"browser"`
+}
+
+// BrowserStats is the browser side of Stats.
+type BrowserStats struct {
+	Forwarded int64 `json:"forwarded"`
+	Acked     int64 `json:"acked"`
+	Gone      int64 `json:"gone"`
 }
 
 // Server is the mock push service.
@@ -80,6 +91,8 @@ type Server struct {
 	h2mu      sync.Mutex
 	h2conns   map[*h2conn]struct{}
 	h2closing bool
+
+	moz *mozPush // nil unless Config.WebSocketAddr is set
 }
 
 // New validates cfg and returns a server; Start makes it listen.
@@ -90,6 +103,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1), served: make(chan struct{}), release: newReleaser()}
 	s.bodyPool.New = func() any { b := make([]byte, maxBody+1); return &b }
+	if cfg.WebSocketAddr != "" {
+		s.moz = newMozPush(s.log, s.URL)
+	}
 	return s, nil
 }
 
@@ -134,6 +150,13 @@ func (s *Server) start() error {
 	mux.HandleFunc("GET /stats", s.handleStats)
 	mux.HandleFunc("POST /stats/reset", s.handleReset)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	if s.moz != nil {
+		mux.HandleFunc("POST "+mozPrefix+"{channel}", s.moz.handlePush)
+		if err := s.moz.start(s.cfg.WebSocketAddr); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 
 	s.srv = &http.Server{
 		Handler:           pushFirst{s, mux},
@@ -182,6 +205,9 @@ func (s *Server) Stop(ctx context.Context) error {
 			s.srv.Close()
 		}
 		<-s.served
+		if s.moz != nil {
+			err = errors.Join(err, s.moz.stop(ctx))
+		}
 		restoreGCPercent()
 	})
 	return err
@@ -195,6 +221,15 @@ func (s *Server) URL() string { return s.url }
 
 // Endpoint returns the push resource URL of subscription id.
 func (s *Server) Endpoint(id int64) string { return s.url + "/wpush/" + strconv.FormatInt(id, 10) }
+
+// WebSocketURL is the ws:// URL of the Mozilla push protocol side (a
+// Firefox's dom.push.serverURL), empty when Config.WebSocketAddr is unset.
+func (s *Server) WebSocketURL() string {
+	if s.moz == nil {
+		return ""
+	}
+	return s.moz.wsURL()
+}
 
 // CertFile is where the certificate was written.
 func (s *Server) CertFile() string { return s.cfg.CertFile }
@@ -222,6 +257,9 @@ func (s *Server) Stats() Stats {
 		InFlight:        s.inflight.Load(),
 		MaxInFlight:     s.maxInflight.Load(),
 		Connections:     s.conns.Load(),
+	}
+	if m := s.moz; m != nil {
+		st.Browser = BrowserStats{Forwarded: m.forwarded.Load(), Acked: m.acked.Load(), Gone: m.gone.Load()}
 	}
 	for code := range s.byStatus {
 		if n := s.byStatus[code].Load(); n > 0 {
