@@ -32,6 +32,20 @@ if ! command -v kcat >/dev/null 2>&1; then
 	fi
 fi
 
+# Firefox ESR (Debian's package) is the real browser of the web app's test
+# (services/api/webapp): it subscribes through the API and decrypts the
+# pipeline's pushes itself.
+if ! command -v firefox-esr >/dev/null 2>&1 && ! command -v firefox >/dev/null 2>&1; then
+	if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		info "installing firefox-esr (Debian package) for the real-browser test"
+		mkdir -p "$LOG_DIR"
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq firefox-esr; } >"$LOG_DIR/apt-firefox.log" 2>&1 ||
+			warn "could not install firefox-esr (see $LOG_DIR/apt-firefox.log); the real-browser test will fail"
+	else
+		warn "Firefox is not installed and cannot be installed here (needs root + apt-get)"
+	fi
+fi
+
 bash "$INFRA_DIR/up.sh"
 
 info "go vet ./..."

@@ -15,6 +15,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notify-dev/notify/services/api/webapp"
 	"github.com/notify-dev/notify/services/auth"
 )
 
@@ -146,6 +147,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /healthz", s.handleHealthz)
 	m.HandleFunc("GET /readyz", s.handleReadyz)
 	m.HandleFunc("GET /metrics", s.handleMetrics)
+	// The reference browser integration (page + service worker), see
+	// package webapp.
+	m.Handle(webapp.Prefix, webapp.Handler())
 	s.mux = m
 	s.handler = s.instrument(m)
 }
