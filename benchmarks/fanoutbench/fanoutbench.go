@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -37,8 +36,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/connect"
-	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
@@ -142,11 +141,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	name := "notify_bench_fanout_" + strconv.Itoa(cfg.Users)
 	res.Database = name
-	dbURL, err := ensureDatabase(ctx, cfg.DatabaseURL, name)
+	db, _, err := benchkit.OpenDatabase(ctx, cfg.DatabaseURL, name)
 	if err != nil {
 		return res, err
 	}
-	pcfg, err := pgxpool.ParseConfig(dbURL)
+	pcfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		return res, err
 	}
@@ -182,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.Say("raw SQL: %d rows in %.2fs", rawRows, secs)
 
 	cfg.Say("pipeline: starting the connector and the fan-out, warming up")
-	pl, err := startPipeline(ctx, pool, dbURL, cfg)
+	pl, err := startPipeline(ctx, pool, db, cfg)
 	if err != nil {
 		return res, err
 	}
@@ -235,40 +234,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	return res, nil
-}
-
-// ensureDatabase creates (if missing) and migrates the benchmark database
-// on the server baseURL names, and returns its URL.
-func ensureDatabase(ctx context.Context, baseURL, name string) (string, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || u.Scheme == "" {
-		return "", errors.New("bench fanout needs a URL-form --database-url (postgres://…)")
-	}
-	admin, err := pgx.Connect(ctx, baseURL)
-	if err != nil {
-		return "", fmt.Errorf("connect to Postgres (bash infra/local/up.sh?): %w", err)
-	}
-	defer admin.Close(context.Background())
-	var exists bool
-	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return "", fmt.Errorf("look up database %s: %w", name, err)
-	}
-	if !exists {
-		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-			return "", fmt.Errorf("create database %s: %w", name, err)
-		}
-	}
-	u.Path = "/" + name
-	dbURL := u.String()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return "", fmt.Errorf("connect to %s: %w", name, err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := schema.Migrate(ctx, conn); err != nil {
-		return "", fmt.Errorf("migrate %s: %w", name, err)
-	}
-	return dbURL, nil
 }
 
 // refuseSlots stops when a logical slot already exists on the benchmark
@@ -408,14 +373,14 @@ func (p *runningPipeline) stop() {
 // (slot streaming, topic metadata, group assignments, fetch sessions) with
 // an event of a course nobody is enrolled in, so no measurement sees any
 // of the start-up.
-func startPipeline(ctx context.Context, pool *pgxpool.Pool, dbURL string, cfg Config) (_ *runningPipeline, err error) {
+func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database, cfg Config) (_ *runningPipeline, err error) {
 	p := &runningPipeline{pool: pool}
 	defer func() {
 		if err != nil {
 			p.stop()
 		}
 	}()
-	suffix := newSuffix()
+	suffix := benchkit.Suffix()
 	topics := streams.DefaultTopics().WithPrefix("benchfanout" + suffix + ".")
 	if cfg.Ranges > int(topics.FanoutPartitions) {
 		topics.FanoutPartitions = int32(cfg.Ranges)
@@ -442,7 +407,7 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, dbURL string, cfg Co
 
 	slot := "bench_fanout_" + suffix
 	conn, err := connect.New(connect.Config{
-		DatabaseURL: dbURL, Brokers: cfg.Brokers, Slot: slot, Publication: "bench_fanout",
+		DatabaseURL: db.URL, Brokers: cfg.Brokers, Slot: slot, Publication: "bench_fanout",
 		TopicTemplate: topics.RouteTemplate(), Logger: cfg.Logger.With("service", "cdc"),
 		ObserveLatency: observeCDC,
 	})
@@ -456,11 +421,8 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, dbURL string, cfg Co
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = conn.Stop(sctx)
-		for range 50 {
-			if _, err := pool.Exec(sctx, `SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1`, slot); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := benchkit.DropSlots(sctx, pool, db.Name, slot); err != nil {
+			cfg.Say("%v (drop it by hand: SELECT pg_drop_replication_slot('%s'))", err, slot)
 		}
 	})
 
@@ -574,10 +536,4 @@ func newUUID() string {
 	b[8] = b[8]&0x3f | 0x80
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-func newSuffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/notify-dev/notify/schema"
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 )
@@ -187,11 +185,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	// 1. Database: seeded once per (users, seed), run tables emptied.
 	dbName := fmt.Sprintf("notify_run_%d_s%d", cfg.Users, cfg.Seed)
 	res.Database = dbName
-	dbURL, err := withDatabase(cfg.DatabaseURL, dbName)
-	if err != nil {
-		return res, err
-	}
-	pool, subs, seeded, err := prepareDatabase(ctx, cfg, dbName, dbURL)
+	pool, dbURL, subs, seeded, err := prepareDatabase(ctx, cfg, dbName)
 	if err != nil {
 		return res, err
 	}
@@ -228,8 +222,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	// 3. Services, each its own process.
 	slot := "notify_run_" + runID
+	// The mock writes its certificate here when it starts (below); the
+	// push workers trust it.
 	certFile := filepath.Join(cfg.LogDir, "pushmock-cert.pem")
-	apiPort, err := freePort()
+	apiPort, err := benchkit.FreePort()
 	if err != nil {
 		return res, err
 	}
@@ -241,42 +237,34 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		"NOTIFY_PUSH_CA_FILE=" + certFile,
 		"NOTIFY_LOG_FORMAT=json",
 	}, cfg.ExtraEnv...)
-	var procs []*proc
+	var procs []*benchkit.Proc
 	defer func() {
 		for i := len(procs) - 1; i >= 0; i-- {
-			_ = procs[i].stop(30 * time.Second)
+			_ = procs[i].Stop(30 * time.Second)
 		}
 		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		_, _ = pool.Exec(dctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", slot)
 	}()
-	start := func(name string, args ...string) (*proc, error) {
+	start := func(name string, args ...string) (*benchkit.Proc, error) {
 		cfg.Say("starting " + name)
-		p, err := startProc(cfg.Binary, cfg.LogDir, name, env, args...)
+		p, err := benchkit.StartProc(cfg.Binary, cfg.LogDir, name, env, args...)
 		if err == nil {
 			procs = append(procs, p)
 		}
 		return p, err
 	}
-	mockAddr := fmt.Sprintf("127.0.0.1:%d", cfg.PushPort)
-	if _, err := start("pushmock", "run", "pushmock", "--addr", mockAddr, "--latency", cfg.Latency.String(),
-		"--cert-file", certFile, "--seed", strconv.FormatInt(cfg.Seed, 10), "--decrypt-sample", "0.01"); err != nil {
+	cfg.Say("starting pushmock")
+	mock, err := benchkit.StartMock(ctx, benchkit.MockConfig{Binary: cfg.Binary, Dir: cfg.LogDir, Port: cfg.PushPort,
+		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: env})
+	if err != nil {
 		return res, err
 	}
-	mock := &mockClient{base: "https://" + mockAddr}
-	if err := waitFor(ctx, "the mock push service", 30*time.Second, procs, func(ctx context.Context) (bool, error) {
-		if err := mock.load(certFile); err != nil {
-			return false, err
-		}
-		_, err := mock.stats(ctx)
-		return err == nil, err
-	}); err != nil {
-		return res, err
-	}
+	procs = append(procs, mock.Proc)
 	// Each service serves /metrics on its own free port, listed in the result.
 	res.Metrics = map[string]string{}
 	metrics := func(name string) (string, error) {
-		port, err := freePort()
+		port, err := benchkit.FreePort()
 		if err != nil {
 			return "", err
 		}
@@ -310,12 +298,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	cfg.Say("waiting for every service to be ready")
-	if err := waitFor(ctx, "the api", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+	if err := benchkit.WaitFor(ctx, "the api", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, "http://"+res.APIAddr+"/readyz")
 	}); err != nil {
 		return res, err
 	}
-	if err := waitFor(ctx, "the CDC connector's slot", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+	if err := benchkit.WaitFor(ctx, "the CDC connector's slot", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 		var active bool
 		err := pool.QueryRow(ctx, "SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)", slot).Scan(&active)
 		return active, err
@@ -327,7 +315,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		members int
 	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}} {
 		name := topics.Group(g.group)
-		if err := waitFor(ctx, "consumer group "+name, 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+		if err := benchkit.WaitFor(ctx, "consumer group "+name, 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 			d, err := adm.DescribeGroups(ctx, name)
 			if err != nil {
 				return false, err
@@ -350,7 +338,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	req.Header.Set("Idempotency-Key", "run-"+runID)
-	busy0, total0 := machineCPU()
+	busy0, total0 := benchkit.MachineCPU()
 	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -376,7 +364,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// The whole machine's CPU over the run: how close to CPU-bound it was.
-	if busy1, total1 := machineCPU(); total1 > total0 {
+	if busy1, total1 := benchkit.MachineCPU(); total1 > total0 {
 		res.MachineCPUSeconds = busy1 - busy0
 		res.MachineBusyPercent = 100 * (busy1 - busy0) / (total1 - total0)
 	}
@@ -385,23 +373,23 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err := measure(ctx, pool, &res); err != nil {
 		return res, err
 	}
-	st, err := mock.stats(ctx)
+	st, err := mock.Stats(ctx)
 	if err != nil {
 		return res, fmt.Errorf("mock stats: %w", err)
 	}
 	res.MockReceived, res.MockUnique, res.Duplicates, res.DecryptFailures = st.Received, st.Unique, st.Duplicates, st.DecryptFailures
 	res.CPUSeconds = map[string]float64{}
 	for _, p := range procs {
-		c := p.cpuSeconds()
-		res.CPUSeconds[p.name] = c
-		if strings.HasPrefix(p.name, "push-") {
+		c := p.CPUSeconds()
+		res.CPUSeconds[p.Name] = c
+		if strings.HasPrefix(p.Name, "push-") {
 			res.PushCPUSeconds += c
 		}
 	}
 	return res, nil
 }
 
-func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *mockClient, procs []*proc, res *Result, t0 time.Time) error {
+func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time) error {
 	deadline := time.Now().Add(cfg.Timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -415,10 +403,8 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *mockClient
 			return ctx.Err()
 		case <-tick.C:
 		}
-		for _, p := range procs {
-			if p.exited() {
-				return fmt.Errorf("%s exited during the run (log %s):\n%s", p.name, p.logPath, p.logTail(15))
-			}
+		if err := benchkit.ExitedError(procs, "during the run"); err != nil {
+			return err
 		}
 		if err := pool.QueryRow(ctx, "SELECT coalesce(sum(notified), 0) FROM fanout_ranges WHERE event_id = $1", res.EventID).Scan(&snap.Notified); err != nil {
 			return fmt.Errorf("progress: %w", err)
@@ -427,7 +413,7 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *mockClient
 			firstNotified = true
 			res.CommitToFirstNotified = time.Since(t0).Seconds()
 		}
-		if st, err := mock.stats(ctx); err == nil {
+		if st, err := mock.Stats(ctx); err == nil {
 			snap.Pushed = st.Received
 		}
 		// Counting push_deliveries costs a scan; do it once a second, and
@@ -485,103 +471,59 @@ func measure(ctx context.Context, pool *pgxpool.Pool, res *Result) error {
 }
 
 // prepareDatabase creates, migrates and seeds the run database when needed
-// and empties the tables a run writes. It returns the subscription count
-// and the seed time (0 when the seed was reused).
-func prepareDatabase(ctx context.Context, cfg Config, dbName, dbURL string) (*pgxpool.Pool, int64, float64, error) {
-	adminURL, err := withDatabase(cfg.DatabaseURL, "postgres")
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	admin, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("connect to Postgres: %w (start it with: bash infra/local/up.sh)", err)
-	}
-	defer admin.Close(context.Background())
+// and empties the tables a run writes. It returns the database's URL, the
+// subscription count and the seed time (0 when the seed was reused).
+func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.Pool, string, int64, float64, error) {
 	want := seed.Options{Users: cfg.Users, Seed: cfg.Seed}.Subscriptions()
-	var exists bool
-	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", dbName).Scan(&exists); err != nil {
-		return nil, 0, 0, err
-	}
-	if exists {
-		// Reuse only a complete seed of the same size.
-		pool, err := pgxpool.New(ctx, dbURL)
-		if err == nil {
-			var users, subs int64
-			var endpoint string
-			qerr := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM enrollments), (SELECT count(*) FROM push_subscriptions),
-				coalesce((SELECT endpoint FROM push_subscriptions ORDER BY id LIMIT 1), '')`).Scan(&users, &subs, &endpoint)
-			// Seeded endpoints name the mock's port: reuse only a seed made
-			// for this port.
-			if qerr == nil && users == int64(cfg.Users) && subs == want && strings.HasPrefix(endpoint, pushBaseURL(cfg)) {
-				if err := migrate(ctx, dbURL); err != nil {
-					pool.Close()
-					return nil, 0, 0, err
-				}
-				cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
-				_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
-				if err != nil {
-					pool.Close()
-					return nil, 0, 0, fmt.Errorf("empty run tables: %w", err)
-				}
-				_, _ = pool.Exec(ctx, "VACUUM ANALYZE notifications, push_deliveries")
-				return pool, subs, 0, nil
-			}
-			pool.Close()
-		}
-		cfg.Say("dropping incomplete database " + dbName)
-		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
-			return nil, 0, 0, fmt.Errorf("drop %s: %w", dbName, err)
-		}
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{dbName}.Sanitize()); err != nil {
-		return nil, 0, 0, fmt.Errorf("create %s: %w", dbName, err)
-	}
-	if err := migrate(ctx, dbURL); err != nil {
-		return nil, 0, 0, err
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	db, created, err := benchkit.OpenDatabase(ctx, cfg.DatabaseURL, dbName)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, "", 0, 0, err
+	}
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		return nil, "", 0, 0, fmt.Errorf("connect to %s: %w", dbName, err)
+	}
+	if !created {
+		// Reuse only a complete seed of the same size.
+		var users, subs int64
+		var endpoint string
+		qerr := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM enrollments), (SELECT count(*) FROM push_subscriptions),
+			coalesce((SELECT endpoint FROM push_subscriptions ORDER BY id LIMIT 1), '')`).Scan(&users, &subs, &endpoint)
+		// Seeded endpoints name the mock's port: reuse only a seed made
+		// for this port.
+		if qerr == nil && users == int64(cfg.Users) && subs == want && strings.HasPrefix(endpoint, pushBaseURL(cfg)) {
+			cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
+			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
+			if err != nil {
+				pool.Close()
+				return nil, "", 0, 0, fmt.Errorf("empty run tables: %w", err)
+			}
+			_, _ = pool.Exec(ctx, "VACUUM ANALYZE notifications, push_deliveries")
+			return pool, db.URL, subs, 0, nil
+		}
+		pool.Close()
+		cfg.Say("dropping incomplete database " + dbName)
+		if err := db.Drop(); err != nil {
+			return nil, "", 0, 0, err
+		}
+		if db, _, err = benchkit.OpenDatabase(ctx, cfg.DatabaseURL, dbName); err != nil {
+			return nil, "", 0, 0, err
+		}
+		if pool, err = pgxpool.New(ctx, db.URL); err != nil {
+			return nil, "", 0, 0, fmt.Errorf("connect to %s: %w", dbName, err)
+		}
 	}
 	cfg.Say(fmt.Sprintf("seeding %d students and %d subscriptions into %s", cfg.Users, want, dbName))
 	r, err := seed.Load(ctx, pool, seed.Options{Users: cfg.Users, Seed: cfg.Seed,
 		PushBaseURL: pushBaseURL(cfg)})
 	if err != nil {
 		pool.Close()
-		return nil, 0, 0, fmt.Errorf("seed: %w", err)
+		return nil, "", 0, 0, fmt.Errorf("seed: %w", err)
 	}
-	return pool, r.Subscriptions, r.Seconds, nil
+	return pool, db.URL, r.Subscriptions, r.Seconds, nil
 }
 
 func pushBaseURL(cfg Config) string { return fmt.Sprintf("https://127.0.0.1:%d/wpush/", cfg.PushPort) }
-
-func migrate(ctx context.Context, dbURL string) error {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	_, err = schema.Migrate(ctx, conn)
-	return err
-}
-
-func withDatabase(u, db string) (string, error) {
-	p, err := url.Parse(u)
-	if err != nil || p.Scheme == "" {
-		return "", fmt.Errorf("database URL must be a postgres:// URL")
-	}
-	p.Path = "/" + db
-	return p.String(), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 func httpOK(ctx context.Context, u string) (bool, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
