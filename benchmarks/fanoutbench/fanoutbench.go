@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -251,6 +252,28 @@ func refuseSlots(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("replication slot(s) %v exist on the benchmark database (an earlier run was killed?); drop them: SELECT pg_drop_replication_slot(%q)", slots, slots[0])
 	}
 	return nil
+}
+
+// Print writes the result table.
+func Print(w io.Writer, res Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "rows\t%d\n", res.Rows)
+	fmt.Fprintf(tw, "ranges × slice\t%d × %d (%d slices, %d in flight)\n", res.Ranges, res.SliceSize, res.Slices, res.SliceInFlight)
+	fmt.Fprintf(tw, "raw SQL limit\t%.2f s\t%.0f rows/s\t(no replication slot)\n", res.RawSQLSeconds, res.RawRowsPerSec)
+	fmt.Fprintf(tw, "raw SQL, CDC attached\t%.2f s\t%.0f rows/s\t(the connector streaming, as deployed: Postgres decodes every row)\n", res.RawSQLCDCSeconds, float64(res.Rows)/max(res.RawSQLCDCSeconds, 1e-9))
+	fmt.Fprintf(tw, "fan-out pipeline\t%.2f s\t%.0f rows/s\t(outbox commit → last notification committed; via %s)\n", res.FanoutSeconds, res.FanoutPerSec, res.Transport)
+	fmt.Fprintf(tw, "ratio\t%.2f\t(pipeline / raw SQL; target ≤ 1.25)\n", res.Ratio)
+	fmt.Fprintf(tw, "ratio, CDC attached\t%.2f\t(pipeline / raw SQL with the connector attached)\n", res.RatioCDC)
+	if res.FanoutCPU.Backends > 0 {
+		cpu := func(c CPU) string {
+			return fmt.Sprintf("%.2f\t= backends %.2f + walsender %.2f + this process %.2f", c.Backends+c.Walsender+c.Process, c.Backends, c.Walsender, c.Process)
+		}
+		fmt.Fprintf(tw, "CPU s, raw SQL\t%s\n", cpu(res.RawSQLCPU))
+		fmt.Fprintf(tw, "CPU s, raw SQL, CDC\t%s\n", cpu(res.RawSQLCDCCPU))
+		fmt.Fprintf(tw, "CPU s, pipeline\t%s\t(Kafka's broker not counted)\n", cpu(res.FanoutCPU))
+	}
+	fmt.Fprintf(tw, "seed (000) reference\t15.00 s\t(1M rows, 2 physical cores for Postgres)\n")
+	_ = tw.Flush()
 }
 
 // ensureSeeded seeds cfg.Users students (no subscriptions: the fan-out does

@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"text/tabwriter"
 
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/benchmarks/fanoutbench"
 	"github.com/notify-dev/notify/services/fanout"
 )
@@ -46,32 +45,6 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "rows\t%d\n", res.Rows)
-	fmt.Fprintf(tw, "ranges × slice\t%d × %d (%d slices, %d in flight)\n", res.Ranges, res.SliceSize, res.Slices, res.SliceInFlight)
-	fmt.Fprintf(tw, "raw SQL limit\t%.2f s\t%.0f rows/s\t(no replication slot)\n", res.RawSQLSeconds, res.RawRowsPerSec)
-	fmt.Fprintf(tw, "raw SQL, CDC attached\t%.2f s\t%.0f rows/s\t(the connector streaming, as deployed: Postgres decodes every row)\n", res.RawSQLCDCSeconds, float64(res.Rows)/max(res.RawSQLCDCSeconds, 1e-9))
-	fmt.Fprintf(tw, "fan-out pipeline\t%.2f s\t%.0f rows/s\t(outbox commit → last notification committed; via %s)\n", res.FanoutSeconds, res.FanoutPerSec, res.Transport)
-	fmt.Fprintf(tw, "ratio\t%.2f\t(pipeline / raw SQL; target ≤ 1.25)\n", res.Ratio)
-	fmt.Fprintf(tw, "ratio, CDC attached\t%.2f\t(pipeline / raw SQL with the connector attached)\n", res.RatioCDC)
-	if res.FanoutCPU.Backends > 0 {
-		cpu := func(c fanoutbench.CPU) string {
-			return fmt.Sprintf("%.2f\t= backends %.2f + walsender %.2f + this process %.2f", c.Backends+c.Walsender+c.Process, c.Backends, c.Walsender, c.Process)
-		}
-		fmt.Fprintf(tw, "CPU s, raw SQL\t%s\n", cpu(res.RawSQLCPU))
-		fmt.Fprintf(tw, "CPU s, raw SQL, CDC\t%s\n", cpu(res.RawSQLCDCCPU))
-		fmt.Fprintf(tw, "CPU s, pipeline\t%s\t(Kafka's broker not counted)\n", cpu(res.FanoutCPU))
-	}
-	fmt.Fprintf(tw, "seed (000) reference\t15.00 s\t(1M rows, 2 physical cores for Postgres)\n")
-	_ = tw.Flush()
-	if *jsonFile != "" {
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("write --json file: %w", err)
-		}
-	}
-	return nil
+	fanoutbench.Print(os.Stdout, res)
+	return benchkit.WriteJSON(*jsonFile, res)
 }
