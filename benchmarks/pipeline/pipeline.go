@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -387,6 +388,32 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 	}
 	return res, nil
+}
+
+// Print writes the result table, beside the seed write-up's figures.
+func Print(w io.Writer, r Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "stage\tmeasured\tseed write-up\n")
+	fmt.Fprintf(tw, "students / subscriptions\t%d / %d\t1,000,000 / 1,097,488\n", r.Users, r.Subscriptions)
+	fmt.Fprintf(tw, "publish response\t%.1f ms\t420 ms\n", r.PublishResponseMS)
+	fmt.Fprintf(tw, "commit → first notification\t%.2f s\t\n", r.CommitToFirstNotified)
+	fmt.Fprintf(tw, "fan-out (all notifications)\t%.2f s\t15.00 s\n", r.FanoutSeconds)
+	fmt.Fprintf(tw, "first push recorded\t%.2f s\t\n", r.FirstPushSeconds)
+	fmt.Fprintf(tw, "push (first → last)\t%.2f s\t\n", r.PushSeconds)
+	fmt.Fprintf(tw, "total (publish → last push)\t%.2f s\t11 min 53 s\n", r.TotalSeconds)
+	fmt.Fprintf(tw, "sends/s\t%.0f\t\n", r.SendsPerSecond)
+	fmt.Fprintf(tw, "push CPU seconds\t%.1f\t\n", r.PushCPUSeconds)
+	fmt.Fprintf(tw, "machine CPU busy\t%.0f%% (%.0f CPU-s)\t\n", r.MachineBusyPercent, r.MachineCPUSeconds)
+	fmt.Fprintf(tw, "delivered / gone / failed\t%d / %d / %d\t\n", r.Delivered, r.Gone, r.Failed)
+	fmt.Fprintf(tw, "lost\t%d\t0\n", r.Lost)
+	fmt.Fprintf(tw, "duplicates (mock)\t%d\t\n", r.Duplicates)
+	fmt.Fprintf(tw, "decrypt failures (sampled)\t%d\t\n", r.DecryptFailures)
+	tw.Flush()
+	fmt.Fprintf(w, "\nCPU seconds per process:")
+	for name, c := range r.CPUSeconds {
+		fmt.Fprintf(w, "  %s %.1f", name, c)
+	}
+	fmt.Fprintln(w)
 }
 
 func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time) error {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,12 +9,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/benchmarks/pipeline"
+	"github.com/notify-dev/notify/services/progress"
 )
 
 func init() {
@@ -92,10 +92,10 @@ func runDemo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	printRunResult(out, res)
+	pipeline.Print(out, res)
 	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     notify status %s --verify --database-url %s\n  metrics                   each service serves /metrics while it runs (notify run … --metrics-addr)\n",
 		res.LogDir, res.EventID, strings.Replace(p.inf.databaseURL, "/notify?", "/"+res.Database+"?", 1))
-	return writeRunJSON(p.jsonPath, res)
+	return benchkit.WriteJSON(p.jsonPath, res)
 }
 
 func runBenchE2E(ctx context.Context, args []string) error {
@@ -115,8 +115,8 @@ func runBenchE2E(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	printRunResult(os.Stdout, res)
-	if err := writeRunJSON(p.jsonPath, res); err != nil {
+	pipeline.Print(os.Stdout, res)
+	if err := benchkit.WriteJSON(p.jsonPath, res); err != nil {
 		return err
 	}
 	if res.Lost != 0 {
@@ -125,33 +125,13 @@ func runBenchE2E(ctx context.Context, args []string) error {
 	return nil
 }
 
+// runProgressPrinter prints a run's snapshots: notifications against
+// students, and recorded pushes against subscriptions as the count.
 func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) {
-	// On a terminal one line is redrawn in place; into a file or pipe a
-	// full line goes out every two seconds instead.
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
-	}
-	var last time.Duration = -time.Hour
+	p := progress.New(w, 0)
 	return func(s pipeline.Snapshot) {
-		lead, tail := "\r", ""
-		if !tty {
-			if s.Elapsed-last < 2*time.Second && s.Recorded < s.Subscriptions {
-				return
-			}
-			last = s.Elapsed
-			lead, tail = "", "\n"
-		}
-		eta := "-"
-		secs := s.Elapsed.Seconds()
-		if s.Recorded > 0 && s.Recorded < s.Subscriptions && secs > 0 {
-			eta = (time.Duration(float64(s.Subscriptions-s.Recorded)/(float64(s.Recorded)/secs)) * time.Second).Round(time.Second).String()
-		}
-		fmt.Fprintf(w, "%s  %5.1fs  published ✓  notified %9d/%d (%3.0f%%)  pushed %9d/%d (%3.0f%%)  %7.0f/s  eta %-6s%s",
-			lead, secs, s.Notified, s.Users, runPct(s.Notified, s.Users), s.Recorded, s.Subscriptions, runPct(s.Recorded, s.Subscriptions),
-			float64(s.Recorded)/max(secs, 0.001), eta, tail)
+		p.Print(progress.Step{Done: s.Recorded, Total: s.Subscriptions, Elapsed: s.Elapsed,
+			Before: fmt.Sprintf("%5.1fs  published ✓  notified %9d/%d (%3.0f%%)  pushed", s.Elapsed.Seconds(), s.Notified, s.Users, progress.Percent(s.Notified, s.Users))})
 	}
 }
 
@@ -169,55 +149,4 @@ func brokerPort(addr string) int {
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
 	return n
-}
-
-func runPct(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return 100 * float64(a) / float64(b)
-}
-
-func printRunResult(w io.Writer, r pipeline.Result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "stage\tmeasured\tseed write-up\n")
-	fmt.Fprintf(tw, "students / subscriptions\t%d / %d\t1,000,000 / 1,097,488\n", r.Users, r.Subscriptions)
-	fmt.Fprintf(tw, "publish response\t%.1f ms\t420 ms\n", r.PublishResponseMS)
-	fmt.Fprintf(tw, "commit → first notification\t%.2f s\t\n", r.CommitToFirstNotified)
-	fmt.Fprintf(tw, "fan-out (all notifications)\t%.2f s\t15.00 s\n", r.FanoutSeconds)
-	fmt.Fprintf(tw, "first push recorded\t%.2f s\t\n", r.FirstPushSeconds)
-	fmt.Fprintf(tw, "push (first → last)\t%.2f s\t\n", r.PushSeconds)
-	fmt.Fprintf(tw, "total (publish → last push)\t%.2f s\t11 min 53 s\n", r.TotalSeconds)
-	fmt.Fprintf(tw, "sends/s\t%.0f\t\n", r.SendsPerSecond)
-	fmt.Fprintf(tw, "push CPU seconds\t%.1f\t\n", r.PushCPUSeconds)
-	fmt.Fprintf(tw, "machine CPU busy\t%.0f%% (%.0f CPU-s)\t\n", r.MachineBusyPercent, r.MachineCPUSeconds)
-	fmt.Fprintf(tw, "delivered / gone / failed\t%d / %d / %d\t\n", r.Delivered, r.Gone, r.Failed)
-	fmt.Fprintf(tw, "lost\t%d\t0\n", r.Lost)
-	fmt.Fprintf(tw, "duplicates (mock)\t%d\t\n", r.Duplicates)
-	fmt.Fprintf(tw, "decrypt failures (sampled)\t%d\t\n", r.DecryptFailures)
-	tw.Flush()
-	fmt.Fprintf(w, "\nCPU seconds per process:")
-	for name, c := range r.CPUSeconds {
-		fmt.Fprintf(w, "  %s %.1f", name, c)
-	}
-	fmt.Fprintln(w)
-}
-
-func writeRunJSON(path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = os.Stdout.Write(b)
-		return err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

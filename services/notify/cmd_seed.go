@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
+	"github.com/notify-dev/notify/services/progress"
 	"github.com/notify-dev/notify/services/seed"
 )
 
@@ -40,17 +40,12 @@ func runSeed(ctx context.Context, args []string) error {
 
 	subs := o.Subscriptions()
 	fmt.Fprintf(os.Stderr, "seeding %d students and %d subscriptions (seed %d)\n", o.Users, subs, o.Seed)
+	pr := progress.New(os.Stderr, 0)
 	o.Progress = func(p seed.Progress) {
-		rate := float64(p.Rows) / p.Elapsed.Seconds()
-		eta := "-"
-		if rate > 0 && p.Rows < p.Total {
-			eta = time.Duration(float64(p.Total-p.Rows) / rate * float64(time.Second)).Round(time.Second).String()
-		}
-		fmt.Fprintf(os.Stderr, "\r  %9d / %d rows  %3.0f%%  %8.0f rows/s  elapsed %-6s eta %-6s", p.Rows, p.Total,
-			100*float64(p.Rows)/float64(max(p.Total, 1)), rate, p.Elapsed.Round(time.Second), eta)
+		pr.Print(progress.Step{Done: p.Rows, Total: p.Total, Elapsed: p.Elapsed, Unit: "rows"})
 	}
 	res, err := seed.Load(ctx, pool, o)
-	fmt.Fprintln(os.Stderr)
+	pr.Done()
 	if errors.Is(err, seed.ErrAlreadySeeded) {
 		return exitError{code: 3, msg: "the database already holds seed data; nothing was written. Use a fresh database (bash infra/local/reset.sh resets everything) or point --database-url elsewhere"}
 	}

@@ -44,6 +44,14 @@ func ETA(done, total int64, elapsed time.Duration) string {
 	return time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
 }
 
+// Percent is done as a percentage of total, 0 when total is.
+func Percent(done, total int64) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return 100 * float64(done) / float64(total)
+}
+
 // Line formats s as one line without a line ending.
 func Line(s Step) string {
 	var b strings.Builder
@@ -56,10 +64,7 @@ func Line(s Step) string {
 	if s.Unit != "" {
 		unit, perUnit = " "+s.Unit, " "+s.Unit+"/s"
 	}
-	pct := 0.0
-	if s.Total > 0 {
-		pct = 100 * float64(s.Done) / float64(s.Total)
-	}
+	pct := Percent(s.Done, s.Total)
 	rate := 0.0
 	if secs := s.Elapsed.Seconds(); secs > 0 {
 		rate = float64(s.Done) / secs
