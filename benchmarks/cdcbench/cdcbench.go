@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/connect"
@@ -141,21 +139,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, fmt.Errorf("connect bench database: %w", err)
 	}
 	defer pool.Close()
-	topics := streams.DefaultTopics().WithPrefix("bench-cdc-" + suffix + ".")
-	cl, err := kgo.NewClient(streams.ClientOpts(cfg.Brokers, "bench-cdc")...)
+	topics, err := benchkit.CreateTopics(ctx, cfg.Brokers, streams.DefaultTopics().WithPrefix("bench-cdc-"+suffix+"."), "bench-cdc")
 	if err != nil {
-		return res, fmt.Errorf("kafka client: %w", err)
+		return res, err
 	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
-		return res, fmt.Errorf("create topics (is Kafka up?): %w", err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(dctx, topics.Material(), topics.Fanout(), topics.Push(), topics.DLQ())
-	}()
+	defer topics.Delete()
 
 	var (
 		mu    sync.Mutex

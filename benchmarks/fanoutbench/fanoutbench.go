@@ -34,8 +34,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/connect"
@@ -408,25 +406,11 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	if cfg.Ranges > int(topics.FanoutPartitions) {
 		topics.FanoutPartitions = int32(cfg.Ranges)
 	}
-	kcl, err := kgo.NewClient(streams.ClientOpts(cfg.Brokers, "bench-fanout-admin")...)
+	created, err := benchkit.CreateTopics(ctx, cfg.Brokers, topics, "bench-fanout-admin")
 	if err != nil {
 		return nil, err
 	}
-	p.stops = append(p.stops, kcl.Close)
-	adm := kadm.NewClient(kcl)
-	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
-		return nil, fmt.Errorf("create topics (is Kafka up?): %w", err)
-	}
-	p.stops = append(p.stops, func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var names []string
-		for _, s := range topics.Specs() {
-			names = append(names, s.Name)
-		}
-		_, _ = adm.DeleteTopics(dctx, names...)
-		_, _ = adm.DeleteGroups(dctx, topics.Group(streams.GroupFanout), topics.Group(streams.GroupFanoutPlanner))
-	})
+	p.stops = append(p.stops, created.Delete)
 
 	slot := "bench_fanout_" + suffix
 	conn, err := connect.New(connect.Config{

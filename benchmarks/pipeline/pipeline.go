@@ -18,8 +18,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/services/seed"
@@ -201,25 +199,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// 2. Topics under a fresh prefix, deleted at the end.
-	topics := streams.DefaultTopics().WithPrefix("run" + runID + ".")
-	kcl, err := kgo.NewClient(streams.ClientOpts(cfg.Brokers, "pipeline")...)
+	topics, err := benchkit.CreateTopics(ctx, cfg.Brokers, streams.DefaultTopics().WithPrefix("run"+runID+"."), "pipeline")
 	if err != nil {
-		return res, fmt.Errorf("kafka client: %w", err)
+		return res, err
 	}
-	defer kcl.Close()
-	adm := kadm.NewClient(kcl)
-	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
-		return res, fmt.Errorf("create topics: %w", err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		var names []string
-		for _, s := range topics.Specs() {
-			names = append(names, s.Name)
-		}
-		_, _ = adm.DeleteTopics(dctx, names...)
-	}()
+	defer topics.Delete()
+	adm := topics.Admin
 
 	// 3. Services, each its own process.
 	slot := "notify_run_" + runID
@@ -243,9 +228,13 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		for i := len(procs) - 1; i >= 0; i-- {
 			_ = procs[i].Stop(30 * time.Second)
 		}
+		// The slot pins WAL until dropped; the walsender may still hold it
+		// for a moment after the connector's exit.
 		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_, _ = pool.Exec(dctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active", slot)
+		if err := benchkit.DropSlots(dctx, pool, dbName, slot); err != nil {
+			cfg.Say(err.Error())
+		}
 	}()
 	start := func(name string, args ...string) (*benchkit.Proc, error) {
 		cfg.Say("starting " + name)

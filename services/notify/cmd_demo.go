@@ -131,7 +131,7 @@ func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) {
 	p := progress.New(w, 0)
 	return func(s pipeline.Snapshot) {
 		p.Print(progress.Step{Done: s.Recorded, Total: s.Subscriptions, Elapsed: s.Elapsed,
-			Before: fmt.Sprintf("%5.1fs  published ✓  notified %9d/%d (%3.0f%%)  pushed", s.Elapsed.Seconds(), s.Notified, s.Users, progress.Percent(s.Notified, s.Users))})
+			Before: fmt.Sprintf("published ✓  notified %9d/%d (%3.0f%%)  pushed", s.Notified, s.Users, progress.Percent(s.Notified, s.Users))})
 	}
 }
 
