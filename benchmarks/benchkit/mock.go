@@ -24,12 +24,12 @@ type MockConfig struct {
 	Dir string
 	// Port it listens on, on 127.0.0.1. Default: a free port.
 	Port int
-	// Latency is its injected answer latency. Default: the mock's.
+	// Latency is its injected answer latency; 0 answers at once.
 	Latency time.Duration
 	// Seed is the data set seed it derives subscription keys from, to
 	// decrypt samples. Default 1.
 	Seed int64
-	// DecryptSample is the fraction of messages it decrypts. Default 0.01.
+	// DecryptSample is the fraction of messages it decrypts; 0 for none.
 	DecryptSample float64
 	// MaxStreams is its HTTP/2 streams per connection. Default: the mock's.
 	MaxStreams int
@@ -63,20 +63,14 @@ func StartMock(ctx context.Context, cfg MockConfig) (*Mock, error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
-	if cfg.DecryptSample == 0 {
-		cfg.DecryptSample = 0.01
-	}
 	if cfg.Ready == 0 {
 		cfg.Ready = 30 * time.Second
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(cfg.Port)
 	m := &Mock{URL: "https://" + addr, CertFile: filepath.Join(cfg.Dir, "pushmock-cert.pem")}
 	args := []string{"run", "pushmock", "--addr", addr, "--cert-file", m.CertFile,
-		"--seed", strconv.FormatInt(cfg.Seed, 10),
+		"--seed", strconv.FormatInt(cfg.Seed, 10), "--latency", cfg.Latency.String(),
 		"--decrypt-sample", strconv.FormatFloat(cfg.DecryptSample, 'f', -1, 64)}
-	if cfg.Latency != 0 {
-		args = append(args, "--latency", cfg.Latency.String())
-	}
 	if cfg.MaxStreams != 0 {
 		args = append(args, "--max-streams", strconv.Itoa(cfg.MaxStreams))
 	}

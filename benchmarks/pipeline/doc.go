@@ -5,5 +5,5 @@
 //
 // A run owns its database (seeded once per size and reused; run tables are
 // truncated), a fresh topic prefix and replication slot, and its child
-// processes; it cleans up all three when it ends.
+// processes (benchkit); it cleans up all three when it ends.
 package pipeline

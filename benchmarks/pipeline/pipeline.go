@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, fmt.Errorf("log dir: %w", err)
 	}
 	res.Users, res.PushWorkers, res.LatencyMS, res.LogDir = int64(cfg.Users), cfg.PushWorkers, float64(cfg.Latency)/1e6, cfg.LogDir
-	runID := strconv.FormatInt(time.Now().UnixNano()/1e6, 36)
+	runID := benchkit.Suffix()
 
 	// 1. Database: seeded once per (users, seed), run tables emptied.
 	dbName := fmt.Sprintf("notify_run_%d_s%d", cfg.Users, cfg.Seed)

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
@@ -241,7 +242,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 
-	runID := fmt.Sprintf("%x", now.UnixNano())
+	runID := benchkit.Suffix()
 	b := &publishBench{
 		url:       base + "/v1/courses/" + course + "/materials",
 		token:     token,
