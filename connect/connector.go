@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/startstop"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -38,22 +39,13 @@ type Connector struct {
 	kc      *kgo.Client
 	cleaner *cleaner
 
-	startOnce sync.Once
-	started   bool
-	stopOnce  sync.Once
-	hardOnce  sync.Once
-	closeOnce sync.Once
-	stopErr   error
-
-	// readCtx ends when stopping begins: no new reads, connections or
-	// snapshots. hardStop closes when Stop's context expires: stop waiting
-	// for Kafka's acknowledgements.
+	// The lifecycle (services/startstop): Start once, its context's end
+	// or Stop begins a soft stop (no new reads, connections or snapshots:
+	// readCtx ends), Stop's context ending makes it hard (hardStop: stop
+	// waiting for Kafka's acknowledgements).
+	startstop.Base
 	readCtx  context.Context
-	endRead  context.CancelFunc
-	hardStop chan struct{}
-	bgCancel context.CancelFunc
-	bgWG     sync.WaitGroup
-	done     chan struct{}
+	hardStop <-chan struct{}
 	failed   chan error
 	failOnce sync.Once
 }
@@ -66,14 +58,11 @@ func New(cfg Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{
-		cfg:      cfg,
-		log:      cfg.Logger.With("slot", cfg.Slot),
-		format:   rowFormat{template: cfg.TopicTemplate, stringPayload: cfg.StringPayload, plainKey: cfg.PlainKey},
-		hardStop: make(chan struct{}),
-		done:     make(chan struct{}),
-		failed:   make(chan error, 1),
+		cfg:    cfg,
+		log:    cfg.Logger.With("slot", cfg.Slot),
+		format: rowFormat{template: cfg.TopicTemplate, stringPayload: cfg.StringPayload, plainKey: cfg.PlainKey},
+		failed: make(chan error, 1),
 	}
-	c.readCtx, c.endRead = context.WithCancel(context.Background())
 	c.tr = newTracker(!cfg.KeepRows, func(xid uint32, ids []string) {
 		if c.cleaner != nil {
 			c.cleaner.add(xid, ids)
@@ -97,15 +86,43 @@ func (c *Connector) Failed() <-chan error { return c.failed }
 // producer from its snapshot before Start returns (with MaxInFlight
 // bounding what waits for Kafka). Start returns once the setup is done; the
 // slot may still be held by another process (the connector then stands
-// by). When ctx ends the connector stops reading; call Stop to drain and
+// by). A second Start fails with startstop.ErrAlreadyStarted. When ctx
+// ends the connector stops reading, as Stop begins; call Stop to drain and
 // release it.
 func (c *Connector) Start(ctx context.Context) error {
-	err := errors.New("connect: Start called twice")
-	c.startOnce.Do(func() { err = c.start(ctx) })
-	return err
+	run, err := c.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	c.readCtx, c.hardStop = run.Soft(), run.Hard().Done()
+	if err := c.setup(ctx); err != nil {
+		return run.Abort(err)
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	bgGo := func(f func(context.Context)) {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); f(bg) }()
+	}
+	if c.cleaner != nil {
+		bgGo(c.cleaner.run)
+	}
+	bgGo(c.pollLag)
+	run.Go(func() {
+		c.replicate()
+		// The cleaner deletes what Kafka acknowledges and the lag gauge
+		// stays current until Stop, also after the connector failed.
+		<-c.readCtx.Done()
+		cancel()
+		bgWG.Wait()
+	})
+	return nil
 }
 
-func (c *Connector) start(ctx context.Context) error {
+// setup opens the pool and the producer, makes sure the publication and
+// the slot exist and, for a new slot, hands its snapshot to the producer.
+// On error everything it opened is closed again.
+func (c *Connector) setup(ctx context.Context) error {
 	pcfg, err := pgxpool.ParseConfig(c.cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("connect: DatabaseURL: %w", err)
@@ -132,14 +149,11 @@ func (c *Connector) start(ctx context.Context) error {
 	if c.kc, err = kgo.NewClient(c.producerOpts()...); err != nil {
 		return fail(fmt.Errorf("kafka producer: %w", err))
 	}
-	bg, cancel := context.WithCancel(context.Background())
-	c.bgCancel = cancel
 	if !c.cfg.KeepRows {
-		// Before the snapshot: its acknowledgements already queue deletes.
+		// Before the snapshot: its acknowledgements already queue deletes,
+		// which the cleaner picks up once it runs.
 		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log,
 			func(n int) { c.m.deleted.Add(n) }, func(n int) { c.m.deferred.Add(n) })
-		c.bgWG.Add(1)
-		go func() { defer c.bgWG.Done(); c.cleaner.run(bg) }()
 	}
 	if !exists {
 		// Created here rather than in the background so that every row
@@ -147,22 +161,9 @@ func (c *Connector) start(ctx context.Context) error {
 		// it is in the slot's snapshot.
 		if err := c.createSlotNow(ctx); err != nil {
 			c.kc.Close() // fails what is still buffered; nothing was flushed
-			cancel()
-			c.bgWG.Wait()
 			return fail(err)
 		}
 	}
-	c.bgWG.Add(1)
-	go func() { defer c.bgWG.Done(); c.pollLag(bg) }()
-	go c.run()
-	go func() {
-		select {
-		case <-ctx.Done():
-			c.beginStop()
-		case <-c.done:
-		}
-	}()
-	c.started = true
 	return nil
 }
 
@@ -201,36 +202,24 @@ func (c *Connector) producerOpts() []kgo.Opt {
 	)
 }
 
-// beginStop stops reading; idempotent.
-func (c *Connector) beginStop() { c.stopOnce.Do(c.endRead) }
-
 func (c *Connector) stopping() bool { return c.readCtx.Err() != nil }
 
 // Stop stops reading WAL, waits until Kafka acknowledged what is in flight
 // (or ctx ends), sends the final flush position, deletes the published
 // rows still queued and closes every connection. Records still
 // unacknowledged when ctx ends are left to the next run: their
-// transactions were never flushed, so Postgres sends them again.
+// transactions were never flushed, so Postgres sends them again. A second
+// Stop returns the first one's result; Stop before Start does nothing.
 func (c *Connector) Stop(ctx context.Context) error {
-	if !c.started {
-		return nil
-	}
-	c.closeOnce.Do(func() { c.stopErr = c.stop(ctx) })
-	return c.stopErr
+	return c.Base.Stop(ctx, c.finish)
 }
 
-func (c *Connector) stop(ctx context.Context) error {
-	c.beginStop()
+// finish runs once the session loop has returned.
+func (c *Connector) finish(ctx context.Context, hard bool) error {
 	var err error
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		c.hardOnce.Do(func() { close(c.hardStop) })
-		<-c.done
+	if hard {
 		err = fmt.Errorf("stop before Kafka acknowledged %d records: %w", c.tr.inFlight(), ctx.Err())
 	}
-	c.bgCancel()
-	c.bgWG.Wait()
 	if c.cleaner != nil && ctx.Err() == nil {
 		if derr := c.cleaner.finish(ctx); derr != nil {
 			c.log.Warn("final outbox cleanup", "err", derr)
@@ -248,10 +237,10 @@ func (c *Connector) fail(err error) {
 	})
 }
 
-// run keeps one replication session going: reconnecting with capped
+// replicate keeps one replication session going: reconnecting with capped
 // backoff after errors, standing by while another process holds the slot.
-func (c *Connector) run() {
-	defer close(c.done)
+// It returns when stopping or when the connector failed.
+func (c *Connector) replicate() {
 	const minBackoff = 100 * time.Millisecond
 	backoff := minBackoff
 	standingBy := false
@@ -433,6 +422,9 @@ func (c *Connector) session() (streamed bool, err error) {
 		return true, err
 	}
 	c.tr.raiseFloor(confirmed)
+	// The slot is ours now: no longer standing by, even if we were a
+	// moment ago.
+	c.m.standby.Set(0)
 	c.log.Info("streaming", "publication", c.cfg.Publication, "from", c.tr.position().String())
 	return true, c.stream(conn)
 }
