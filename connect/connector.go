@@ -198,7 +198,7 @@ func (c *Connector) producerOpts() []kgo.Opt {
 		// (default minimum age 5s).
 		kgo.MetadataMinAge(maxBackoff),
 		kgo.DialTimeout(5*time.Second),
-		kgo.WithLogger(newKgoLogger(c.log.With("component", "kafka"))),
+		kgo.WithLogger(streams.KafkaLogger(c.log)),
 	)
 }
 
@@ -427,38 +427,4 @@ func (c *Connector) session() (streamed bool, err error) {
 	c.m.standby.Set(0)
 	c.log.Info("streaming", "publication", c.cfg.Publication, "from", c.tr.position().String())
 	return true, c.stream(conn)
-}
-
-// kgoLogger forwards the producer's warnings and errors to slog, each
-// distinct message at most once per kgoLogEvery: while a broker is away the
-// client reports every failed dial and retry, several times a second.
-type kgoLogger struct {
-	l    *slog.Logger
-	mu   *sync.Mutex
-	last map[string]time.Time
-}
-
-const kgoLogEvery = 10 * time.Second
-
-func newKgoLogger(l *slog.Logger) kgoLogger {
-	return kgoLogger{l: l, mu: &sync.Mutex{}, last: map[string]time.Time{}}
-}
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	now := time.Now()
-	k.mu.Lock()
-	if now.Sub(k.last[msg]) < kgoLogEvery {
-		k.mu.Unlock()
-		return
-	}
-	k.last[msg] = now
-	k.mu.Unlock()
-	switch level {
-	case kgo.LogLevelError:
-		k.l.Error(msg, keyvals...)
-	case kgo.LogLevelWarn:
-		k.l.Warn(msg, keyvals...)
-	}
 }
