@@ -62,9 +62,10 @@ type Config struct {
 	// tests use streams.Topics.RouteTemplate() to add their prefix.
 	TopicTemplate string
 	// StringPayload writes the value as Debezium does by default: the
-	// payload JSON as a JSON string literal. Default false: the payload JSON
-	// itself (Debezium's table.expand.json.payload=true), which is what
-	// notify's consumers and the DESIGN.md contract use.
+	// payload JSON as a JSON string literal. Default false: an object
+	// payload as compact JSON itself (Debezium's
+	// table.expand.json.payload=true), which is what notify's consumers and
+	// the DESIGN.md contract use; see the package doc for the details.
 	StringPayload bool
 	// PlainKey writes aggregateid as the bare key bytes. Default false: the
 	// key is JSON-encoded with quotes, as Debezium's JsonConverter writes it.

@@ -12,10 +12,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/startstop"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -39,22 +39,13 @@ type Connector struct {
 	kc      *kgo.Client
 	cleaner *cleaner
 
-	startOnce sync.Once
-	started   bool
-	stopOnce  sync.Once
-	hardOnce  sync.Once
-	closeOnce sync.Once
-	stopErr   error
-
-	// readCtx ends when stopping begins: no new reads, connections or
-	// snapshots. hardStop closes when Stop's context expires: stop waiting
-	// for Kafka's acknowledgements.
+	// The lifecycle (services/startstop): Start once, its context's end
+	// or Stop begins a soft stop (no new reads, connections or snapshots:
+	// readCtx ends), Stop's context ending makes it hard (hardStop: stop
+	// waiting for Kafka's acknowledgements).
+	startstop.Base
 	readCtx  context.Context
-	endRead  context.CancelFunc
-	hardStop chan struct{}
-	bgCancel context.CancelFunc
-	bgWG     sync.WaitGroup
-	done     chan struct{}
+	hardStop <-chan struct{}
 	failed   chan error
 	failOnce sync.Once
 }
@@ -67,14 +58,11 @@ func New(cfg Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{
-		cfg:      cfg,
-		log:      cfg.Logger.With("slot", cfg.Slot),
-		format:   rowFormat{template: cfg.TopicTemplate, stringPayload: cfg.StringPayload, plainKey: cfg.PlainKey},
-		hardStop: make(chan struct{}),
-		done:     make(chan struct{}),
-		failed:   make(chan error, 1),
+		cfg:    cfg,
+		log:    cfg.Logger.With("slot", cfg.Slot),
+		format: rowFormat{template: cfg.TopicTemplate, stringPayload: cfg.StringPayload, plainKey: cfg.PlainKey},
+		failed: make(chan error, 1),
 	}
-	c.readCtx, c.endRead = context.WithCancel(context.Background())
 	c.tr = newTracker(!cfg.KeepRows, func(xid uint32, ids []string) {
 		if c.cleaner != nil {
 			c.cleaner.add(xid, ids)
@@ -98,15 +86,43 @@ func (c *Connector) Failed() <-chan error { return c.failed }
 // producer from its snapshot before Start returns (with MaxInFlight
 // bounding what waits for Kafka). Start returns once the setup is done; the
 // slot may still be held by another process (the connector then stands
-// by). When ctx ends the connector stops reading; call Stop to drain and
+// by). A second Start fails with startstop.ErrAlreadyStarted. When ctx
+// ends the connector stops reading, as Stop begins; call Stop to drain and
 // release it.
 func (c *Connector) Start(ctx context.Context) error {
-	err := errors.New("connect: Start called twice")
-	c.startOnce.Do(func() { err = c.start(ctx) })
-	return err
+	run, err := c.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	c.readCtx, c.hardStop = run.Soft(), run.Hard().Done()
+	if err := c.setup(ctx); err != nil {
+		return run.Abort(err)
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	bgGo := func(f func(context.Context)) {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); f(bg) }()
+	}
+	if c.cleaner != nil {
+		bgGo(c.cleaner.run)
+	}
+	bgGo(c.pollLag)
+	run.Go(func() {
+		c.replicate()
+		// The cleaner deletes what Kafka acknowledges and the lag gauge
+		// stays current until Stop, also after the connector failed.
+		<-c.readCtx.Done()
+		cancel()
+		bgWG.Wait()
+	})
+	return nil
 }
 
-func (c *Connector) start(ctx context.Context) error {
+// setup opens the pool and the producer, makes sure the publication and
+// the slot exist and, for a new slot, hands its snapshot to the producer.
+// On error everything it opened is closed again.
+func (c *Connector) setup(ctx context.Context) error {
 	pcfg, err := pgxpool.ParseConfig(c.cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("connect: DatabaseURL: %w", err)
@@ -133,14 +149,11 @@ func (c *Connector) start(ctx context.Context) error {
 	if c.kc, err = kgo.NewClient(c.producerOpts()...); err != nil {
 		return fail(fmt.Errorf("kafka producer: %w", err))
 	}
-	bg, cancel := context.WithCancel(context.Background())
-	c.bgCancel = cancel
 	if !c.cfg.KeepRows {
-		// Before the snapshot: its acknowledgements already queue deletes.
+		// Before the snapshot: its acknowledgements already queue deletes,
+		// which the cleaner picks up once it runs.
 		c.cleaner = newCleaner(c.pool, c.cfg.Schema, c.cfg.Table, c.cfg.CleanupBatch, c.log,
 			func(n int) { c.m.deleted.Add(n) }, func(n int) { c.m.deferred.Add(n) })
-		c.bgWG.Add(1)
-		go func() { defer c.bgWG.Done(); c.cleaner.run(bg) }()
 	}
 	if !exists {
 		// Created here rather than in the background so that every row
@@ -148,22 +161,9 @@ func (c *Connector) start(ctx context.Context) error {
 		// it is in the slot's snapshot.
 		if err := c.createSlotNow(ctx); err != nil {
 			c.kc.Close() // fails what is still buffered; nothing was flushed
-			cancel()
-			c.bgWG.Wait()
 			return fail(err)
 		}
 	}
-	c.bgWG.Add(1)
-	go func() { defer c.bgWG.Done(); c.pollLag(bg) }()
-	go c.run()
-	go func() {
-		select {
-		case <-ctx.Done():
-			c.beginStop()
-		case <-c.done:
-		}
-	}()
-	c.started = true
 	return nil
 }
 
@@ -198,12 +198,9 @@ func (c *Connector) producerOpts() []kgo.Opt {
 		// (default minimum age 5s).
 		kgo.MetadataMinAge(maxBackoff),
 		kgo.DialTimeout(5*time.Second),
-		kgo.WithLogger(newKgoLogger(c.log.With("component", "kafka"))),
+		kgo.WithLogger(streams.KafkaLogger(c.log)),
 	)
 }
-
-// beginStop stops reading; idempotent.
-func (c *Connector) beginStop() { c.stopOnce.Do(c.endRead) }
 
 func (c *Connector) stopping() bool { return c.readCtx.Err() != nil }
 
@@ -211,27 +208,18 @@ func (c *Connector) stopping() bool { return c.readCtx.Err() != nil }
 // (or ctx ends), sends the final flush position, deletes the published
 // rows still queued and closes every connection. Records still
 // unacknowledged when ctx ends are left to the next run: their
-// transactions were never flushed, so Postgres sends them again.
+// transactions were never flushed, so Postgres sends them again. A second
+// Stop returns the first one's result; Stop before Start does nothing.
 func (c *Connector) Stop(ctx context.Context) error {
-	if !c.started {
-		return nil
-	}
-	c.closeOnce.Do(func() { c.stopErr = c.stop(ctx) })
-	return c.stopErr
+	return c.Base.Stop(ctx, c.finish)
 }
 
-func (c *Connector) stop(ctx context.Context) error {
-	c.beginStop()
+// finish runs once the session loop has returned.
+func (c *Connector) finish(ctx context.Context, hard bool) error {
 	var err error
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		c.hardOnce.Do(func() { close(c.hardStop) })
-		<-c.done
+	if hard {
 		err = fmt.Errorf("stop before Kafka acknowledged %d records: %w", c.tr.inFlight(), ctx.Err())
 	}
-	c.bgCancel()
-	c.bgWG.Wait()
 	if c.cleaner != nil && ctx.Err() == nil {
 		if derr := c.cleaner.finish(ctx); derr != nil {
 			c.log.Warn("final outbox cleanup", "err", derr)
@@ -249,10 +237,10 @@ func (c *Connector) fail(err error) {
 	})
 }
 
-// run keeps one replication session going: reconnecting with capped
+// replicate keeps one replication session going: reconnecting with capped
 // backoff after errors, standing by while another process holds the slot.
-func (c *Connector) run() {
-	defer close(c.done)
+// It returns when stopping or when the connector failed.
+func (c *Connector) replicate() {
 	const minBackoff = 100 * time.Millisecond
 	backoff := minBackoff
 	standingBy := false
@@ -434,254 +422,9 @@ func (c *Connector) session() (streamed bool, err error) {
 		return true, err
 	}
 	c.tr.raiseFloor(confirmed)
+	// The slot is ours now: no longer standing by, even if we were a
+	// moment ago.
+	c.m.standby.Set(0)
 	c.log.Info("streaming", "publication", c.cfg.Publication, "from", c.tr.position().String())
 	return true, c.stream(conn)
-}
-
-// stream reads the replication stream until an error or Stop. It owns conn:
-// pgconn is not safe for concurrent use, so reads, status updates and the
-// pause while Kafka catches up all happen on this goroutine.
-func (c *Connector) stream(conn *pgconn.PgConn) error {
-	var (
-		rels     = map[uint32]*relation{} // rebuilt per connection
-		cur      *txn
-		received pglogrepl.LSN
-		warnedUp bool
-
-		pausedSince time.Time
-		pauseLogged bool
-	)
-	nextStatus := time.Now().Add(c.cfg.StatusInterval)
-	var sentFlush pglogrepl.LSN
-	var sentAt time.Time
-	status := func() error {
-		nextStatus = time.Now().Add(c.cfg.StatusInterval)
-		sentAt = time.Now()
-		sentFlush = c.tr.position()
-		return c.sendStatus(conn, received)
-	}
-	for {
-		if c.stopping() {
-			return c.drain(conn, received)
-		}
-		if err := c.tr.err(); err != nil {
-			return fatalError{fmt.Errorf("kafka refused a record: %w", err)}
-		}
-		// Besides the regular update, report a moved flush position within
-		// statusEager: the less the slot lags, the less a crash replays.
-		if time.Now().After(nextStatus) || (time.Since(sentAt) >= statusEager && c.tr.position() != sentFlush) {
-			if err := status(); err != nil {
-				return fmt.Errorf("send standby status: %w", err)
-			}
-		}
-		if c.tr.inFlight() >= c.cfg.MaxInFlight {
-			// Paused: Kafka is behind or away. Stop reading (the slot keeps
-			// the WAL) but keep sending status so the walsender does not
-			// time out.
-			if pausedSince.IsZero() {
-				pausedSince = time.Now()
-			} else if !pauseLogged && time.Since(pausedSince) > 5*time.Second {
-				c.log.Warn("reading paused: Kafka is not acknowledging; the slot holds the WAL", "in_flight", c.tr.inFlight())
-				pauseLogged = true
-			}
-			t := time.NewTimer(time.Until(nextStatus))
-			select {
-			case <-c.tr.changed:
-			case <-t.C:
-			case <-c.readCtx.Done():
-			}
-			t.Stop()
-			continue
-		}
-		if pauseLogged {
-			c.log.Info("reading resumed", "paused", time.Since(pausedSince).Round(time.Millisecond).String())
-		}
-		pausedSince, pauseLogged = time.Time{}, false
-		rctx, cancel := context.WithDeadline(c.readCtx, nextStatus)
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
-		if err != nil {
-			if c.stopping() {
-				continue
-			}
-			if pgconn.Timeout(err) {
-				continue
-			}
-			return fmt.Errorf("receive: %w", err)
-		}
-		switch msg := msg.(type) {
-		case *pgproto3.CopyData:
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
-		case *pgproto3.CopyDone:
-			return errors.New("replication stream: server ended the stream")
-		default:
-			continue
-		}
-		data := msg.(*pgproto3.CopyData).Data
-		if len(data) == 0 {
-			continue
-		}
-		switch data[0] {
-		case pglogrepl.PrimaryKeepaliveMessageByteID:
-			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-			if err != nil {
-				return fmt.Errorf("parse keepalive: %w", err)
-			}
-			if cur == nil {
-				// Everything before the server's position was sent to us;
-				// with nothing queued it held nothing for us.
-				c.tr.idle(ka.ServerWALEnd)
-				received = max(received, ka.ServerWALEnd)
-			}
-			if ka.ReplyRequested {
-				if err := status(); err != nil {
-					return fmt.Errorf("answer keepalive: %w", err)
-				}
-			}
-		case pglogrepl.XLogDataByteID:
-			xld, err := pglogrepl.ParseXLogData(data[1:])
-			if err != nil {
-				return fmt.Errorf("parse XLogData: %w", err)
-			}
-			received = max(received, xld.WALStart)
-			lm, err := pglogrepl.Parse(xld.WALData)
-			if err != nil {
-				return fmt.Errorf("parse pgoutput message: %w", err)
-			}
-			switch m := lm.(type) {
-			case *pglogrepl.RelationMessage:
-				rel, err := newRelation(m, c.cfg.Schema, c.cfg.Table)
-				if err != nil {
-					return fatalError{err}
-				}
-				rels[m.RelationID] = rel
-			case *pglogrepl.BeginMessage:
-				cur = c.tr.begin(m.Xid, m.CommitTime)
-				// How late Postgres hands a commit to us: the part of the
-				// commit→Kafka latency spent before the connector.
-				d := time.Since(m.CommitTime)
-				c.m.receive.Update(d.Seconds())
-				if c.cfg.ObserveReceive != nil {
-					c.cfg.ObserveReceive(d)
-				}
-			case *pglogrepl.InsertMessage:
-				rel := rels[m.RelationID]
-				if rel == nil {
-					return fmt.Errorf("insert into relation %d before its Relation message", m.RelationID)
-				}
-				if !rel.outbox {
-					c.m.skipOther.Inc()
-					continue
-				}
-				if cur == nil {
-					return errors.New("insert outside a transaction")
-				}
-				row, err := tupleRow(rel, m.Tuple)
-				if err != nil {
-					return fatalError{err}
-				}
-				rec, err := c.format.record(row, cur.commitTime)
-				if err != nil {
-					return fatalError{err}
-				}
-				c.produce(cur, row.id, rec)
-			case *pglogrepl.UpdateMessage:
-				// Debezium warns and drops updates of the outbox; so do we.
-				c.m.skipUpdate.Inc()
-				if !warnedUp {
-					c.log.Warn("skipping update of a published table: the outbox is insert-only", "relation", m.RelationID)
-					warnedUp = true
-				}
-			case *pglogrepl.DeleteMessage:
-				c.m.skipDelete.Inc()
-			case *pglogrepl.TruncateMessage:
-				c.m.skipTrunc.Inc()
-			case *pglogrepl.CommitMessage:
-				if cur == nil {
-					return errors.New("commit outside a transaction")
-				}
-				c.tr.commit(cur, m.TransactionEndLSN)
-				cur = nil
-			}
-		}
-	}
-}
-
-// drain runs when stopping: no more reads; wait for Kafka's answers (until
-// Stop's context expires), keep the walsender alive meanwhile, then send
-// the final flush position.
-func (c *Connector) drain(conn *pgconn.PgConn, received pglogrepl.LSN) error {
-	c.tr.abandonOpen()
-	t := time.NewTicker(c.cfg.StatusInterval)
-	defer t.Stop()
-	for c.tr.inFlight() > 0 {
-		select {
-		case <-c.tr.changed:
-		case <-t.C:
-			if err := c.sendStatus(conn, received); err != nil {
-				return fmt.Errorf("send standby status: %w", err)
-			}
-		case <-c.hardStop:
-			_ = c.sendStatus(conn, received)
-			return errStopped
-		}
-	}
-	if err := c.sendStatus(conn, received); err != nil {
-		return fmt.Errorf("send final standby status: %w", err)
-	}
-	c.log.Info("stopped streaming", "flushed", c.tr.position().String())
-	return errStopped
-}
-
-// sendStatus reports the flush position explicitly. pglogrepl would copy
-// the write position into a zero flush position, confirming WAL Kafka never
-// saw; a zero flush (nothing known yet) is therefore sent with a zero write
-// position too, which the server ignores.
-func (c *Connector) sendStatus(conn *pgconn.PgConn, received pglogrepl.LSN) error {
-	flush := c.tr.position()
-	write := max(received, flush)
-	if flush == 0 {
-		write = 0
-	}
-	return pglogrepl.SendStandbyStatusUpdate(context.Background(), conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: write,
-		WALFlushPosition: flush,
-		WALApplyPosition: flush,
-		ClientTime:       time.Now(),
-	})
-}
-
-// kgoLogger forwards the producer's warnings and errors to slog, each
-// distinct message at most once per kgoLogEvery: while a broker is away the
-// client reports every failed dial and retry, several times a second.
-type kgoLogger struct {
-	l    *slog.Logger
-	mu   *sync.Mutex
-	last map[string]time.Time
-}
-
-const kgoLogEvery = 10 * time.Second
-
-func newKgoLogger(l *slog.Logger) kgoLogger {
-	return kgoLogger{l: l, mu: &sync.Mutex{}, last: map[string]time.Time{}}
-}
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	now := time.Now()
-	k.mu.Lock()
-	if now.Sub(k.last[msg]) < kgoLogEvery {
-		k.mu.Unlock()
-		return
-	}
-	k.last[msg] = now
-	k.mu.Unlock()
-	switch level {
-	case kgo.LogLevelError:
-		k.l.Error(msg, keyvals...)
-	case kgo.LogLevelWarn:
-		k.l.Warn(msg, keyvals...)
-	}
 }

@@ -37,18 +37,25 @@ func TestRecordMatchesContract(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	parity := insertParityRows(t, e)
 	after := time.Now().Add(time.Second)
 	c.waitFor(t, []string{plain.id, placed.id}, time.Minute)
+	c.waitFor(t, parity.ids(), time.Minute)
 
 	hasher := kgo.StickyKeyPartitioner(nil).ForTopic(e.topics.Material())
 	for _, ev := range []event{plain, placed} {
 		r := c.record(ev.id)
-		var wantValue string
+		var pgText string
 		// Postgres renders jsonb in its own canonical form; the record
-		// carries exactly that text.
-		if err := e.db.Pool.QueryRow(ctx, `SELECT $1::jsonb::text`, string(ev.payload)).Scan(&wantValue); err != nil {
+		// carries it compact, as Debezium's expanded payload.
+		if err := e.db.Pool.QueryRow(ctx, `SELECT $1::jsonb::text`, string(ev.payload)).Scan(&pgText); err != nil {
 			t.Fatal(err)
 		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(pgText)); err != nil {
+			t.Fatal(err)
+		}
+		wantValue := compact.String()
 		if got, want := string(r.Key), `"`+ev.course+`"`; got != want {
 			t.Errorf("key %s, want %s", got, want)
 		}
@@ -74,6 +81,18 @@ func TestRecordMatchesContract(t *testing.T) {
 			t.Errorf("decode value: %+v %v", m, err)
 		}
 	}
+	for _, p := range parity {
+		r := c.record(p.id)
+		if string(r.Key) != p.key || string(r.Value) != p.value {
+			t.Errorf("%s: key %q value %q\nwant %q %q (Debezium's bytes)", p.name, r.Key, r.Value, p.key, p.value)
+		}
+		if r.Value == nil {
+			t.Errorf("%s: a tombstone", p.name)
+		}
+		if want := int32(hasher.Partition(&kgo.Record{Key: []byte(p.key)}, int(e.topics.MaterialPartitions))); r.Partition != want {
+			t.Errorf("%s: partition %d, want %d (murmur2 of Debezium's key)", p.name, r.Partition, want)
+		}
+	}
 
 	t.Run("kcat", func(t *testing.T) {
 		kcat, err := exec.LookPath("kcat")
@@ -96,7 +115,7 @@ func TestRecordMatchesContract(t *testing.T) {
 			var m struct {
 				Partition int32    `json:"partition"`
 				Key       string   `json:"key"`
-				Payload   string   `json:"payload"`
+				Payload   *string  `json:"payload"` // nil for a tombstone
 				Headers   []string `json:"headers"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
@@ -105,13 +124,23 @@ func TestRecordMatchesContract(t *testing.T) {
 			if len(m.Headers) != 4 || m.Headers[0] != "id" || m.Headers[2] != "eventType" || m.Headers[3] != streams.TypeMaterialPublished {
 				t.Fatalf("kcat headers %v", m.Headers)
 			}
+			if p, ok := parity.byID(m.Headers[1]); ok {
+				if m.Payload == nil || m.Key != p.key || *m.Payload != p.value {
+					t.Errorf("kcat %s: key %q payload %v, want %q %q", p.name, m.Key, m.Payload, p.key, p.value)
+				}
+				got[m.Headers[1]] = true
+				continue
+			}
+			if m.Payload == nil {
+				t.Fatalf("kcat read a tombstone for %s", m.Headers[1])
+			}
 			var key string
 			if err := json.Unmarshal([]byte(m.Key), &key); err != nil {
 				t.Fatalf("kcat key %q is not a JSON string: %v", m.Key, err)
 			}
 			var payload map[string]any
-			if err := json.Unmarshal([]byte(m.Payload), &payload); err != nil {
-				t.Fatalf("kcat payload %q is not JSON: %v", m.Payload, err)
+			if err := json.Unmarshal([]byte(*m.Payload), &payload); err != nil {
+				t.Fatalf("kcat payload %q is not JSON: %v", *m.Payload, err)
 			}
 			if payload["event_id"] != m.Headers[1] || payload["course_id"] != key {
 				t.Fatalf("kcat record: header id %s key %s payload %v", m.Headers[1], key, payload)
@@ -121,10 +150,67 @@ func TestRecordMatchesContract(t *testing.T) {
 				t.Errorf("kcat saw the placed event on partition %d", m.Partition)
 			}
 		}
-		if !got[plain.id] || !got[placed.id] || len(got) != 2 {
-			t.Fatalf("kcat read events %v, want %s and %s", got, plain.id, placed.id)
+		if !got[plain.id] || !got[placed.id] || len(got) != 2+len(parity) {
+			t.Fatalf("kcat read events %v, want %s, %s and the %d parity rows", got, plain.id, placed.id, len(parity))
 		}
 	})
+}
+
+// parityRow is an outbox row whose record bytes are known from Debezium
+// 3.6.1 (PostgresConnector + outbox EventRouter with
+// table.expand.json.payload=true, JsonConverter without schemas) reading
+// the same row.
+type parityRow struct {
+	name, id   string
+	aggID      string
+	payload    *string // SQL NULL when nil
+	key, value string  // Debezium's bytes
+}
+
+type parityRows []parityRow
+
+func (ps parityRows) ids() []string {
+	var ids []string
+	for _, p := range ps {
+		ids = append(ids, p.id)
+	}
+	return ids
+}
+
+func (ps parityRows) byID(id string) (parityRow, bool) {
+	for _, p := range ps {
+		if p.id == id {
+			return p, true
+		}
+	}
+	return parityRow{}, false
+}
+
+// insertParityRows writes the rows where encoding/json's or Postgres's
+// rendering differs from Debezium's, on the material topic.
+func insertParityRows(t *testing.T, e *env) parityRows {
+	t.Helper()
+	str := func(s string) *string { return &s }
+	ps := parityRows{
+		{name: "null payload", aggID: "k1", payload: nil, key: `"k1"`, value: `null`},
+		{name: "line separators", aggID: "c\u2028d\u2029", payload: str("{\"t\": \"x\u2028y\u2029\"}"),
+			key: "\"c\u2028d\u2029\"", value: "{\"t\":\"x\u2028y\u2029\"}"},
+		{name: "control characters", aggID: "k\x1f", payload: str(`{"c": "tab\tnl\nus\u001f"}`),
+			key: `"k\u001F"`, value: `{"c":"tab\tnl\nus\u001F"}`},
+		{name: "compact, nulls and empty arrays kept", aggID: "k2", payload: str(`{"a": 1, "n": null, "e": [], "o": {"x": [1, 2.5]}}`),
+			key: `"k2"`, value: `{"a":1,"e":[],"n":null,"o":{"x":[1,2.5]}}`},
+		{name: "string payload", aggID: "k3", payload: str(`"just text"`), key: `"k3"`, value: `"\"just text\""`},
+		{name: "number payload", aggID: "k4", payload: str(`42`), key: `"k4"`, value: `"42"`},
+		{name: "array payload", aggID: "k5", payload: str(`[1, {"a": 2}]`), key: `"k5"`, value: `"[1, {\"a\": 2}]"`},
+	}
+	for i := range ps {
+		ps[i].id = newUUID()
+		if _, err := e.db.Pool.Exec(t.Context(), `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES ($1, 'material', $2, 'MaterialPublished', $3::jsonb)`, ps[i].id, ps[i].aggID, ps[i].payload); err != nil {
+			t.Fatalf("%s: %v", ps[i].name, err)
+		}
+	}
+	return ps
 }
 
 // TestSkipsUpdatesDeletesAndOtherTables uses a publication carrying every

@@ -18,13 +18,36 @@
 //
 // # Record format
 //
-// topic = Config.TopicTemplate with ${routedByValue} replaced by the row's
-// aggregatetype; key = aggregateid as a JSON string (quotes included) or, with
-// PlainKey, the bare string; headers "id" (row id) and "eventType" (type);
-// value = the payload jsonb exactly as Postgres renders it or, with
-// StringPayload, that text as a JSON string literal (Debezium's default);
-// timestamp = the transaction's commit time; partition = kafka_partition when
-// set, otherwise murmur2 of the key like Kafka's Java client.
+// The records are those Debezium 3.6 (PostgresConnector + outbox
+// EventRouter, JsonConverter with schemas disabled) writes for the same
+// outbox, byte for byte but for the deliberate differences below: topic = Config.TopicTemplate with ${routedByValue}
+// replaced by the row's aggregatetype; key = aggregateid as a JSON string
+// (quotes included) or, with PlainKey, the bare string; headers "id" (row
+// id) and "eventType" (type); partition = kafka_partition when set,
+// otherwise murmur2 of the key bytes like Kafka's Java client. The value is
+// Debezium's with table.expand.json.payload=true: an object payload as
+// compact JSON ({"a":1}, where Postgres renders jsonb as {"a": 1}), any
+// other payload (a string, number, array, boolean) as a JSON string
+// holding its text, because EventRouter expands objects only. With
+// StringPayload (Debezium's default) every payload is that JSON string. A
+// NULL payload is the 4 bytes null, never an empty value: compacted topics
+// and KTables would read that tombstone as a delete. Strings are escaped as
+// Jackson does, not as encoding/json: U+2028, U+2029, <, > and & raw,
+// control characters as \b \t \n \f \r or \u00XX with upper-case hex; for a
+// key that decides its bytes and so its partition.
+//
+// Where notify deliberately differs from Debezium:
+//   - timestamp = the transaction's commit time; Debezium stamps the time
+//     it processed the change, which after a restart or a backlog says
+//     nothing about when the event happened.
+//   - an expanded object is written as it was stored: members that are
+//     null and empty arrays are kept (Debezium drops them, because its
+//     schema inference cannot type them), numbers keep their exact text
+//     (Debezium reparses them as 32/64-bit integers or doubles, so 1.50
+//     becomes 1.5 and 0.0001 becomes 1.0E-4), and an object Debezium
+//     cannot infer a schema for (an array mixing types, an integer beyond
+//     64 bits) stays an object where Debezium falls back to the string.
+//     Every such value is JSON-equal to what the producer wrote.
 //
 // # Never losing a row
 //

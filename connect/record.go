@@ -1,7 +1,6 @@
 package connect
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -170,13 +169,7 @@ func (f rowFormat) record(row outboxRow, ts time.Time) (*kgo.Record, error) {
 	default:
 		r.Key = jsonString(*row.aggID)
 	}
-	if row.payload != nil {
-		if f.stringPayload {
-			r.Value = jsonString(*row.payload)
-		} else {
-			r.Value = []byte(*row.payload)
-		}
-	}
+	r.Value = f.value(row.payload)
 	if row.partition != nil {
 		if *row.partition < 0 {
 			return nil, fmt.Errorf("outbox row %s kafka_partition %d is negative", row.id, *row.partition)
@@ -186,14 +179,109 @@ func (f rowFormat) record(row outboxRow, ts time.Time) (*kgo.Record, error) {
 	return r, nil
 }
 
+// value is the record value for a payload, as Debezium's EventRouter and
+// JsonConverter (schemas disabled) write it:
+//   - SQL NULL: the JSON null, 4 bytes, not an empty (tombstone) value;
+//   - StringPayload: the payload text as a JSON string;
+//   - otherwise (table.expand.json.payload=true) an object is written as
+//     compact JSON, and anything else (a string, number, array, boolean)
+//     as a JSON string holding its text, because EventRouter expands
+//     objects only.
+func (f rowFormat) value(payload *string) []byte {
+	switch {
+	case payload == nil:
+		return []byte("null")
+	case f.stringPayload:
+		return jsonString(*payload)
+	}
+	if strings.HasPrefix(*payload, "{") {
+		if v, ok := compactJSON(*payload); ok {
+			return v
+		}
+	}
+	return jsonString(*payload)
+}
+
 // jsonString encodes s as a JSON string the way Kafka Connect's
-// JsonConverter (Jackson) does: no HTML escaping of <, > and &.
+// JsonConverter (Jackson) does, which is not encoding/json's way: no
+// HTML escaping of <, > and &, U+2028 and U+2029 written raw, and control
+// characters as \b \t \n \f \r or \u00XX with upper-case hex. The key
+// is written this way too, so its bytes, and with them its partition,
+// are Debezium's.
 func jsonString(s string) []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a Go string always encodes
-	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'})
+	return appendJSONString(make([]byte, 0, len(s)+2), s)
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// compactJSON rewrites a JSON text without insignificant whitespace, as
+// Debezium's expanded payload is written (Postgres renders jsonb as
+// {"a": 1, "b": [1, 2]}). Strings holding escapes are re-encoded as
+// jsonString does (Postgres writes \u001f, Jackson \u001F); numbers keep
+// their text exactly. ok is false when s is not valid JSON.
+func compactJSON(s string) (_ []byte, ok bool) {
+	if !json.Valid([]byte(s)) {
+		return nil, false
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			end, escaped := i+1, false
+			for s[end] != '"' {
+				if s[end] == '\\' {
+					escaped = true
+					end++
+				}
+				end++
+			}
+			lit := s[i : end+1]
+			if !escaped {
+				b = append(b, lit...)
+			} else {
+				var str string
+				if err := json.Unmarshal([]byte(lit), &str); err != nil {
+					return nil, false
+				}
+				b = appendJSONString(b, str)
+			}
+			i = end
+		default:
+			b = append(b, c)
+		}
+	}
+	return b, true
 }
 
 // outboxPartitioner places a record on its kafka_partition when the row set

@@ -53,6 +53,8 @@ func TestRecordContract(t *testing.T) {
 	// The tuple's buffer is reused by the connection: the row must not alias it.
 	tup.Columns[0].Data[0] = 'X'
 	commit := time.Date(2026, 3, 1, 12, 0, 0, 123000, time.UTC)
+	// Debezium's expanded payload is compact JSON, not Postgres's rendering.
+	compact := `{"url":"https://example.com/a?b=1&c=<2>","title":"Week 1 \"intro\"","event_id":"e1"}`
 
 	cases := []struct {
 		name      string
@@ -60,8 +62,8 @@ func TestRecordContract(t *testing.T) {
 		key, val  string
 		wantTopic string
 	}{
-		{"default", rowFormat{template: "p.outbox.event.${routedByValue}"}, `"course-9"`, payload, "p.outbox.event.material"},
-		{"plain key", rowFormat{template: DefaultTopicTemplate, plainKey: true}, `course-9`, payload, "outbox.event.material"},
+		{"default", rowFormat{template: "p.outbox.event.${routedByValue}"}, `"course-9"`, compact, "p.outbox.event.material"},
+		{"plain key", rowFormat{template: DefaultTopicTemplate, plainKey: true}, `course-9`, compact, "outbox.event.material"},
 		{"string payload", rowFormat{template: DefaultTopicTemplate, stringPayload: true}, `"course-9"`,
 			`"{\"url\": \"https://example.com/a?b=1&c=<2>\", \"title\": \"Week 1 \\\"intro\\\"\", \"event_id\": \"e1\"}"`, "outbox.event.material"},
 	}
@@ -100,8 +102,10 @@ func TestRecordPartitionAndNulls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Key != nil || r.Value != nil {
-		t.Fatalf("null aggregateid/payload gave key %q value %q, want nil", r.Key, r.Value)
+	// A null payload is the JSON null, as JsonConverter writes it, not a
+	// tombstone.
+	if r.Key != nil || string(r.Value) != "null" {
+		t.Fatalf("null aggregateid/payload gave key %q value %q, want nil and null", r.Key, r.Value)
 	}
 	p := newOutboxPartitioner().ForTopic(r.Topic)
 	if !p.RequiresConsistency(r) || p.Partition(r, 16) != 7 {
@@ -117,6 +121,58 @@ func TestRecordPartitionAndNulls(t *testing.T) {
 	bad := &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{text("i"), text("x"), text("k"), text("t"), null(), text("nope"), null()}}
 	if _, err := tupleRow(rel, bad); err == nil {
 		t.Fatal("non-numeric kafka_partition accepted")
+	}
+}
+
+// TestRecordDebeziumParity pins the bytes where encoding/json and Postgres
+// differ from Debezium 3.6 (EventRouter + JsonConverter, schemas off), so
+// that keys (and with them partitions) and values are Debezium's. The
+// payloads are as Postgres renders jsonb.
+func TestRecordDebeziumParity(t *testing.T) {
+	rel := outboxRelation(t)
+	row := func(key string, payload *pglogrepl.TupleDataColumn) outboxRow {
+		t.Helper()
+		r, err := tupleRow(rel, &pglogrepl.TupleData{Columns: []*pglogrepl.TupleDataColumn{
+			text("id-1"), text("material"), text(key), text("MaterialPublished"), payload, null(), null(),
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	expanded := rowFormat{template: DefaultTopicTemplate}
+	stringed := rowFormat{template: DefaultTopicTemplate, stringPayload: true}
+	for _, c := range []struct {
+		name    string
+		f       rowFormat
+		key     string
+		payload *pglogrepl.TupleDataColumn
+		wantKey string
+		wantVal string
+	}{
+		{"null payload", expanded, "k", null(), `"k"`, `null`},
+		{"null string payload", stringed, "k", null(), `"k"`, `null`},
+		{"line separators raw", expanded, "a\u2028b\u2029", text("{\"t\": \"x\u2028y\", \"u\": \"\\u2028\"}"), "\"a\u2028b\u2029\"", "{\"t\":\"x\u2028y\",\"u\":\"\u2028\"}"},
+		{"line separators raw in a string payload", stringed, "k", text("{\"t\": \"x\u2029y\"}"), `"k"`, "\"{\\\"t\\\": \\\"x\u2029y\\\"}\""},
+		{"HTML characters raw", expanded, "<&>", text(`{"t": "<&>"}`), `"<&>"`, `{"t":"<&>"}`},
+		{"control characters", expanded, "k\x1f\x7f", text(`{"c": "\t\n\b\f\r\u001f\u0001\\\"/"}`), "\"k\\u001F\x7f\"", `{"c":"\t\n\b\f\r\u001F\u0001\\\"/"}`},
+		{"compact, nulls and empty arrays kept", expanded, "k", text(`{"a": 1, "e": [], "n": null, "o": {"x": [1, 2.5, "s p"], "y": {}}}`), `"k"`,
+			`{"a":1,"e":[],"n":null,"o":{"x":[1,2.5,"s p"],"y":{}}}`},
+		{"string", expanded, "k", text(`"just text"`), `"k"`, `"\"just text\""`},
+		{"number", expanded, "k", text(`42`), `"k"`, `"42"`},
+		{"array", expanded, "k", text(`[1, {"a": 2}]`), `"k"`, `"[1, {\"a\": 2}]"`},
+		{"boolean", expanded, "k", text(`true`), `"k"`, `"true"`},
+		{"json null", expanded, "k", text(`null`), `"k"`, `"null"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := c.f.record(row(c.key, c.payload), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(r.Key) != c.wantKey || string(r.Value) != c.wantVal {
+				t.Fatalf("key %q value %q\nwant %q %q", r.Key, r.Value, c.wantKey, c.wantVal)
+			}
+		})
 	}
 }
 

@@ -250,7 +250,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		kgo.OnPartitionsAssigned(c.onAssigned),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
-		kgo.WithLogger(kgoLogger{c.log}),
+		kgo.WithLogger(KafkaLogger(c.log)),
 	)
 	opts = append(opts, cfg.ClientOpts...)
 	cl, err := kgo.NewClient(opts...)
@@ -739,18 +739,4 @@ func (c *Consumer) sleep(ctx context.Context, d time.Duration) bool {
 	case <-c.stopping:
 		return false
 	}
-}
-
-// kgoLogger routes franz-go's logs into slog. franz-go is chatty at info
-// (every heartbeat decision); only its warnings and errors are passed on.
-type kgoLogger struct{ log *slog.Logger }
-
-func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lv := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		lv = slog.LevelError
-	}
-	l.log.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
 }
