@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/notify-dev/notify/services/startstop"
 )
 
 // sqlIdempotencyExpire deletes at most $2 of the oldest records created
@@ -26,32 +28,21 @@ WHERE ctid = ANY(ARRAY(
 // idempotencySweeper deletes expired Idempotency-Key records every
 // cfg.IdempotencySweepInterval, from Server.Start until Server.Stop.
 type idempotencySweeper struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	done chan struct{} // closed when the sweeper exited
 }
 
-// startIdempotencySweeper runs the sweeper unless it is disabled. ctx's
-// cancellation does not stop it (like requests, it runs until Stop).
-func (s *Server) startIdempotencySweeper(ctx context.Context) {
+// startIdempotencySweeper runs the sweeper unless it is disabled. It stops
+// with the server's soft stop: a sweep in progress is cancelled (the batch
+// being deleted rolls back; earlier batches stay deleted) — expiry is
+// housekeeping, not work worth holding a stop for. Stop waits for it.
+func (s *Server) startIdempotencySweeper(run *startstop.Run) {
 	if s.cfg.IdempotencySweepInterval < 0 {
 		s.log.Info("idempotency key sweeper disabled", "ttl", s.cfg.IdempotencyTTL)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sw := &idempotencySweeper{cancel: cancel, done: make(chan struct{})}
+	sw := &idempotencySweeper{done: make(chan struct{})}
 	s.sweeper = sw
-	go s.runIdempotencySweeper(ctx, sw.done)
-}
-
-// stopIdempotencySweeper cancels a sweep in progress (the batch being
-// deleted rolls back; earlier batches stay deleted) and waits for the
-// sweeper to exit. A no-op when it never started.
-func (s *Server) stopIdempotencySweeper() {
-	if s.sweeper == nil {
-		return
-	}
-	s.sweeper.cancel()
-	<-s.sweeper.done
+	run.Go(func() { s.runIdempotencySweeper(run.Soft(), sw.done) })
 }
 
 // runIdempotencySweeper sweeps at once, so a server restarted more often

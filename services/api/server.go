@@ -17,11 +17,17 @@ import (
 
 	"github.com/notify-dev/notify/services/api/webapp"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/startstop"
 )
 
 // Server is the API: an http.Server over a Postgres pool. Start listens,
-// Stop drains in-flight requests.
+// Stop drains in-flight requests. Its lifecycle is startstop's: a second
+// Start fails with startstop.ErrAlreadyStarted; the end of Start's
+// context, like Stop, closes the listener while requests in flight finish;
+// Stop waits for them until its context ends, then cancels their contexts
+// (their transactions roll back) and closes every connection.
 type Server struct {
+	startstop.Base
 	cfg     Config
 	pool    *pgxpool.Pool
 	log     *slog.Logger
@@ -36,12 +42,6 @@ type Server struct {
 	http   *http.Server
 	ln     net.Listener
 	failed chan error
-	// hardCancel cancels every request context once a graceful Stop ran
-	// out of time.
-	hardCancel context.CancelFunc
-
-	stopOnce sync.Once
-	stopErr  error
 }
 
 type serverMetrics struct {
@@ -159,14 +159,18 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on cfg.Addr and serves until Stop, and starts the
 // Idempotency-Key sweeper. ctx's values reach every request; its
-// cancellation does not cut requests short (Stop drains).
+// cancellation stops taking connections, as Stop does, but never cuts a
+// request short.
 func (s *Server) Start(ctx context.Context) error {
+	run, err := s.Begin(ctx)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+		return run.Abort(fmt.Errorf("listen on %s: %w", s.cfg.Addr, err))
 	}
-	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.ln, s.hardCancel = ln, cancel
+	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
@@ -174,15 +178,23 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Requests run under the hard context: cancelled only when Stop's
+		// context ends with them still in flight.
+		BaseContext: func(net.Listener) context.Context { return run.Hard() },
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	go func() {
+	run.Go(func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.failed <- fmt.Errorf("serve http: %w", err)
 		}
-	}()
-	s.startIdempotencySweeper(ctx)
+	})
+	run.Go(func() {
+		<-run.Soft().Done()
+		if err := s.http.Shutdown(run.Hard()); err != nil {
+			_ = s.http.Close() // requests outlived Stop's context
+		}
+	})
+	s.startIdempotencySweeper(run)
 	s.log.Info("api listening", "addr", ln.Addr().String())
 	return nil
 }
@@ -202,23 +214,16 @@ func (s *Server) Failed() <-chan error { return s.failed }
 // Stop stops accepting connections and waits for in-flight requests; when
 // ctx expires first it cancels their contexts (their transactions roll
 // back) and closes every connection. It also stops the Idempotency-Key
-// sweeper and waits for it. Safe to call more than once.
+// sweeper and waits for it, and stops the publish writers (also when the
+// server was only used as a Handler, never started).
 func (s *Server) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() {
-		defer s.batch.stop()
-		defer s.stopIdempotencySweeper()
-		if s.http == nil {
-			return
+	defer s.batch.stop()
+	return s.Base.Stop(ctx, func(ctx context.Context, hard bool) error {
+		if hard {
+			return fmt.Errorf("drain api requests: %w", context.Cause(ctx))
 		}
-		err := s.http.Shutdown(ctx)
-		if err != nil {
-			s.hardCancel()
-			_ = s.http.Close()
-			s.stopErr = fmt.Errorf("drain api requests: %w", err)
-		}
-		s.hardCancel()
+		return nil
 	})
-	return s.stopErr
 }
 
 // authed wraps a handler that needs the caller's user id.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/startstop"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -60,12 +61,16 @@ func (c Config) withDefaults() Config {
 // DefaultSliceInFlight is SliceInFlight's default for a given Ranges.
 func DefaultSliceInFlight(ranges int) int { return ranges }
 
-// Service runs the planner and/or the slice worker.
+// Service runs the planner and/or the slice worker. Its lifecycle is
+// startstop's: a second Start fails with startstop.ErrAlreadyStarted; the
+// end of Start's context, like Stop, makes both consumers stop taking
+// records; Stop waits for the transactions in flight until its context
+// ends, then cancels them uncommitted.
 type Service struct {
+	startstop.Base
 	cfg       Config
 	consumers []*streams.Consumer
 	failed    chan error
-	done      chan struct{}
 }
 
 // New validates cfg and builds the consumers; nothing runs until Start.
@@ -83,7 +88,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.SliceInFlight < 1 {
 		return nil, fmt.Errorf("fanout: slice in-flight must be positive, got %d", cfg.SliceInFlight)
 	}
-	s := &Service{cfg: cfg, failed: make(chan error, 2), done: make(chan struct{})}
+	s := &Service{cfg: cfg, failed: make(chan error, 2)}
 	if !cfg.DisablePlanner {
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner")})
@@ -123,17 +128,29 @@ func New(cfg Config) (*Service, error) {
 
 // Start joins the consumer groups in the background.
 func (s *Service) Start(ctx context.Context) error {
-	for _, c := range s.consumers {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		go func(c *streams.Consumer) {
+	run, err := s.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	for i, c := range s.consumers {
+		// Each consumer stops once the service's soft stop begins, and
+		// is given the hard context as its own stop bound: in-flight
+		// transactions finish unless Stop's context ends first.
+		run.Go(func() {
 			select {
 			case err := <-c.Failed():
 				s.failed <- err
-			case <-s.done:
+				<-run.Soft().Done()
+			case <-run.Soft().Done():
 			}
-		}(c)
+			_ = c.Stop(run.Hard())
+		})
+		if err := c.Start(run.Soft()); err != nil {
+			for _, rest := range s.consumers[i+1:] {
+				_ = rest.Stop(context.Background()) // never started: only closes its client
+			}
+			return run.Abort(err)
+		}
 	}
 	return nil
 }
@@ -154,22 +171,26 @@ func (s *Service) Ready() <-chan struct{} {
 func (s *Service) Failed() <-chan error { return s.failed }
 
 // Stop stops both consumers concurrently: each finishes its in-flight
-// transactions (until ctx ends) and commits.
+// transactions (until ctx ends) and commits what completed.
 func (s *Service) Stop(ctx context.Context) error {
-	select {
-	case <-s.done:
-	default:
-		close(s.done)
-	}
-	errs := make(chan error, len(s.consumers))
-	for _, c := range s.consumers {
-		go func(c *streams.Consumer) { errs <- c.Stop(ctx) }(c)
-	}
-	var all []error
-	for range s.consumers {
-		if err := <-errs; err != nil {
-			all = append(all, err)
+	finished := false
+	err := s.Base.Stop(ctx, func(ctx context.Context, _ bool) error {
+		finished = true
+		// Every consumer has stopped by now; Stop again returns its result.
+		var all []error
+		for _, c := range s.consumers {
+			if err := c.Stop(ctx); err != nil {
+				all = append(all, err)
+			}
+		}
+		return errors.Join(all...)
+	})
+	if !finished {
+		// Stopped before Start (or after a failed one): release the
+		// clients New made.
+		for _, c := range s.consumers {
+			_ = c.Stop(ctx)
 		}
 	}
-	return errors.Join(all...)
+	return err
 }

@@ -24,7 +24,7 @@ func init() {
 
 const defaultAPIAddr = "127.0.0.1:8080"
 
-func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 	var infra infraFlags
 	infra.register(fs, false)
 	addr := fs.String("addr", envOr("NOTIFY_API_ADDR", defaultAPIAddr), "listen address (NOTIFY_API_ADDR)")
@@ -32,7 +32,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 	pub := publishFlags(fs)
 	idemTTL := fs.Duration("idempotency-ttl", api.DefaultIdempotencyTTL, "how long an Idempotency-Key is kept; a retry after it expired publishes a new event")
 	idemSweep := fs.Duration("idempotency-sweep-interval", api.DefaultIdempotencySweepInterval, "how often expired Idempotency-Keys are deleted (negative: never)")
-	return func(ctx context.Context, log *slog.Logger) (service, error) {
+	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if *idemTTL <= 0 {
 			return nil, usageError{msg: fmt.Sprintf("--idempotency-ttl %s must be positive", *idemTTL)}
 		}
@@ -53,7 +53,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 		if err := pub.check(*maxConns); err != nil {
 			return nil, err
 		}
-		pool, err := openAPIPool(ctx, &infra, int32(*maxConns))
+		pool, err := infra.servicePool(ctx, int32(*maxConns))
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +64,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 			pool.Close()
 			return nil, err
 		}
-		return &apiService{Server: srv, pool: pool}, nil
+		return &hosted{svc: srv, infra: &infra, db: true, pool: pool}, nil
 	}
 }
 
@@ -109,18 +109,6 @@ func openAPIPool(ctx context.Context, infra *infraFlags, maxConns int32) (*pgxpo
 		return nil, fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(infra.databaseURL), err)
 	}
 	return pool, nil
-}
-
-// apiService closes the pool after the server drained.
-type apiService struct {
-	*api.Server
-	pool *pgxpool.Pool
-}
-
-func (s *apiService) Stop(ctx context.Context) error {
-	err := s.Server.Stop(ctx)
-	s.pool.Close()
-	return err
 }
 
 // eventStatusSource serves GET /v1/events/{id} from the same report as

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/connect"
 )
@@ -19,7 +20,7 @@ func init() {
 	})
 }
 
-func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 	var infra infraFlags
 	infra.register(fs, true)
 	slot := fs.String("slot", connect.DefaultSlot, "logical replication slot (created if missing; names are server-wide)")
@@ -30,7 +31,7 @@ func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 	maxInFlight := fs.Int("max-in-flight", connect.DefaultMaxInFlight, "unacknowledged records at which reading WAL pauses")
 	compression := fs.String("compression", connect.DefaultCompression, "producer batch compression: none or lz4")
 	keepRows := fs.Bool("keep-rows", false, "do not delete published rows from the outbox")
-	return func(ctx context.Context, log *slog.Logger) (service, error) {
+	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		brokers, err := infra.brokerList()
 		if err != nil {
 			return nil, err
@@ -60,41 +61,9 @@ func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
 			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
 		}
-		return &cdcService{c: c, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
+		// The connector has its own connections; Postgres is waited for
+		// with one of the runner's.
+		return &hosted{svc: c, infra: &infra, db: true, kafka: true,
+			metricsAddr: *metricsAddr, metricSets: []*metrics.Set{c.Metrics()}}, nil
 	}
 }
-
-// cdcService is the connector plus its topic check and metrics endpoint.
-type cdcService struct {
-	c           *connect.Connector
-	infra       infraFlags
-	metricsAddr string
-	log         *slog.Logger
-	srv         *http.Server
-}
-
-func (s *cdcService) Start(ctx context.Context) error {
-	// The connector has its own pool; only Kafka's topics are checked here,
-	// so the first records do not stall on a missing topic.
-	if err := s.infra.checkInfra(ctx, nil, "cdc", s.log); err != nil {
-		return err
-	}
-	s.srv = serveMetrics(s.metricsAddr, s.log, s.c.Metrics())
-	if err := s.c.Start(ctx); err != nil {
-		if s.srv != nil {
-			_ = s.srv.Close()
-		}
-		return err
-	}
-	return nil
-}
-
-func (s *cdcService) Stop(ctx context.Context) error {
-	err := s.c.Stop(ctx)
-	if s.srv != nil {
-		_ = s.srv.Shutdown(ctx)
-	}
-	return err
-}
-
-func (s *cdcService) Failed() <-chan error { return s.c.Failed() }

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/fanout"
@@ -23,7 +21,7 @@ func init() {
 	})
 }
 
-func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 	var infra infraFlags
 	infra.register(fs, true)
 	ranges := fs.Int("ranges", fanout.DefaultRanges, "uuid ranges (parallel chains) per event; rule: about 2× the Postgres server's physical cores")
@@ -33,7 +31,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them (broker allows 6s–30m by default)")
-	return func(ctx context.Context, log *slog.Logger) (service, error) {
+	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if *plannerOnly && *slicesOnly {
 			return nil, usageError{msg: "--planner-only and --slices-only exclude each other"}
 		}
@@ -53,15 +51,10 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		if n == 0 {
 			n = *ranges
 		}
-		pcfg, err := infra.poolConfig()
+		// One connection per concurrent slice plus the planner's.
+		pool, err := infra.servicePool(ctx, int32(max(n+2, 4)))
 		if err != nil {
 			return nil, err
-		}
-		// One connection per concurrent slice plus the planner's.
-		pcfg.MaxConns = int32(max(n+2, 4))
-		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err != nil {
-			return nil, fmt.Errorf("connect to Postgres: %w", err)
 		}
 		svc, err := fanout.New(fanout.Config{
 			Pool: pool, Brokers: brokers, Topics: infra.topics(),
@@ -73,36 +66,6 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
-		return &fanoutService{svc: svc, pool: pool, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
+		return &hosted{svc: svc, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: *metricsAddr}, nil
 	}
 }
-
-// fanoutService is the fan-out plus its topic check, pool and metrics
-// endpoint.
-type fanoutService struct {
-	svc         *fanout.Service
-	pool        *pgxpool.Pool
-	infra       infraFlags
-	metricsAddr string
-	log         *slog.Logger
-	srv         *http.Server
-}
-
-func (s *fanoutService) Start(ctx context.Context) error {
-	if err := s.infra.checkInfra(ctx, s.pool, "fanout", s.log); err != nil {
-		return err
-	}
-	s.srv = serveMetrics(s.metricsAddr, s.log)
-	return s.svc.Start(ctx)
-}
-
-func (s *fanoutService) Stop(ctx context.Context) error {
-	err := s.svc.Stop(ctx)
-	if s.srv != nil {
-		_ = s.srv.Shutdown(ctx)
-	}
-	s.pool.Close()
-	return err
-}
-
-func (s *fanoutService) Failed() <-chan error { return s.svc.Failed() }

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/push"
@@ -31,7 +29,7 @@ func init() {
 	})
 }
 
-func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 	var infra infraFlags
 	infra.register(fs, true)
 	var cfg push.Config
@@ -55,7 +53,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (se
 	fs.StringVar(&cfg.WorkerID, "worker-id", host+"-"+strconv.Itoa(os.Getpid()), "name of this worker in logs")
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "how long the group waits for a silent (crashed) worker before giving its partitions to others; the broker allows 6s–30m by default")
 	metricsAddr := fs.String("metrics-addr", defaultPushMetricsAddr, `serve Prometheus metrics on this address at /metrics ("off" disables)`)
-	return func(ctx context.Context, log *slog.Logger) (service, error) {
+	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		brokers, err := infra.brokerList()
 		if err != nil {
 			return nil, err
@@ -86,18 +84,12 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (se
 		if err != nil {
 			return nil, usageError{msg: err.Error()}
 		}
-		pcfg, err := infra.poolConfig()
+		// Commands that send load and record on their own connection;
+		// holders need none.
+		pool, err := infra.servicePool(ctx, int32(max(cfg.MaxCommands/2+4, 4)))
 		if err != nil {
 			sender.Close()
 			return nil, err
-		}
-		// Commands that send load and record on their own connection;
-		// holders need none.
-		pcfg.MaxConns = int32(max(cfg.MaxCommands/2+4, 4))
-		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err != nil {
-			sender.Close()
-			return nil, fmt.Errorf("connect to Postgres: %w", err)
 		}
 		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
 		cfg.Logger, cfg.Metrics = log, set
@@ -109,38 +101,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (se
 			return nil, usageError{msg: err.Error()}
 		}
 		metrics.RegisterSet(set)
-		return &pushService{w: w, sender: sender, pool: pool, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
+		return &hosted{svc: w, infra: &infra, db: true, kafka: true, pool: pool,
+			metricsAddr: *metricsAddr, release: sender.Close}, nil
 	}
 }
-
-// pushService is a push worker plus its pool, sender, topic check and
-// metrics endpoint.
-type pushService struct {
-	w           *push.Worker
-	sender      *webpush.Sender
-	pool        *pgxpool.Pool
-	infra       infraFlags
-	metricsAddr string
-	log         *slog.Logger
-	srv         *http.Server
-}
-
-func (s *pushService) Start(ctx context.Context) error {
-	if err := s.infra.checkInfra(ctx, s.pool, "push", s.log); err != nil {
-		return err
-	}
-	s.srv = serveMetrics(s.metricsAddr, s.log)
-	return s.w.Start(ctx)
-}
-
-func (s *pushService) Stop(ctx context.Context) error {
-	err := s.w.Stop(ctx)
-	s.sender.Close()
-	if s.srv != nil {
-		_ = s.srv.Shutdown(ctx)
-	}
-	s.pool.Close()
-	return err
-}
-
-func (s *pushService) Failed() <-chan error { return s.w.Failed() }

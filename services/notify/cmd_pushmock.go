@@ -16,7 +16,7 @@ func init() {
 	})
 }
 
-func pushmockFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error) {
+func pushmockFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 	var c pushmock.Config
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8443", "listen address (port 0 picks a free port)")
 	fs.StringVar(&c.CertFile, "cert-file", envOr(envPushCAFile, ".local/pushmock/cert.pem"),
@@ -33,11 +33,15 @@ func pushmockFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger)
 	fs.Int64Var(&c.Seed, "seed", 1, "seed the subscriptions were generated with (notify seed --seed)")
 	fs.IntVar(&c.MaxStreams, "max-streams", 1000, "HTTP/2 concurrent streams per connection")
 	fs.StringVar(&c.WebSocketAddr, "ws-addr", "", "also speak Mozilla's push protocol here (ws://; a Firefox's dom.push.serverURL), forwarding pushes to /moz/<channel> to the browser")
-	return func(ctx context.Context, log *slog.Logger) (service, error) {
+	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if c.Latency == 0 {
 			c.Latency = pushmock.NoLatency
 		}
 		c.Logger = log
-		return pushmock.New(c)
+		m, err := pushmock.New(c)
+		if err != nil {
+			return nil, err
+		}
+		return &hosted{svc: m}, nil
 	}
 }

@@ -13,23 +13,48 @@ import (
 	"sort"
 	"strings"
 	"time"
-)
 
-// service is the lifecycle every long-running part of notify shares.
-type service interface {
-	// Start begins work and returns once the service is running (listening,
-	// joined its group, …) or failed to start. ctx bounds the service's life.
-	Start(ctx context.Context) error
-	// Stop finishes or hands back in-flight work; when ctx expires the
-	// service abandons what is left uncommitted and returns.
-	Stop(ctx context.Context) error
-}
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/startstop"
+)
 
 // failer is implemented by services that can fail after starting (a lost
 // replication connection that cannot be re-established, a listener error).
 // notify run exits non-zero when the channel yields an error.
 type failer interface {
 	Failed() <-chan error
+}
+
+// hosted is what a service's constructor hands the runner: the service
+// (startstop's lifecycle) and what the runner does around it, the same for
+// every service: wait for Postgres and Kafka, serve metrics, start, wait
+// for a signal or a failure, stop within --stop-timeout, release.
+type hosted struct {
+	svc startstop.Service
+	// infra is waited for before Start, bounded by --wait-infra: Postgres
+	// when db (through pool, or a connection of its own when pool is nil),
+	// the topics when kafka. nil waits for nothing.
+	infra     *infraFlags
+	db, kafka bool
+	pool      *pgxpool.Pool // closed after Stop
+	// metricsAddr serves /metrics with the default set plus metricSets
+	// ("" serves none).
+	metricsAddr string
+	metricSets  []*metrics.Set
+	// release runs after Stop, before the pool closes (the push sender).
+	release func()
+}
+
+// close releases what the constructor opened.
+func (h *hosted) close() {
+	if h.release != nil {
+		h.release()
+	}
+	if h.pool != nil {
+		h.pool.Close()
+	}
 }
 
 // serviceDef is one `notify run <name>` target.
@@ -39,7 +64,7 @@ type serviceDef struct {
 	// flags registers the service's flags and returns the constructor,
 	// called after parsing. The constructor validates its config and fails
 	// naming the bad setting.
-	flags func(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (service, error)
+	flags func(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error)
 }
 
 var services = map[string]serviceDef{}
@@ -74,6 +99,7 @@ func runService(ctx context.Context, args []string) error {
 	}
 	fs := newFlagSet("run "+def.name, "[flags]")
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "how long a graceful stop may take before in-flight work is abandoned uncommitted")
+	waitInfra := fs.Duration("wait-infra", 0, "how long to wait at start for Postgres and Kafka to answer, retrying with backoff (0: forever)")
 	build := def.flags(fs)
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -89,16 +115,30 @@ func runService(ctx context.Context, args []string) error {
 		log.Info("serving pprof", "addr", ln.Addr().String())
 		go func() { _ = http.Serve(ln, nil) }()
 	}
-	svc, err := build(ctx, log)
+	h, err := build(ctx, log)
 	if err != nil {
 		return err
 	}
-	if err := svc.Start(ctx); err != nil {
+	defer h.close()
+	if h.infra != nil {
+		err := h.infra.waitInfra(ctx, h, *waitInfra, def.name, log)
+		if ctx.Err() != nil {
+			log.Info("stopped while waiting for Postgres and Kafka")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if m := serveMetrics(h.metricsAddr, log, h.metricSets...); m != nil {
+		defer m.Close()
+	}
+	if err := h.svc.Start(ctx); err != nil {
 		return fmt.Errorf("start %s: %w", def.name, err)
 	}
 	log.Info("started")
 	var failed <-chan error
-	if f, ok := svc.(failer); ok {
+	if f, ok := h.svc.(failer); ok {
 		failed = f.Failed()
 	}
 	var runErr error
@@ -108,9 +148,7 @@ func runService(ctx context.Context, args []string) error {
 	case runErr = <-failed:
 		log.Error("service failed", "err", runErr)
 	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), *stopTimeout)
-	defer cancel()
-	if err := svc.Stop(stopCtx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := startstop.StopTimeout(h.svc, *stopTimeout); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stop", "err", err)
 		if runErr == nil {
 			runErr = err

@@ -4,43 +4,161 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/notify-dev/notify/streams"
 )
 
-// checkInfra is what every service does before it starts: Postgres answers
-// and the topics exist, so a missing dependency fails at start, named,
-// instead of as a retry loop later.
-func (f *infraFlags) checkInfra(ctx context.Context, pool *pgxpool.Pool, component string, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if pool != nil {
-		if err := pool.Ping(ctx); err != nil {
-			return fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", redactURL(f.databaseURL), err)
+// waitInfra is what every service does before it starts: Postgres
+// answers and the topics exist, so the first records do not stall on a
+// missing topic. A service started while either is down (a host booting, a
+// broker restarting) waits for it, logging every failed attempt with
+// growing pauses, instead of exiting and staying down until something
+// restarts it; bound (--wait-infra) limits the wait, 0 waits forever. An
+// error that waiting cannot cure — a rejected password, a missing
+// database, a topic with too few partitions — fails at once, named. Once
+// started, services ride out later outages on their own.
+func (f *infraFlags) waitInfra(ctx context.Context, h *hosted, bound time.Duration, component string, log *slog.Logger) error {
+	if bound > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, bound)
+		defer cancel()
+	}
+	if h.db {
+		where := redactURL(f.databaseURL)
+		err := waitFor(ctx, bound, "Postgres", log.With("database", where), func(ctx context.Context) error {
+			if h.pool != nil {
+				return h.pool.Ping(ctx)
+			}
+			cfg, err := f.connConfig()
+			if err != nil {
+				return err
+			}
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			return conn.Close(ctx)
+		})
+		if err != nil {
+			return fmt.Errorf("connect to Postgres at %s: %w (is it running? start it with: bash infra/local/up.sh)", where, err)
 		}
 	}
-	cl, adm, err := f.kafkaAdmin(component + "-admin")
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	res, err := streams.EnsureTopics(ctx, adm, f.topics())
-	if err != nil {
-		return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", f.brokers, err)
-	}
-	for _, r := range res {
-		if r.Created {
-			log.Info("created topic", "topic", r.Topic, "partitions", r.Partitions)
+	if h.kafka {
+		err := waitFor(ctx, bound, "Kafka", log.With("brokers", f.brokers), func(ctx context.Context) error {
+			cl, adm, err := f.kafkaAdmin(component + "-admin")
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			res, err := streams.EnsureTopics(ctx, adm, f.topics())
+			for _, r := range res {
+				if r.Created {
+					log.Info("created topic", "topic", r.Topic, "partitions", r.Partitions)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", f.brokers, err)
 		}
 	}
 	return nil
+}
+
+// infraAttempt bounds one attempt of waitInfra, so a broker or database
+// that accepts connections but never answers is retried too.
+const infraAttempt = 10 * time.Second
+
+// waitFor calls try until it succeeds, fails in a way waiting cannot cure,
+// or ctx ends (the signal, or the --wait-infra bound of ctx: then the error
+// names the setting).
+func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Logger, try func(context.Context) error) error {
+	t0 := time.Now()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, infraAttempt)
+		err := try(actx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info(what+" is reachable; starting", "waited", time.Since(t0).Round(time.Millisecond).String())
+			}
+			return nil
+		}
+		if ctx.Err() == nil && !transient(err) {
+			return err
+		}
+		pause := infraBackoff(attempt)
+		if ctx.Err() == nil {
+			log.Warn("waiting for "+what, "err", err, "attempt", attempt,
+				"waited", time.Since(t0).Round(time.Millisecond).String(), "retry_in", pause.Round(time.Millisecond).String())
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+				continue
+			}
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%s still unreachable after --wait-infra %s (0 waits forever): %w", what, bound, err)
+		}
+		return ctx.Err()
+	}
+}
+
+// infraBackoff is the pause before attempt+1: from 250 ms doubling to 5 s,
+// jittered in its upper half so services restarted together spread out.
+func infraBackoff(attempt int) time.Duration {
+	d := 250 * time.Millisecond << min(attempt-1, 5)
+	d = min(d, 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// transient reports whether err looks like a dependency that is not (yet)
+// reachable — the network, a server starting up, a retriable Kafka error —
+// rather than a setting that is wrong.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// 57P03: starting up or shutting down; class 08: connection
+		// exception; 53300: too many connections.
+		return pgErr.Code == "57P03" || strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "53300"
+	}
+	var kErr *kerr.Error
+	if errors.As(err, &kErr) {
+		return kErr.Retriable
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// servicePool opens a service's pool of maxConns connections without
+// touching the database: the runner waits for it (waitInfra).
+func (f *infraFlags) servicePool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := f.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Postgres: %w", err)
+	}
+	return pool, nil
 }
 
 // serveMetrics serves the process's metrics (VictoriaMetrics' default set

@@ -22,6 +22,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/seed"
+	"github.com/notify-dev/notify/services/startstop"
 )
 
 // Stats is what GET /stats returns.
@@ -62,8 +63,12 @@ type BrowserStats struct {
 	Gone      int64 `json:"gone"`
 }
 
-// Server is the mock push service.
+// Server is the mock push service. Its lifecycle is startstop's: a second
+// Start fails with startstop.ErrAlreadyStarted; the end of Start's
+// context, like Stop, closes the listener while requests in flight wait
+// out their latency; Stop closes the connections once its context ends.
 type Server struct {
+	startstop.Base
 	cfg Config
 	log *slog.Logger
 
@@ -72,9 +77,9 @@ type Server struct {
 	url    string
 	cert   tls.Certificate
 	failed chan error
-	served chan struct{}
-
-	startOnce, stopOnce sync.Once
+	// restoreGC undoes webpush.RaiseGCPercent, applied while serving.
+	restoreGC func()
+	mozErr    error // the browser side's stop, read by Stop's finish
 
 	// stats
 	received, unique, duplicates atomic.Int64
@@ -101,7 +106,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1), served: make(chan struct{}), release: newReleaser()}
+	s := &Server{cfg: cfg, log: cfg.Logger, failed: make(chan error, 1), release: newReleaser()}
 	s.bodyPool.New = func() any { b := make([]byte, maxBody+1); return &b }
 	if cfg.WebSocketAddr != "" {
 		s.moz = newMozPush(s.log, s.URL)
@@ -114,12 +119,17 @@ const maxBody = 4096
 // Start listens, writes the certificate to Config.CertFile and serves until
 // Stop. It returns once the listener is open.
 func (s *Server) Start(ctx context.Context) error {
-	err := errors.New("pushmock: already started")
-	s.startOnce.Do(func() { err = s.start() })
-	return err
+	run, err := s.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.start(run); err != nil {
+		return run.Abort(err)
+	}
+	return nil
 }
 
-func (s *Server) start() error {
+func (s *Server) start(run *startstop.Run) error {
 	host, _, err := net.SplitHostPort(s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("pushmock: addr %q: %w", s.cfg.Addr, err)
@@ -174,13 +184,24 @@ func (s *Server) start() error {
 	// and tests.
 	s.srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": s.serveH2}
 	s.srv.RegisterOnShutdown(s.shutdownH2)
-	raiseGCPercent()
-	go func() {
-		defer close(s.served)
+	// Its garbage is per request (headers, streams, frames) and its live
+	// heap small — mostly the streams waiting out their latency — like a
+	// sender's; it shares the machine's CPU with the sender under test.
+	s.restoreGC = webpush.RaiseGCPercent()
+	run.Go(func() {
 		if err := s.srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.failed <- fmt.Errorf("pushmock: serve: %w", err)
 		}
-	}()
+	})
+	run.Go(func() {
+		<-run.Soft().Done()
+		if err := s.srv.Shutdown(run.Hard()); err != nil {
+			s.srv.Close() // requests outlived Stop's context
+		}
+		if s.moz != nil {
+			s.mozErr = s.moz.stop(run.Hard())
+		}
+	})
 	s.log.Info("push mock listening", "url", s.url, "push_resources", s.url+"/wpush/<id>",
 		"cert_file", s.cfg.CertFile, "latency", s.latencyString(), "max_streams", s.cfg.MaxStreams)
 	return nil
@@ -196,21 +217,13 @@ func (s *Server) latencyString() string {
 // Stop finishes in-flight requests (each waits out its latency) and closes
 // the listener; when ctx expires it closes the connections.
 func (s *Server) Stop(ctx context.Context) error {
-	var err error
-	s.stopOnce.Do(func() {
-		if s.srv == nil {
-			return
+	return s.Base.Stop(ctx, func(ctx context.Context, hard bool) error {
+		s.restoreGC()
+		if hard {
+			return errors.Join(fmt.Errorf("pushmock: drain: %w", context.Cause(ctx)), s.mozErr)
 		}
-		if err = s.srv.Shutdown(ctx); err != nil {
-			s.srv.Close()
-		}
-		<-s.served
-		if s.moz != nil {
-			err = errors.Join(err, s.moz.stop(ctx))
-		}
-		restoreGCPercent()
+		return s.mozErr
 	})
-	return err
 }
 
 // Failed yields an error when serving stops unexpectedly.

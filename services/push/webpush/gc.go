@@ -24,7 +24,9 @@ var gcTune struct {
 // RaiseGCPercent sets GCPercent for the process while sending, unless the
 // GOGC environment variable chose a setting, and returns the function that
 // undoes it. Calls nest: the previous setting comes back when the last
-// caller restores.
+// caller restores. The push worker and the push mock (whose garbage is
+// also per request over a small live heap) both use it, so a benchmark
+// running both in one process restores the setting once, at the end.
 func RaiseGCPercent() (restore func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}

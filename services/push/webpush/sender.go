@@ -242,6 +242,13 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 
 // Sender sends Web Push messages. It is safe for concurrent use by many
 // goroutines; share one per process.
+//
+// It is a client, not a service, so it has Close rather than the
+// startstop lifecycle: it takes no work of its own (every send is its
+// caller's, bounded by the caller's context) and its only goroutines are
+// those of its connections (reader, writer, health check, dial), which end
+// with the connection. Its owner — the push worker — stops sending first,
+// then calls Close.
 type Sender struct {
 	cfg    Config
 	signer *Signer
