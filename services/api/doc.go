@@ -76,7 +76,7 @@
 //
 // GET /v1/events/{event_id} reports an event's progress to the course's
 // instructor (403 for anyone else; 404 for an unknown event) through a
-// StatusSource; the default serves fanout.LoadStatus ("pending" until the
+// StatusSource; the default serves eventstatus.LoadFanout ("pending" until the
 // planner ran, then "running" with notified/slices/rate/ETA, "finished").
 //
 // # Operations

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/eventstatus"
 )
 
 // ErrEventNotFound is returned by a StatusSource for an unknown event.
@@ -24,14 +24,14 @@ type StatusSource interface {
 }
 
 // FanoutStatus is the default StatusSource: the fan-out's own progress
-// report (fanout.LoadStatus: state, notified, ranges, slices, rate, ETA). A
+// report (eventstatus.LoadFanout: state, notified, ranges, slices, rate, ETA). A
 // source that adds the push stage's numbers can replace it.
 type FanoutStatus struct{ Pool *pgxpool.Pool }
 
 // EventStatus implements StatusSource.
 func (f FanoutStatus) EventStatus(ctx context.Context, eventID UUID) (UUID, any, error) {
-	st, err := fanout.LoadStatus(ctx, f.Pool, eventID.String())
-	if errors.Is(err, fanout.ErrUnknownEvent) {
+	st, err := eventstatus.LoadFanout(ctx, f.Pool, eventID.String())
+	if errors.Is(err, eventstatus.ErrUnknownEvent) {
 		return UUID{}, nil, ErrEventNotFound
 	}
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/eventstatus"
 )
 
 func TestEventStatus(t *testing.T) {
@@ -16,18 +16,18 @@ func TestEventStatus(t *testing.T) {
 	r.decode(t, &pr)
 	path := "/v1/events/" + pr.EventID
 
-	get := func(user UUID) fanout.Status {
+	get := func(user UUID) eventstatus.Fanout {
 		t.Helper()
 		r := e.do(req{method: "GET", path: path, token: e.token(user)})
 		if r.status != http.StatusOK {
 			t.Fatalf("status: %d %s", r.status, r.body)
 		}
-		var st fanout.Status
+		var st eventstatus.Fanout
 		r.decode(t, &st)
 		return st
 	}
 	st := get(e.instructor)
-	if st.State != fanout.StatePending || st.EventID != pr.EventID || st.CourseID != e.course.String() || st.MaterialID != pr.MaterialID ||
+	if st.State != eventstatus.StatePending || st.EventID != pr.EventID || st.CourseID != e.course.String() || st.MaterialID != pr.MaterialID ||
 		st.Title != "Exam" || !st.PublishedAt.Equal(pr.PublishedAt) {
 		t.Fatalf("pending status %+v", st)
 	}
@@ -43,13 +43,13 @@ func TestEventStatus(t *testing.T) {
 		($1, 0, '00000000-0000-0000-0000-000000000000', '7fffffff-ffff-ffff-ffff-ffffffffffff', 3, 12000, now()),
 		($1, 1, '80000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 1, 5000, NULL)`, ev)
 	st = get(e.instructor)
-	if st.State != fanout.StateRunning || st.Ranges != 2 || st.RangesDone != 1 || st.SlicesDone != 4 || st.Notified != 17000 || st.StartedAt == nil {
+	if st.State != eventstatus.StateRunning || st.Ranges != 2 || st.RangesDone != 1 || st.SlicesDone != 4 || st.Notified != 17000 || st.StartedAt == nil {
 		t.Fatalf("running status %+v", st)
 	}
 	e.exec(`UPDATE fanout_ranges SET done_at = now(), slices_done = 3, notified = 13000 WHERE event_id = $1 AND range_index = 1`, ev)
 	e.exec(`UPDATE fanout_runs SET finished_at = now(), notified = 25000 WHERE event_id = $1`, ev)
 	st = get(e.instructor)
-	if st.State != fanout.StateFinished || st.RangesDone != 2 || st.SlicesDone != 6 || st.Notified != 25000 || st.FinishedAt == nil {
+	if st.State != eventstatus.StateFinished || st.RangesDone != 2 || st.SlicesDone != 6 || st.Notified != 25000 || st.FinishedAt == nil {
 		t.Fatalf("finished status %+v", st)
 	}
 
@@ -58,9 +58,9 @@ func TestEventStatus(t *testing.T) {
 	e.exec(`INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size)
 		VALUES ($1, $2, $3, 'Imported', now(), 1, 5000)`, other, e.course, NewUUID())
 	r = e.do(req{method: "GET", path: "/v1/events/" + other.String(), token: e.token(e.instructor)})
-	var st2 fanout.Status
+	var st2 eventstatus.Fanout
 	r.decode(t, &st2)
-	if r.status != http.StatusOK || st2.Title != "Imported" || st2.State != fanout.StateRunning {
+	if r.status != http.StatusOK || st2.Title != "Imported" || st2.State != eventstatus.StateRunning {
 		t.Fatalf("run-only event: %d %s", r.status, r.body)
 	}
 }

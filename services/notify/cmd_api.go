@@ -11,7 +11,7 @@ import (
 
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
-	"github.com/notify-dev/notify/services/status"
+	"github.com/notify-dev/notify/services/eventstatus"
 )
 
 func init() {
@@ -128,8 +128,8 @@ func (s *apiService) Stop(ctx context.Context) error {
 type eventStatusSource struct{ pool *pgxpool.Pool }
 
 func (s eventStatusSource) EventStatus(ctx context.Context, eventID api.UUID) (api.UUID, any, error) {
-	r, err := status.Load(ctx, s.pool, eventID.String())
-	if errors.Is(err, status.ErrUnknownEvent) {
+	r, err := eventstatus.Load(ctx, s.pool, eventID.String())
+	if errors.Is(err, eventstatus.ErrUnknownEvent) {
 		return api.UUID{}, nil, api.ErrEventNotFound
 	}
 	if err != nil {
