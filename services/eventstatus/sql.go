@@ -4,6 +4,21 @@ package eventstatus
 // the callers check its form first, so a typo is ErrUnknownEvent, not a
 // Postgres cast error).
 
+// sqlOwner is the authorization lookup: one row by primary key or unique
+// index, never a scan. A run is preferred over its material as LoadFanout
+// prefers it (an event planned from another source has no material); the
+// LEFT JOIN keeps an event whose course is gone (owner without
+// instructor). UNION ALL with LIMIT 1 stops at the first branch that
+// answers.
+const sqlOwner = `
+SELECT e.course_id::text, c.instructor_id::text
+FROM (
+  SELECT course_id FROM fanout_runs WHERE event_id = $1
+  UNION ALL
+  SELECT course_id FROM materials WHERE event_id = $1
+  LIMIT 1
+) e LEFT JOIN courses c ON c.id = e.course_id`
+
 // The fan-out's progress: its run, else (not planned yet) its material,
 // and the run's ranges.
 const (
