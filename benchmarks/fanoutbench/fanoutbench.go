@@ -37,6 +37,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/connect"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
@@ -484,7 +485,7 @@ func (p *runningPipeline) measure(ctx context.Context, course string) (int64, fl
 	if err != nil {
 		return 0, 0, err
 	}
-	st, err := fanout.LoadStatus(ctx, p.pool, event)
+	st, err := eventstatus.LoadFanout(ctx, p.pool, event)
 	if err != nil {
 		return 0, 0, err
 	}

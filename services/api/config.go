@@ -27,6 +27,9 @@ const (
 	DefaultIdempotencySweepBatch    = 1000
 )
 
+// DefaultUnknownEventTTL is the default of Config.UnknownEventTTL.
+const DefaultUnknownEventTTL = 5 * time.Second
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Addr is the listen address. Default "127.0.0.1:8080"; port 0 picks a
@@ -85,14 +88,21 @@ type Config struct {
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
 	VAPIDPublicKey *ecdh.PublicKey
-	// Status answers GET /v1/events/{id}. Default: FanoutStatus over the
-	// server's pool.
+	// Status answers GET /v1/events/{id}. Default: EventReports over the
+	// server's pool (the report of `notify status --json`).
 	Status StatusSource
 	// StatusMaxAge is how long a GET /v1/events/{id} report is shared
 	// between callers (concurrent callers of one event always share one
 	// query): a full report scans the event's deliveries, ~2 s of Postgres
 	// CPU at a million students. Default 2s; negative disables sharing.
 	StatusMaxAge time.Duration
+	// UnknownEventTTL is how long GET /v1/events/{id} remembers an id it
+	// found unknown and answers 404 for it without asking Status, so that
+	// clients polling ids that do not exist cost no queries. Ids are minted
+	// when their material is committed, before anyone is told them; only an
+	// event planned from elsewhere can be seen up to this late. Default 5s;
+	// negative disables.
+	UnknownEventTTL time.Duration
 	// Metrics receives the API's metrics. Default: a new set, exposed only
 	// on /metrics.
 	Metrics *metrics.Set
@@ -139,6 +149,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatusMaxAge == 0 {
 		c.StatusMaxAge = 2 * time.Second
+	}
+	if c.UnknownEventTTL == 0 {
+		c.UnknownEventTTL = DefaultUnknownEventTTL
 	}
 	if c.Metrics == nil {
 		c.Metrics = metrics.NewSet()

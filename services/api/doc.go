@@ -76,8 +76,17 @@
 //
 // GET /v1/events/{event_id} reports an event's progress to the course's
 // instructor (403 for anyone else; 404 for an unknown event) through a
-// StatusSource; the default serves fanout.LoadStatus ("pending" until the
-// planner ran, then "running" with notified/slices/rate/ETA, "finished").
+// StatusSource; the default (EventReports) serves the eventstatus report,
+// the same JSON as `notify status --json`: the fan-out's state ("pending"
+// until the planner ran, then "running" with notified/slices/rate/ETA,
+// "finished") beside the push accounting, and "done" when both are.
+//
+// The caller is authorized before any report is built: the owner lookup
+// (event → course → instructor) is one indexed row, a report counts the
+// event's deliveries. Unknown ids are remembered for
+// Config.UnknownEventTTL (default 5s) and answered 404 without a query;
+// reports are shared between the instructor's callers for
+// Config.StatusMaxAge (default 2s).
 //
 // # Operations
 //

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/eventstatus"
 )
 
 // ErrEventNotFound is returned by a StatusSource for an unknown event.
@@ -17,31 +16,61 @@ var ErrEventNotFound = errors.New("event not found")
 
 // StatusSource reports an event's progress for GET /v1/events/{id}.
 type StatusSource interface {
-	// EventStatus returns the event's course (only that course's
-	// instructor may see the status) and the status document, served as
-	// JSON. It returns ErrEventNotFound for an unknown event.
+	// EventOwner returns the event's course and that course's instructor,
+	// the one caller who may see the status; the zero instructor means
+	// nobody may (the course is gone). It returns ErrEventNotFound for an
+	// unknown event. It runs for every request, before the caller is
+	// authorized, so it must be cheap: a lookup, never the report.
+	EventOwner(ctx context.Context, eventID UUID) (course, instructor UUID, err error)
+	// EventStatus returns the event's course and the status document,
+	// served as JSON, or ErrEventNotFound. It is asked only on behalf of
+	// the instructor and may be costly: the server shares its answers
+	// between callers (Config.StatusMaxAge).
 	EventStatus(ctx context.Context, eventID UUID) (course UUID, status any, err error)
 }
 
-// FanoutStatus is the default StatusSource: the fan-out's own progress
-// report (fanout.LoadStatus: state, notified, ranges, slices, rate, ETA). A
-// source that adds the push stage's numbers can replace it.
-type FanoutStatus struct{ Pool *pgxpool.Pool }
+// EventReports is the default StatusSource: the owner lookup and the
+// report of services/eventstatus, the same document as `notify status
+// --json` (the fan-out's progress and the push accounting, flat).
+type EventReports struct{ Pool *pgxpool.Pool }
 
-// EventStatus implements StatusSource.
-func (f FanoutStatus) EventStatus(ctx context.Context, eventID UUID) (UUID, any, error) {
-	st, err := fanout.LoadStatus(ctx, f.Pool, eventID.String())
-	if errors.Is(err, fanout.ErrUnknownEvent) {
+// EventOwner implements StatusSource with one indexed row.
+func (s EventReports) EventOwner(ctx context.Context, eventID UUID) (UUID, UUID, error) {
+	o, err := eventstatus.LoadOwner(ctx, s.Pool, eventID.String())
+	if errors.Is(err, eventstatus.ErrUnknownEvent) {
+		return UUID{}, UUID{}, ErrEventNotFound
+	}
+	if err != nil {
+		return UUID{}, UUID{}, err
+	}
+	course, err := ParseUUID(o.CourseID)
+	if err != nil {
+		return UUID{}, UUID{}, fmt.Errorf("event %s has course %q: %w", eventID, o.CourseID, err)
+	}
+	if o.InstructorID == "" {
+		return course, UUID{}, nil
+	}
+	instructor, err := ParseUUID(o.InstructorID)
+	if err != nil {
+		return UUID{}, UUID{}, fmt.Errorf("course %s has instructor %q: %w", course, o.InstructorID, err)
+	}
+	return course, instructor, nil
+}
+
+// EventStatus implements StatusSource with eventstatus.Load.
+func (s EventReports) EventStatus(ctx context.Context, eventID UUID) (UUID, any, error) {
+	r, err := eventstatus.Load(ctx, s.Pool, eventID.String())
+	if errors.Is(err, eventstatus.ErrUnknownEvent) {
 		return UUID{}, nil, ErrEventNotFound
 	}
 	if err != nil {
 		return UUID{}, nil, err
 	}
-	course, err := ParseUUID(st.CourseID)
+	course, err := ParseUUID(r.CourseID)
 	if err != nil {
-		return UUID{}, nil, fmt.Errorf("event %s has course %q: %w", eventID, st.CourseID, err)
+		return UUID{}, nil, fmt.Errorf("event %s has course %q: %w", eventID, r.CourseID, err)
 	}
-	return course, st, nil
+	return course, r, nil
 }
 
 func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) {
@@ -50,7 +79,23 @@ func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) 
 		writeError(w, e)
 		return
 	}
-	course, st, err := s.cfg.Status.EventStatus(r.Context(), id)
+	// Authorize before anything costly: the owner is one indexed row, a
+	// report counts the event's deliveries. Nobody else can make the
+	// server build one, and unknown ids are remembered (cachedStatus).
+	course, instructor, err := s.cfg.Status.EventOwner(r.Context(), id)
+	if errors.Is(err, ErrEventNotFound) {
+		writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "event owner", err)
+		return
+	}
+	if instructor == (UUID{}) || instructor != user {
+		writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may see this event"))
+		return
+	}
+	reported, st, err := s.cfg.Status.EventStatus(r.Context(), id)
 	if errors.Is(err, ErrEventNotFound) {
 		writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))
 		return
@@ -59,14 +104,10 @@ func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) 
 		s.internalError(w, r, "event status", err)
 		return
 	}
-	var instructor UUID
-	err = s.pool.QueryRow(r.Context(), `SELECT instructor_id FROM courses WHERE id = $1`, course).Scan(&instructor)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		s.internalError(w, r, "event status", fmt.Errorf("read course %s: %w", course, err))
-		return
-	}
-	if err != nil || instructor != user {
-		writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may see this event"))
+	if reported != course {
+		// A source whose two answers disagree would show one course's
+		// event to another course's instructor.
+		s.internalError(w, r, "event status", fmt.Errorf("event %s: the report names course %s, the owner lookup %s", id, reported, course))
 		return
 	}
 	writeJSON(w, http.StatusOK, st)

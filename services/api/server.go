@@ -100,11 +100,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, errors.New("api: nil database pool")
 	}
 	if cfg.Status == nil {
-		cfg.Status = FanoutStatus{Pool: pool}
+		cfg.Status = EventReports{Pool: pool}
 	}
-	if cfg.StatusMaxAge > 0 {
-		cfg.Status = newStatusCache(cfg.Status, cfg.StatusMaxAge, cfg.Now)
-	}
+	cfg.Status = newCachedStatus(cfg.Status, cfg.StatusMaxAge, cfg.UnknownEventTTL, cfg.Now)
 	tokens, err := auth.NewCache(cfg.Key, cfg.TokenCacheSize)
 	if err != nil {
 		return nil, err

@@ -77,9 +77,13 @@ func newTestServer(t *testing.T, pool *pgxpool.Pool, cfg Config) *Server {
 
 // blockingStatus holds GET /v1/events requests until released.
 type blockingStatus struct {
-	entered chan struct{}
-	release chan struct{}
-	course  UUID
+	entered            chan struct{}
+	release            chan struct{}
+	course, instructor UUID
+}
+
+func (b *blockingStatus) EventOwner(context.Context, UUID) (UUID, UUID, error) {
+	return b.course, b.instructor, nil
 }
 
 func (b *blockingStatus) EventStatus(ctx context.Context, id UUID) (UUID, any, error) {
@@ -93,7 +97,7 @@ func (b *blockingStatus) EventStatus(ctx context.Context, id UUID) (UUID, any, e
 func TestGracefulStop(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	bs := &blockingStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course}
+	bs := &blockingStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course, instructor: e.instructor}
 	var logs strings.Builder
 	var mu sync.Mutex
 	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: bs,

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema/schematest"
-	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
 
@@ -120,17 +120,17 @@ func (r *disruptRun) waitSlices(n int64) int64 {
 // waitFinished is waitFinished tolerating errors: right after an outage the
 // test's own pool may still hold dead connections. It returns the status
 // and when the run was first seen finished.
-func (r *disruptRun) waitFinished(timeout time.Duration) (fanout.Status, time.Time) {
+func (r *disruptRun) waitFinished(timeout time.Duration) (eventstatus.Fanout, time.Time) {
 	r.t.Helper()
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for {
 		r.alive()
-		st, err := fanout.LoadStatus(context.Background(), r.db.Pool, r.ev.EventID)
+		st, err := eventstatus.LoadFanout(context.Background(), r.db.Pool, r.ev.EventID)
 		if err == nil && st.Finished {
 			return st, time.Now()
 		}
-		if err != nil && !errors.Is(err, fanout.ErrUnknownEvent) {
+		if err != nil && !errors.Is(err, eventstatus.ErrUnknownEvent) {
 			lastErr = err
 		}
 		if time.Now().After(deadline) {
@@ -145,7 +145,7 @@ func (r *disruptRun) waitFinished(timeout time.Duration) (fanout.Status, time.Ti
 // exactly once — plus: nothing was dead-lettered (an outage is not a
 // malformed record), and both processes are still running and stop
 // cleanly (exit 0).
-func (r *disruptRun) check(st fanout.Status) {
+func (r *disruptRun) check(st eventstatus.Fanout) {
 	t, pool := r.t, r.db.Pool
 	aud := audience(t, pool, r.c.ID, r.ev.PublishedAt)
 	if len(aud) != disruptStudents {

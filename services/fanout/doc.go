@@ -31,6 +31,7 @@
 //
 // # Progress
 //
-// LoadStatus reads a run's progress (notified, slices done of an estimated
-// total, rate, ETA) for `notify status` and the API.
+// A run's progress (notified, slices done of an estimated total, rate, ETA)
+// is read from fanout_runs and fanout_ranges by services/eventstatus, for
+// `notify status` and the API; Range.Fraction is the estimate it rests on.
 package fanout

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -167,7 +168,7 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); n != 1234 {
 		t.Fatalf("%d notifications, want 1234", n)
 	}
-	st, err := fanout.LoadStatus(ctx, db.Pool, ev.EventID)
+	st, err := eventstatus.LoadFanout(ctx, db.Pool, ev.EventID)
 	if err != nil || !st.Finished || st.Notified != 1234 || st.SlicesDone != int64(executed) {
 		t.Fatalf("status %+v %v (executed %d)", st, err, executed)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -99,12 +100,12 @@ func publish(t testing.TB, pool *pgxpool.Pool, c course, at time.Time) streams.M
 
 // waitFinished waits until the run of eventID is finished. The deadline is
 // a hang guard, not an assertion on speed.
-func waitFinished(t testing.TB, pool *pgxpool.Pool, eventID string, timeout time.Duration) fanout.Status {
+func waitFinished(t testing.TB, pool *pgxpool.Pool, eventID string, timeout time.Duration) eventstatus.Fanout {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		st, err := fanout.LoadStatus(context.Background(), pool, eventID)
-		if err != nil && !errors.Is(err, fanout.ErrUnknownEvent) {
+		st, err := eventstatus.LoadFanout(context.Background(), pool, eventID)
+		if err != nil && !errors.Is(err, eventstatus.ErrUnknownEvent) {
 			t.Fatalf("status: %v", err)
 		}
 		if st.Finished {

@@ -73,6 +73,11 @@ func uuidInt(s string) (*big.Int, error) {
 	return new(big.Int).SetBytes(b[:]), nil
 }
 
+// Fraction is how far cursor (the last user handled) has advanced through
+// r, in [0, 1]: the share of the range's students done, since user ids are
+// uniformly random. The event's progress report estimates from it.
+func (r Range) Fraction(cursor string) float64 { return rangeFraction(r.Lo, r.Hi, cursor) }
+
 // rangeFraction is how far cursor (exclusive of nothing: the last user
 // handled) has advanced through [lo, hi], in [0, 1]. Because user ids are
 // uniformly random this estimates the share of the range's students done.

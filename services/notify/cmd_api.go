@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
-	"github.com/notify-dev/notify/services/status"
 )
 
 func init() {
@@ -58,7 +56,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			return nil, err
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log,
-			Status: eventStatusSource{pool}, PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
+			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep}, pool)
 		if err != nil {
 			pool.Close()
@@ -111,21 +109,3 @@ func openAPIPool(ctx context.Context, infra *infraFlags, maxConns int32) (*pgxpo
 	return pool, nil
 }
 
-// eventStatusSource serves GET /v1/events/{id} from the same report as
-// `notify status`: the fan-out's progress and the push accounting.
-type eventStatusSource struct{ pool *pgxpool.Pool }
-
-func (s eventStatusSource) EventStatus(ctx context.Context, eventID api.UUID) (api.UUID, any, error) {
-	r, err := status.Load(ctx, s.pool, eventID.String())
-	if errors.Is(err, status.ErrUnknownEvent) {
-		return api.UUID{}, nil, api.ErrEventNotFound
-	}
-	if err != nil {
-		return api.UUID{}, nil, err
-	}
-	course, err := api.ParseUUID(r.CourseID)
-	if err != nil {
-		return api.UUID{}, nil, fmt.Errorf("event %s has course %q: %w", eventID, r.CourseID, err)
-	}
-	return course, r, nil
-}

@@ -11,8 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notify-dev/notify/services/push"
-	"github.com/notify-dev/notify/services/status"
+	"github.com/notify-dev/notify/services/eventstatus"
 )
 
 func init() {
@@ -55,15 +54,16 @@ func runStatus(ctx context.Context, args []string) error {
 		return verifyEvent(ctx, pool, eventID, *asJSON)
 	}
 	clear := *watch && !*asJSON && isTerminal(out)
-	var pushCounts status.Report
+	var pushCounts eventstatus.Report
 	for {
-		r, err := status.LoadFanout(ctx, pool, eventID)
-		if errors.Is(err, status.ErrUnknownEvent) {
+		f, err := eventstatus.LoadFanout(ctx, pool, eventID)
+		if errors.Is(err, eventstatus.ErrUnknownEvent) {
 			return exitError{code: 1, msg: fmt.Sprintf("no event %s (neither published nor planned in %s)", eventID, redactURL(infra.databaseURL))}
 		}
 		if err != nil {
 			return err
 		}
+		r := eventstatus.Report{Fanout: f}
 		// Push counts cost a scan of the event's deliveries: refresh them
 		// every 5 s while watching, and always for the last report.
 		if pushCounts.PushCountsAt.IsZero() || time.Since(pushCounts.PushCountsAt) >= 5*time.Second || r.Finished {
@@ -72,7 +72,7 @@ func runStatus(ctx context.Context, args []string) error {
 			}
 			pushCounts = r
 		} else {
-			r.Counts, r.PushCountsAt = pushCounts.Counts, pushCounts.PushCountsAt
+			r.PushCounts, r.PushCountsAt = pushCounts.PushCounts, pushCounts.PushCountsAt
 		}
 		if clear {
 			fmt.Fprint(out, "\033[H\033[2J")
@@ -94,7 +94,7 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 }
 
-func printReport(w io.Writer, r status.Report, asJSON bool) error {
+func printReport(w io.Writer, r eventstatus.Report, asJSON bool) error {
 	if asJSON {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -107,15 +107,15 @@ func printReport(w io.Writer, r status.Report, asJSON bool) error {
 }
 
 // verifyEvent recomputes the push accounting term by term from the tables
-// (push.Verify) and fails when the equation or an invariant does not hold.
+// (eventstatus.Verify) and fails when the equation or an invariant does not hold.
 func verifyEvent(ctx context.Context, pool *pgxpool.Pool, eventID string, asJSON bool) error {
-	v, err := push.Verify(ctx, pool, eventID)
+	v, err := eventstatus.Verify(ctx, pool, eventID)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		b, err := json.Marshal(struct {
-			push.Verification
+			eventstatus.Verification
 			OK bool `json:"ok"`
 		}{v, v.OK()})
 		if err != nil {
@@ -123,7 +123,7 @@ func verifyEvent(ctx context.Context, pool *pgxpool.Pool, eventID string, asJSON
 		}
 		fmt.Printf("%s\n", b)
 	} else {
-		c := v.Status.Counts
+		c := v.Status.PushCounts
 		fmt.Printf("event %s: notified %d, target %d = delivered %d + gone %d + failed %d + pending %d\n",
 			eventID, v.Status.Notified, c.Target, c.Delivered, c.Gone, c.Failed, c.Pending)
 		for _, p := range v.Problems {

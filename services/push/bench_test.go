@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -84,12 +84,12 @@ func BenchmarkPushStage(b *testing.B) {
 
 	// What the accounting costs at this size (notify status polls it).
 	t0 := time.Now()
-	if _, err := push.EventStatus(f.ctx, f.db.Pool, f.eventID); err != nil {
+	if _, err := eventstatus.LoadPush(f.ctx, f.db.Pool, f.eventID); err != nil {
 		b.Fatal(err)
 	}
 	t1 := time.Now()
 	f.verify()
-	b.Logf("accounting at %d subscriptions: EventStatus %s, Verify %s", subs, t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+	b.Logf("accounting at %d subscriptions: LoadPush %s, Verify %s", subs, t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
 
 	// The delivery engine alone, same machine, same run.
 	out := filepath.Join(b.TempDir(), "bench-push.json")

@@ -15,6 +15,7 @@ import (
 	"github.com/notify-dev/notify/streams"
 
 	"github.com/notify-dev/notify/infra/local/localtest"
+	"github.com/notify-dev/notify/services/eventstatus"
 )
 
 // Settings of the disruptive runs. The mock answers after 40 ms and the
@@ -94,14 +95,14 @@ func (r *disruptRun) waitProgress(n int64) {
 // outage the test's own pool and admin client may still be reconnecting.
 // It returns once every target subscription has a final outcome and the
 // group has committed every command, with the time each was first seen.
-func (r *disruptRun) waitSettled(timeout time.Duration) (st push.Status, settled, caughtUp time.Time) {
+func (r *disruptRun) waitSettled(timeout time.Duration) (st eventstatus.Push, settled, caughtUp time.Time) {
 	r.t.Helper()
 	f := r.f
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for {
 		if settled.IsZero() {
-			s, err := push.EventStatus(f.ctx, f.db.Pool, f.eventID)
+			s, err := eventstatus.LoadPush(f.ctx, f.db.Pool, f.eventID)
 			if lastErr = err; err == nil && s.Target > 0 && s.Pending == 0 {
 				st, settled = s, time.Now()
 			}
@@ -118,7 +119,7 @@ func (r *disruptRun) waitSettled(timeout time.Duration) (st push.Status, settled
 		default:
 		}
 		if time.Now().After(deadline) {
-			s, _ := push.EventStatus(f.ctx, f.db.Pool, f.eventID)
+			s, _ := eventstatus.LoadPush(f.ctx, f.db.Pool, f.eventID)
 			r.t.Fatalf("not settled and committed after %s: status %+v, last error %v; mock %+v", timeout, s, lastErr, f.mock.Stats())
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -157,7 +158,7 @@ func (r *disruptRun) behind() (int64, error) {
 // allowed: delivery is at least once) are at most the worker's in-flight
 // cap; every failed subscription is dead-lettered; the worker is still
 // running and stops cleanly. It returns the worker's final stats.
-func (r *disruptRun) check(st push.Status) push.Stats {
+func (r *disruptRun) check(st eventstatus.Push) push.Stats {
 	t, f := r.t, r.f
 	subs := f.seed.Subscriptions
 	if st.Target != subs || st.Delivered != r.delivered || st.Gone != r.gone || st.Failed != r.failed || st.Pending != 0 {

@@ -1,8 +1,9 @@
 // Package push is the push stage of notify: workers that form the
 // notify-push consumer group on outbox.event.push, turn each PushCommand into
 // encrypted Web Pushes through the webpush delivery engine, and record every
-// outcome in push_deliveries before the command's offset is committed. It
-// also holds the per-event push accounting (EventStatus, Verify).
+// outcome in push_deliveries before the command's offset is committed. The
+// per-event accounting read from those rows (target = delivered + gone +
+// failed + pending, and its verification) is services/eventstatus.
 //
 // # One command
 //

@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -368,13 +369,13 @@ func mustVAPID(t testing.TB) *webpush.VAPIDKey {
 
 // waitSettled waits until every target subscription has a final outcome
 // and returns the status.
-func (f *fixture) waitSettled(timeout time.Duration) push.Status {
+func (f *fixture) waitSettled(timeout time.Duration) eventstatus.Push {
 	f.t.Helper()
 	deadline := time.Now().Add(timeout)
-	var st push.Status
+	var st eventstatus.Push
 	var err error
 	for {
-		st, err = push.EventStatus(f.ctx, f.db.Pool, f.eventID)
+		st, err = eventstatus.LoadPush(f.ctx, f.db.Pool, f.eventID)
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -441,9 +442,9 @@ func (f *fixture) waitMembers(n int, timeout time.Duration) {
 	}
 }
 
-func (f *fixture) verify() push.Status {
+func (f *fixture) verify() eventstatus.Push {
 	f.t.Helper()
-	v, err := push.Verify(f.ctx, f.db.Pool, f.eventID)
+	v, err := eventstatus.Verify(f.ctx, f.db.Pool, f.eventID)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -215,50 +215,6 @@ func TestRecordIsAtomicAndNeverOverwritesFinal(t *testing.T) {
 	}
 }
 
-func TestStatusAndVerify(t *testing.T) {
-	t.Parallel()
-	db := schematest.NewDatabase(t)
-	seedTiny(t, db)
-	ctx := context.Background()
-	st, err := EventStatus(ctx, db.Pool, evA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Notified != 2 || st.Target != 2 || st.Unsent != 2 || st.Pending != 2 || st.Done() {
-		t.Fatalf("fresh status %+v", st)
-	}
-	// 1 delivered then unsubscribed; 2 gone (deleted): both still count.
-	if err := record(ctx, db.Pool, evA, []row{{subID: 1, status: StatusDelivered, http: 201, attempts: 1}, {subID: 2, status: StatusGone, http: 410, attempts: 1}}, []int64{2}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `DELETE FROM push_subscriptions WHERE id = 1`); err != nil {
-		t.Fatal(err)
-	}
-	v, err := Verify(ctx, db.Pool, evA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !v.OK() || v.Status.Target != 2 || v.Status.Delivered != 1 || v.Status.Gone != 1 || !v.Status.Done() {
-		t.Fatalf("verify %+v", v)
-	}
-	// A push to a student who was not notified, and a gone subscription
-	// that was not deleted, are both caught.
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 3, 'gone')`, evA); err != nil {
-		t.Fatal(err)
-	}
-	v, err = Verify(ctx, db.Pool, evA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined := strings.Join(v.Problems, "\n")
-	if v.OK() || !strings.Contains(joined, "not notified") || !strings.Contains(joined, "recorded gone still exist") {
-		t.Fatalf("problems not found: %q", v.Problems)
-	}
-	if _, err := EventStatus(ctx, db.Pool, "nope"); err == nil {
-		t.Fatal("a bad event id was accepted")
-	}
-}
-
 // scriptedSender answers by endpoint and reports each call on sent.
 type scriptedSender struct {
 	out  map[string]webpush.Outcome

@@ -1,15 +1,17 @@
-package fanout
+package eventstatus
 
 import (
 	"testing"
 	"time"
+
+	"github.com/notify-dev/notify/services/fanout"
 )
 
 func TestStatusEstimatesFromRangeProgress(t *testing.T) {
-	rs2, _ := SplitRanges(2)
+	rs2, _ := fanout.SplitRanges(2)
 	// Range 0 done with 500 students in 2 slices of 400; range 1 half-way
 	// with 250 students in 1 slice.
-	st := Status{SliceSize: 400}
+	st := Fanout{SliceSize: 400}
 	st.summarise([]rangeProgress{
 		{lo: rs2[0].Lo, hi: rs2[0].Hi, cursor: "7ffffff0-0000-0000-0000-000000000000", slicesDone: 2, notified: 500, done: true},
 		{lo: rs2[1].Lo, hi: rs2[1].Hi, cursor: "bfffffff-ffff-ffff-ffff-ffffffffffff", slicesDone: 1, notified: 250},
@@ -34,12 +36,12 @@ func TestStatusEstimatesFromRangeProgress(t *testing.T) {
 }
 
 func TestStatusBeforeAnyProgress(t *testing.T) {
-	rs, _ := SplitRanges(3)
+	rs, _ := fanout.SplitRanges(3)
 	var prog []rangeProgress
 	for _, r := range rs {
 		prog = append(prog, rangeProgress{lo: r.Lo, hi: r.Hi})
 	}
-	st := Status{SliceSize: 5000}
+	st := Fanout{SliceSize: 5000}
 	st.summarise(prog, time.Second)
 	if st.SlicesTotal != 3 || st.EstimatedStudents != nil || st.ETASeconds != nil || st.Finished {
 		t.Fatalf("%+v", st)
@@ -47,9 +49,9 @@ func TestStatusBeforeAnyProgress(t *testing.T) {
 }
 
 func TestStatusFinished(t *testing.T) {
-	rs, _ := SplitRanges(1)
+	rs, _ := fanout.SplitRanges(1)
 	fin := time.Now()
-	st := Status{SliceSize: 10, FinishedAt: &fin}
+	st := Fanout{SliceSize: 10, FinishedAt: &fin}
 	st.summarise([]rangeProgress{{lo: rs[0].Lo, hi: rs[0].Hi, cursor: "ffffffff-0000-0000-0000-000000000000", slicesDone: 3, notified: 25, done: true}}, 5*time.Second)
 	if !st.Finished || st.State != StateFinished || st.SlicesTotal != 3 || st.SlicesTotalEstimated || *st.EstimatedStudents != 25 || st.ETASeconds != nil || st.RatePerSecond != 5 {
 		t.Fatalf("%+v", st)

@@ -1,12 +1,10 @@
-package status
+package eventstatus
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/notify-dev/notify/services/fanout"
 )
 
 func TestGroup(t *testing.T) {
@@ -19,7 +17,7 @@ func TestGroup(t *testing.T) {
 
 func TestReportText(t *testing.T) {
 	est, eta := int64(1_000_000), 4.5
-	r := Report{Status: fanout.Status{EventID: "e", CourseID: "c", Title: "Week 1", State: fanout.StateRunning,
+	r := Report{Fanout: Fanout{EventID: "e", CourseID: "c", Title: "Week 1", State: StateRunning,
 		Notified: 523_000, EstimatedStudents: &est, Ranges: 4, RangesDone: 1, SliceSize: 5000,
 		SlicesDone: 105, SlicesTotal: 201, SlicesTotalEstimated: true, ElapsedSeconds: 5, RatePerSecond: 104_600, ETASeconds: &eta,
 		PublishedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
@@ -38,7 +36,7 @@ func TestReportText(t *testing.T) {
 // TestReportJSONIsFlat: readers (scripts, the acceptance checks) find
 // event_id, notified and finished at the top level.
 func TestReportJSONIsFlat(t *testing.T) {
-	b, err := json.Marshal(Report{Status: fanout.Status{EventID: "e", Notified: 3, Finished: true}})
+	b, err := json.Marshal(Report{Fanout: Fanout{EventID: "e", Notified: 3, Finished: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,12 @@
-package status_test
+package eventstatus_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/seed"
-	"github.com/notify-dev/notify/services/status"
 )
 
 // One report carries both stages, and "done" needs both: the fan-out
@@ -20,12 +20,7 @@ func TestLoadBothStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ev = "00000000-0000-4000-8000-000000000001"
-	mustExec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mustExec := execer(t, db)
 	mustExec(`INSERT INTO materials (id, course_id, author_id, title, body, published_at, event_id)
 		VALUES ('00000000-0000-4000-8000-0000000000aa', $1, $2, 't', 'b', now(), $3)`, res.CourseID, res.InstructorID, ev)
 	mustExec(`INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size, finished_at, notified)
@@ -39,7 +34,7 @@ func TestLoadBothStages(t *testing.T) {
 	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'gone')`, ev)
 	mustExec(`DELETE FROM push_subscriptions WHERE id = 1`)
 
-	r, err := status.Load(ctx, db.Pool, ev)
+	r, err := eventstatus.Load(ctx, db.Pool, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,13 +42,13 @@ func TestLoadBothStages(t *testing.T) {
 		t.Fatalf("fan-out part: finished=%v notified=%d", r.Finished, r.Notified)
 	}
 	if r.Target != res.Subscriptions || r.Gone != 1 || r.Pending != 2 || r.Delivered != res.Subscriptions-3 {
-		t.Fatalf("push part: %+v (subscriptions %d)", r.Counts, res.Subscriptions)
+		t.Fatalf("push part: %+v (subscriptions %d)", r.PushCounts, res.Subscriptions)
 	}
 	if r.Done() {
 		t.Fatal("done with 2 pushes pending")
 	}
 	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 2, 'failed'), ($1, 3, 'delivered')`, ev)
-	if r, err = status.Load(ctx, db.Pool, ev); err != nil || !r.Done() || r.Failed != 1 {
-		t.Fatalf("after the last outcomes: done=%v %+v err=%v", r.Done(), r.Counts, err)
+	if r, err = eventstatus.Load(ctx, db.Pool, ev); err != nil || !r.Done() || r.Failed != 1 {
+		t.Fatalf("after the last outcomes: done=%v %+v err=%v", r.Done(), r.PushCounts, err)
 	}
 }

@@ -1,4 +1,4 @@
-package fanout
+package eventstatus
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// ErrUnknownEvent is returned by LoadStatus for an event that was neither
-// published through the API (materials.event_id) nor planned.
-var ErrUnknownEvent = errors.New("unknown event")
+	"github.com/notify-dev/notify/services/fanout"
+)
 
 // Fan-out states.
 const (
@@ -25,8 +23,8 @@ const (
 	StateFinished = "finished"
 )
 
-// Status is the fan-out progress of one event.
-type Status struct {
+// Fanout is the fan-out progress of one event.
+type Fanout struct {
 	EventID     string    `json:"event_id"`
 	CourseID    string    `json:"course_id"`
 	MaterialID  string    `json:"material_id"`
@@ -60,38 +58,21 @@ type Status struct {
 	ETASeconds *float64 `json:"eta_seconds,omitempty"`
 }
 
-// Querier is what LoadStatus needs: a pool, a connection or a transaction.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-const sqlStatusRun = `
-SELECT course_id::text, material_id::text, title, published_at, ranges, slice_size,
-       started_at, finished_at, notified, now()
-FROM fanout_runs WHERE event_id = $1`
-
-const sqlStatusRanges = `
-SELECT lo::text, hi::text, cursor::text, slices_done, notified, done_at IS NOT NULL
-FROM fanout_ranges WHERE event_id = $1`
-
-const sqlStatusMaterial = `
-SELECT course_id::text, id::text, title, published_at FROM materials WHERE event_id = $1`
-
-// LoadStatus reads the fan-out progress of eventID. It returns
-// ErrUnknownEvent when the event is neither planned nor a known material.
-func LoadStatus(ctx context.Context, q Querier, eventID string) (Status, error) {
-	st := Status{EventID: eventID}
-	if _, err := parseUUID(eventID); err != nil {
-		return st, fmt.Errorf("%w: %v", ErrUnknownEvent, err)
+// LoadFanout reads the fan-out progress of eventID: a few rows, cheap
+// enough to poll every second. It returns ErrUnknownEvent when the event
+// is neither planned nor a known material.
+func LoadFanout(ctx context.Context, q Querier, eventID string) (Fanout, error) {
+	st := Fanout{EventID: eventID}
+	if err := checkEventID(eventID); err != nil {
+		return st, err
 	}
 	var notified *int64
 	var now time.Time
 	var started time.Time
-	err := q.QueryRow(ctx, sqlStatusRun, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
+	err := q.QueryRow(ctx, sqlFanoutRun, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
 		&st.Ranges, &st.SliceSize, &started, &st.FinishedAt, &notified, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = q.QueryRow(ctx, sqlStatusMaterial, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt)
+		err = q.QueryRow(ctx, sqlFanoutMaterial, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return st, ErrUnknownEvent
 		}
@@ -105,7 +86,7 @@ func LoadStatus(ctx context.Context, q Querier, eventID string) (Status, error) 
 		return st, fmt.Errorf("read run %s: %w", eventID, err)
 	}
 	st.StartedAt = &started
-	rows, err := q.Query(ctx, sqlStatusRanges, eventID)
+	rows, err := q.Query(ctx, sqlFanoutRanges, eventID)
 	if err != nil {
 		return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
 	}
@@ -136,11 +117,13 @@ func LoadStatus(ctx context.Context, q Querier, eventID string) (Status, error) 
 	return st, nil
 }
 
+// rangeProgress is one fanout_ranges row.
 type rangeProgress struct {
-	lo, hi, cursor string
-	slicesDone     int64
-	notified       int64
-	done           bool
+	lo, hi     string
+	cursor     string // the last user handled; "" before the first slice
+	slicesDone int64
+	notified   int64
+	done       bool
 }
 
 // summarise fills the counts, estimates and rates from the ranges.
@@ -149,7 +132,7 @@ type rangeProgress struct {
 // cursor is a fraction f of the way through it has seen about f of its
 // students. All ranges have the same width, so the students per range is
 // (students seen) / (ranges' worth of uuid space walked).
-func (st *Status) summarise(rs []rangeProgress, elapsed time.Duration) {
+func (st *Fanout) summarise(rs []rangeProgress, elapsed time.Duration) {
 	var walked float64
 	for _, r := range rs {
 		st.Notified += r.notified
@@ -159,7 +142,7 @@ func (st *Status) summarise(rs []rangeProgress, elapsed time.Duration) {
 			st.RangesDone++
 			walked++
 		case r.cursor != "":
-			walked += rangeFraction(r.lo, r.hi, r.cursor)
+			walked += fanout.Range{Lo: r.lo, Hi: r.hi}.Fraction(r.cursor)
 		}
 	}
 	st.Finished = len(rs) > 0 && st.RangesDone == len(rs) && st.FinishedAt != nil

@@ -1,0 +1,86 @@
+package eventstatus
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteText writes the report as an aligned two-column table.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	row := func(k, v string) { fmt.Fprintf(&b, "%-10s %s\n", k, v) }
+	row("event", r.EventID)
+	row("course", r.CourseID)
+	if r.Title != "" {
+		row("title", r.Title)
+	}
+	if !r.PublishedAt.IsZero() {
+		row("published", r.PublishedAt.UTC().Format(time.RFC3339))
+	}
+	row("state", r.State)
+	if r.State == StatePending {
+		row("fan-out", "not planned yet")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	notified := group(r.Notified)
+	if r.EstimatedStudents != nil && !r.Finished {
+		notified += " of ~" + group(*r.EstimatedStudents) + " (estimated)"
+	}
+	row("notified", notified)
+	slices := group(r.SlicesDone) + " / " + group(r.SlicesTotal)
+	if r.SlicesTotalEstimated {
+		slices = group(r.SlicesDone) + " / ~" + group(r.SlicesTotal) + " (estimated)"
+	}
+	row("slices", fmt.Sprintf("%s, slice size %s", slices, group(int64(r.SliceSize))))
+	row("ranges", fmt.Sprintf("%d / %d done", r.RangesDone, r.Ranges))
+	row("rate", group(int64(r.RatePerSecond+0.5))+" notifications/s")
+	row("elapsed", seconds(r.ElapsedSeconds))
+	switch {
+	case r.Finished:
+		row("eta", "finished")
+	case r.ETASeconds != nil:
+		row("eta", seconds(*r.ETASeconds))
+	default:
+		row("eta", "unknown")
+	}
+	if !r.PushCountsAt.IsZero() {
+		row("push", fmt.Sprintf("%s target: %s delivered, %s gone, %s failed, %s pending (%s retrying)",
+			group(r.Target), group(r.Delivered), group(r.Gone), group(r.Failed), group(r.Pending), group(r.Retrying)))
+		state := "in progress"
+		if r.EventDone {
+			state = "done: every subscription has a final outcome"
+		}
+		row("overall", state)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// group formats n with thousands separators: 1000000 → 1,000,000.
+func group(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+func seconds(s float64) string {
+	if s < 60 {
+		return strconv.FormatFloat(s, 'f', 1, 64) + "s"
+	}
+	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
+}

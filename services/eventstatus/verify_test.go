@@ -1,0 +1,83 @@
+package eventstatus_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/eventstatus"
+)
+
+const (
+	evA   = "0195f3a2-7c1e-4d4a-9b8e-2f6c1a9e4b77"
+	userA = "00000000-0000-4000-8000-000000000001"
+	userB = "00000000-0000-4000-8000-000000000002"
+	userC = "00000000-0000-4000-8000-000000000003"
+)
+
+// execer returns a function that runs one statement on db or fails t.
+func execer(t *testing.T, db *schematest.Database) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+// seedTiny: three users with one subscription each (ids 1–3); A and B are
+// notified of evA, C is not.
+func seedTiny(t *testing.T, db *schematest.Database) func(sql string, args ...any) {
+	t.Helper()
+	exec := execer(t, db)
+	for i, u := range []string{userA, userB, userC} {
+		exec(`INSERT INTO users (id, name) VALUES ($1, 'x')`, u)
+		exec(`INSERT INTO push_subscriptions (id, user_id, endpoint, p256dh, auth) VALUES ($1, $2, $3, $4, $5)`,
+			i+1, u, fmt.Sprintf("https://push.example/%d", i+1), make([]byte, 65), make([]byte, 16))
+	}
+	for _, u := range []string{userA, userB} {
+		exec(`INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, now())`, evA, u)
+	}
+	return exec
+}
+
+func TestStatusAndVerify(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	exec := seedTiny(t, db)
+	ctx := context.Background()
+	st, err := eventstatus.LoadPush(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Notified != 2 || st.Target != 2 || st.Unsent != 2 || st.Pending != 2 || st.Done() {
+		t.Fatalf("fresh status %+v", st)
+	}
+	// 1 delivered then unsubscribed; 2 gone (deleted as the push worker
+	// does when it records gone): both still count.
+	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status, http_status) VALUES ($1, 1, 'delivered', 201), ($1, 2, 'gone', 410)`, evA)
+	exec(`DELETE FROM push_subscriptions WHERE id IN (1, 2)`)
+	v, err := eventstatus.Verify(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.OK() || v.Status.Target != 2 || v.Status.Delivered != 1 || v.Status.Gone != 1 || !v.Status.Done() {
+		t.Fatalf("verify %+v", v)
+	}
+	// A push to a student who was not notified, and a gone subscription
+	// that was not deleted, are both caught.
+	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 3, 'gone')`, evA)
+	v, err = eventstatus.Verify(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(v.Problems, "\n")
+	if v.OK() || !strings.Contains(joined, "not notified") || !strings.Contains(joined, "recorded gone still exist") {
+		t.Fatalf("problems not found: %q", v.Problems)
+	}
+	if _, err := eventstatus.LoadPush(ctx, db.Pool, "nope"); err == nil {
+		t.Fatal("a bad event id was accepted")
+	}
+}
