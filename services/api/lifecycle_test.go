@@ -15,10 +15,15 @@ import (
 // when release is nil, until the request's context ends (reported on
 // cancelled).
 type heldStatus struct {
-	entered   chan struct{}
-	release   chan struct{}
-	cancelled chan struct{}
-	course    UUID
+	entered    chan struct{}
+	release    chan struct{}
+	cancelled  chan struct{}
+	course     UUID
+	instructor UUID
+}
+
+func (h *heldStatus) EventOwner(context.Context, UUID) (UUID, UUID, error) {
+	return h.course, h.instructor, nil
 }
 
 func (h *heldStatus) EventStatus(ctx context.Context, _ UUID) (UUID, any, error) {
@@ -66,7 +71,7 @@ func refusesConnections(srv *Server) bool {
 func TestLifecycleStartContext(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	hs := &heldStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course}
+	hs := &heldStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course, instructor: e.instructor}
 	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: hs, StatusMaxAge: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -102,7 +107,7 @@ func TestLifecycleStartContext(t *testing.T) {
 func TestLifecycleHardStop(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	hs := &heldStatus{entered: make(chan struct{}), cancelled: make(chan struct{}), course: e.course}
+	hs := &heldStatus{entered: make(chan struct{}), cancelled: make(chan struct{}), course: e.course, instructor: e.instructor}
 	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: hs, StatusMaxAge: -1})
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
