@@ -69,3 +69,27 @@ func TestCheckDevListen(t *testing.T) {
 		}
 	}
 }
+
+// A bad NOTIFY_LOG_LEVEL or NOTIFY_LOG_FORMAT stops every command at
+// start, naming the setting, instead of silently logging otherwise.
+func TestBadLogSettingsFailAtStart(t *testing.T) {
+	for _, c := range []struct{ level, format, want string }{
+		{"verbose", "", envLogLevel},
+		{"", "xml", envLogFormat},
+		{"infoo", "text", envLogLevel},
+	} {
+		t.Setenv(envLogLevel, c.level)
+		t.Setenv(envLogFormat, c.format)
+		var out, errb bytes.Buffer
+		if code := mainErr([]string{"token", "--dev", "--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"}, &out, &errb); code == 0 || !strings.Contains(errb.String(), c.want) || out.Len() != 0 {
+			t.Errorf("level %q format %q: exit %d, stdout %q, stderr %q; want a failure naming %s", c.level, c.format, code, out.String(), errb.String(), c.want)
+		}
+	}
+	for _, ok := range [][2]string{{"debug", "json"}, {"WARN", "TEXT"}, {"info+2", ""}, {"", ""}} {
+		t.Setenv(envLogLevel, ok[0])
+		t.Setenv(envLogFormat, ok[1])
+		if err := checkLogSettings(); err != nil {
+			t.Errorf("%v refused: %v", ok, err)
+		}
+	}
+}
