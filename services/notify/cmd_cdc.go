@@ -60,6 +60,9 @@ func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (ser
 		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
 			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
 		}
+		if err := checkDevListenEnv("--metrics-addr", *metricsAddr); err != nil {
+			return nil, err
+		}
 		return &cdcService{c: c, infra: infra, metricsAddr: *metricsAddr, log: log}, nil
 	}
 }

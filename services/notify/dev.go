@@ -49,6 +49,18 @@ func devFromEnv() (bool, error) {
 	return on, nil
 }
 
+// checkDevListenEnv is checkDevListen for services with no dev behaviour
+// of their own (cdc, fanout): NOTIFY_DEV set for a whole deployment is
+// refused there too, so it cannot sit unnoticed beside non-loopback
+// listeners.
+func checkDevListenEnv(setting, addr string) error {
+	dev, err := devFromEnv()
+	if err != nil {
+		return err
+	}
+	return checkDevListen(dev, setting, addr)
+}
+
 // checkDevListen refuses dev mode on addr unless it is a loopback address
 // (127.0.0.0/8, ::1 or localhost). An empty host (":8080") listens on every
 // interface and is refused too.

@@ -37,6 +37,8 @@ func TestServicesRefuseDevSecretsOutsideDevMode(t *testing.T) {
 		{"api dev mode on a public address", nil, []string{"run", "api", "--dev", "--addr", "192.0.2.1:8080"}, "--addr"},
 		{"api dev mode on a host name", nil, []string{"run", "api", "--dev", "--addr", "example.com:8080"}, "--addr"},
 		{"push dev mode metrics on all interfaces", map[string]string{envDev: "true"}, []string{"run", "push", "--metrics-addr", "0.0.0.0:9103"}, "--metrics-addr"},
+		{"cdc dev mode metrics on all interfaces", map[string]string{envDev: "1"}, []string{"run", "cdc", "--metrics-addr", ":9101"}, "--metrics-addr"},
+		{"fanout dev mode metrics on all interfaces", map[string]string{envDev: "1"}, []string{"run", "fanout", "--metrics-addr", "0.0.0.0:9102"}, "--metrics-addr"},
 		{"bad NOTIFY_DEV", map[string]string{envDev: "yes please"}, []string{"run", "api"}, envDev},
 		{"bad allow-list", map[string]string{envDev: "1", "NOTIFY_PUSH_ALLOWED_HOSTS": "a/b"}, []string{"run", "api"}, "NOTIFY_PUSH_ALLOWED_HOSTS"},
 	} {
