@@ -222,6 +222,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		"NOTIFY_TOPIC_PREFIX=" + topics.Prefix,
 		"NOTIFY_PUSH_CA_FILE=" + certFile,
 		"NOTIFY_LOG_FORMAT=json",
+		// Dev mode: the public dev secrets and the loopback mock; every
+		// service here listens on 127.0.0.1.
+		"NOTIFY_DEV=1",
 	}, cfg.ExtraEnv...)
 	var procs []*benchkit.Proc
 	defer func() {
@@ -318,7 +321,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// 4. Publish one material through the API, as an instructor would.
-	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--user", instructorID).Output()
+	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--dev", "--user", instructorID).Output()
 	if err != nil {
 		return res, fmt.Errorf("mint token: %w", err)
 	}

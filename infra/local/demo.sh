@@ -13,4 +13,6 @@ fi
 mkdir -p "$LOCAL_DIR/bin"
 info "building notify"
 go build -o "$LOCAL_DIR/bin/notify" ./services/notify
+# Dev mode: the demo runs on the public dev secrets against the local mock, all on loopback.
+export NOTIFY_DEV=1
 exec "$LOCAL_DIR/bin/notify" demo "$@"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
 // testEnv is one test's database with an instructor, a student and a
@@ -46,7 +47,13 @@ func newTestEnv(t *testing.T) *testEnv {
 	}
 	// Reports are not shared between calls here: the tests change an
 	// event and read its status at once (statusCache has its own tests).
-	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler), StatusMaxAge: -1}, db.Pool)
+	// push.example.com stands for a push service besides the defaults.
+	endpoints, err := endpoint.New(endpoint.Options{AllowedHosts: append([]string{"push.example.com"}, endpoint.DefaultAllowedHosts...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler), StatusMaxAge: -1,
+		PushEndpoints: endpoints}, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
 // Defaults of Config.PublishBatch and Config.PublishConcurrency.
@@ -29,6 +30,13 @@ const (
 
 // DefaultUnknownEventTTL is the default of Config.UnknownEventTTL.
 const DefaultUnknownEventTTL = 5 * time.Second
+
+// DefaultMaxSubscriptionsPerUser is Config.MaxSubscriptionsPerUser's
+// default: a person has a handful of browsers and devices; 20 leaves room
+// for stale ones the push services have not reported gone yet, while one
+// account can no longer plant thousands of endpoints every publish must
+// wait on.
+const DefaultMaxSubscriptionsPerUser = 20
 
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
@@ -88,6 +96,15 @@ type Config struct {
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
 	VAPIDPublicKey *ecdh.PublicKey
+	// PushEndpoints decides which subscription endpoints are accepted (see
+	// package endpoint). Default: the public push services only
+	// (endpoint.DefaultAllowedHosts), no dev hosts.
+	PushEndpoints *endpoint.Policy
+	// MaxSubscriptionsPerUser caps a user's push subscriptions; a new one
+	// beyond it is refused with 409 too_many_subscriptions (re-subscribing
+	// an endpoint the user already has is always allowed). Default
+	// DefaultMaxSubscriptionsPerUser.
+	MaxSubscriptionsPerUser int
 	// Status answers GET /v1/events/{id}. Default: EventReports over the
 	// server's pool (the report of `notify status --json`).
 	Status StatusSource
@@ -147,6 +164,12 @@ func (c Config) withDefaults() Config {
 	if c.IdempotencySweepBatch == 0 {
 		c.IdempotencySweepBatch = DefaultIdempotencySweepBatch
 	}
+	if c.PushEndpoints == nil {
+		c.PushEndpoints, _ = endpoint.New(endpoint.Options{}) // the defaults are valid
+	}
+	if c.MaxSubscriptionsPerUser == 0 {
+		c.MaxSubscriptionsPerUser = DefaultMaxSubscriptionsPerUser
+	}
 	if c.StatusMaxAge == 0 {
 		c.StatusMaxAge = 2 * time.Second
 	}
@@ -191,6 +214,9 @@ func (c Config) validate() error {
 	}
 	if c.TokenCacheSize < 0 {
 		return fmt.Errorf("invalid api token cache size %d: must be ≥ 0", c.TokenCacheSize)
+	}
+	if c.MaxSubscriptionsPerUser < 1 {
+		return fmt.Errorf("invalid api max subscriptions per user %d: must be ≥ 1", c.MaxSubscriptionsPerUser)
 	}
 	if c.Key == nil {
 		return errors.New("api config: Key (token secret) is required")

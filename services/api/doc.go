@@ -53,12 +53,19 @@
 // # Push subscriptions
 //
 // POST /v1/me/push-subscriptions takes {endpoint, expirationTime?,
-// keys:{p256dh, auth}}: endpoint an absolute https URL of at most 2,048
-// bytes; p256dh the base64url (padding optional) 65-byte uncompressed
-// point, which must lie on P-256; auth 16 bytes base64url. It answers 201
-// with the new subscription, or 200 when the endpoint was already known (its
-// keys and owner are replaced: an endpoint is a capability only the browser
-// holds, so whoever presents it owns it). expirationTime is accepted and
+// keys:{p256dh, auth}}: endpoint an https URL of at most 2,048 bytes on a
+// known push service (Config.PushEndpoints, package endpoint: no IP
+// literals, user info, fragments or ports other than 443 unless allowed;
+// each refusal is a 400 whose code names it); p256dh the base64url (padding
+// optional) 65-byte uncompressed point, which must lie on P-256; auth 16
+// bytes base64url. It answers 201 with the new subscription, or 200 when the
+// caller already had the endpoint (its keys are replaced). An endpoint
+// another user subscribed is 409 endpoint_owned_by_another_user and changes
+// nothing: whoever learns an endpoint must not take that browser's
+// notifications; a browser changing hands unsubscribes and subscribes again,
+// which gives it a new endpoint. A user has at most
+// Config.MaxSubscriptionsPerUser (default 20) subscriptions; a new one
+// beyond is 409 too_many_subscriptions. expirationTime is accepted and
 // ignored. DELETE /v1/me/push-subscriptions with {"endpoint"} (or
 // ?endpoint=) answers 204, or 404 when the caller has no subscription with
 // that endpoint (another user's is never touched).

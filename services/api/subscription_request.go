@@ -3,8 +3,11 @@ package api
 import (
 	"crypto/ecdh"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
 // p256dhBytes and authBytes are the key sizes RFC 8291 requires: an
@@ -33,7 +36,10 @@ type subscriptionWire struct {
 }
 
 // DecodeSubscriptionRequest parses and validates a PushSubscription body.
-func DecodeSubscriptionRequest(b []byte) (SubscriptionRequest, *Error) {
+// The endpoint must pass policy (see package endpoint): each refusal is a
+// 400 whose code is the refusal's reason (invalid_endpoint,
+// endpoint_host_not_allowed, endpoint_ip_literal, …).
+func DecodeSubscriptionRequest(b []byte, policy *endpoint.Policy) (SubscriptionRequest, *Error) {
 	var w subscriptionWire
 	if e := decodeStrict(b, &w, false); e != nil {
 		return SubscriptionRequest{}, e
@@ -41,8 +47,15 @@ func DecodeSubscriptionRequest(b []byte) (SubscriptionRequest, *Error) {
 	if w.Endpoint == nil || *w.Endpoint == "" {
 		return SubscriptionRequest{}, newError(http.StatusBadRequest, errInvalidEndpoint, "endpoint is required")
 	}
-	if e := checkHTTPSURL(*w.Endpoint, errInvalidEndpoint, "endpoint"); e != nil {
-		return SubscriptionRequest{}, e
+	if len(*w.Endpoint) > maxURLBytes {
+		return SubscriptionRequest{}, newError(http.StatusBadRequest, errInvalidEndpoint, "endpoint must be at most %d bytes", maxURLBytes)
+	}
+	if err := policy.Check(*w.Endpoint); err != nil {
+		var pe *endpoint.Error
+		if !errors.As(err, &pe) {
+			return SubscriptionRequest{}, newError(http.StatusBadRequest, errInvalidEndpoint, "endpoint: %v", err)
+		}
+		return SubscriptionRequest{}, newError(http.StatusBadRequest, pe.Reason, "%s", pe.Msg)
 	}
 	if w.Keys == nil || w.Keys.P256DH == nil {
 		return SubscriptionRequest{}, newError(http.StatusBadRequest, errInvalidP256DH, "keys.p256dh is required")

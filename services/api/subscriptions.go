@@ -1,8 +1,12 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // SubscriptionResponse is the body of a created or updated subscription.
@@ -12,12 +16,30 @@ type SubscriptionResponse struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// Error codes of POST /v1/me/push-subscriptions beyond the endpoint
+// policy's (see DecodeSubscriptionRequest).
 const (
-	// Upsert by endpoint; xmax = 0 tells a fresh insert from an update.
+	errEndpointOwned        = "endpoint_owned_by_another_user"
+	errTooManySubscriptions = "too_many_subscriptions"
+)
+
+const (
+	// The user's subscriptions are counted under a transaction-scoped
+	// advisory lock on the user, so concurrent subscribes of one user
+	// cannot all pass the cap; other users do not wait on it.
+	sqlLockUserSubscriptions = `SELECT pg_advisory_xact_lock(hashtextextended('push_subscriptions:' || $1::text, 0))`
+	// How many the user has, and whether this endpoint is one of them (a
+	// re-subscribe at the cap updates keys instead of being refused).
+	sqlCountSubscriptions = `SELECT count(*), coalesce(bool_or(endpoint = $2), false) FROM push_subscriptions WHERE user_id = $1`
+	// Upsert by endpoint, only for its owner: an endpoint of another user
+	// returns no row (409) instead of silently changing owner, which would
+	// let anyone who learns an endpoint take a browser's notifications.
+	// xmax = 0 tells a fresh insert from an update.
 	sqlUpsertSubscription = `INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (endpoint) DO UPDATE
-		SET user_id = EXCLUDED.user_id, p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now()
+		SET p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now()
+		WHERE push_subscriptions.user_id = EXCLUDED.user_id
 		RETURNING id, created_at, updated_at, xmax = 0`
 	sqlDeleteSubscription = `DELETE FROM push_subscriptions WHERE endpoint = $1 AND user_id = $2`
 )
@@ -28,15 +50,21 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request, user UU
 		writeError(w, e)
 		return
 	}
-	req, e := DecodeSubscriptionRequest(body)
+	req, e := DecodeSubscriptionRequest(body, s.cfg.PushEndpoints)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	var resp SubscriptionResponse
 	var inserted bool
-	err := s.pool.QueryRow(r.Context(), sqlUpsertSubscription, user, req.Endpoint, req.P256DH, req.Auth).
-		Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)
+	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) (err error) {
+		resp, inserted, e, err = s.saveSubscription(r.Context(), tx, user, req)
+		return err
+	})
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	if err != nil {
 		s.internalError(w, r, "save push subscription", err)
 		return
@@ -47,6 +75,31 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request, user UU
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, resp)
+}
+
+// saveSubscription enforces the per-user cap and ownership and upserts the
+// subscription. A refusal comes back as a non-nil *Error with a nil error:
+// nothing was written.
+func (s *Server) saveSubscription(ctx context.Context, tx pgx.Tx, user UUID, req SubscriptionRequest) (resp SubscriptionResponse, inserted bool, refused *Error, err error) {
+	if _, err := tx.Exec(ctx, sqlLockUserSubscriptions, user); err != nil {
+		return resp, false, nil, err
+	}
+	var n int
+	var mine bool
+	if err := tx.QueryRow(ctx, sqlCountSubscriptions, user, req.Endpoint).Scan(&n, &mine); err != nil {
+		return resp, false, nil, err
+	}
+	if !mine && n >= s.cfg.MaxSubscriptionsPerUser {
+		return resp, false, newError(http.StatusConflict, errTooManySubscriptions,
+			"you have %d push subscriptions, the most allowed; delete one you no longer use (DELETE /v1/me/push-subscriptions)", n), nil
+	}
+	err = tx.QueryRow(ctx, sqlUpsertSubscription, user, req.Endpoint, req.P256DH, req.Auth).
+		Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return resp, false, newError(http.StatusConflict, errEndpointOwned,
+			"this endpoint is subscribed by another user; that browser must unsubscribe and subscribe again to get a new endpoint"), nil
+	}
+	return resp, inserted, nil, err
 }
 
 // handleUnsubscribe takes the endpoint from a JSON body {"endpoint"} or,

@@ -6,7 +6,10 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
+
+	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
 func TestPushSubscriptions(t *testing.T) {
@@ -33,13 +36,26 @@ func TestPushSubscriptions(t *testing.T) {
 		t.Fatalf("stored owner %s p256dh %x auth %x", owner, p256dh, auth)
 	}
 
-	// Same endpoint again, padded base64, new keys, another user (the
-	// browser was handed to the instructor): updated in place, 200.
+	// Same endpoint again from another user: 409, nothing changes — a
+	// user who learns someone's endpoint must not take their pushes.
 	p2, _ := subscriptionKeys(t)
 	raw2, _ := base64.RawURLEncoding.DecodeString(p2)
 	padded := base64.URLEncoding.EncodeToString(raw2)
 	a2 := base64.URLEncoding.EncodeToString(bytes.Repeat([]byte{9}, 16))
 	r = e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, padded, a2), token: e.token(e.instructor)})
+	if r.status != http.StatusConflict || r.errCode() != errEndpointOwned {
+		t.Fatalf("other user's endpoint: %d %s", r.status, r.body)
+	}
+	if err := e.db.Pool.QueryRow(ctx, `SELECT user_id, p256dh FROM push_subscriptions WHERE id = $1`, created.ID).Scan(&owner, &p256dh); err != nil {
+		t.Fatal(err)
+	}
+	if owner != e.student || !bytes.Equal(p256dh, wantP) {
+		t.Fatalf("after a refused takeover: owner %s p256dh %x", owner, p256dh)
+	}
+
+	// Same endpoint again, padded base64, new keys, same user (the
+	// browser rotated its keys): updated in place, 200.
+	r = e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, padded, a2), token: student})
 	if r.status != http.StatusOK {
 		t.Fatalf("update: %d %s", r.status, r.body)
 	}
@@ -51,15 +67,15 @@ func TestPushSubscriptions(t *testing.T) {
 	if err := e.db.Pool.QueryRow(ctx, `SELECT user_id, p256dh, auth FROM push_subscriptions WHERE id = $1`, created.ID).Scan(&owner, &p256dh, &auth); err != nil {
 		t.Fatal(err)
 	}
-	if owner != e.instructor || !bytes.Equal(p256dh, raw2) || !bytes.Equal(auth, bytes.Repeat([]byte{9}, 16)) {
+	if owner != e.student || !bytes.Equal(p256dh, raw2) || !bytes.Equal(auth, bytes.Repeat([]byte{9}, 16)) {
 		t.Fatalf("after update: owner %s p256dh %x auth %x", owner, p256dh, auth)
 	}
 	if n := e.count("push_subscriptions"); n != 1 {
 		t.Fatalf("%d subscriptions, want 1", n)
 	}
 
-	// The student no longer owns it: their delete is 404 and changes nothing.
-	r = e.do(req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `"}`, token: student})
+	// The instructor does not own it: their delete is 404 and changes nothing.
+	r = e.do(req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `"}`, token: e.token(e.instructor)})
 	if r.status != http.StatusNotFound || r.errCode() != errSubscriptionNotFound {
 		t.Fatalf("non-owner delete: %d %s", r.status, r.body)
 	}
@@ -67,7 +83,7 @@ func TestPushSubscriptions(t *testing.T) {
 		t.Fatalf("non-owner delete removed the subscription")
 	}
 	// The owner deletes it (query form), then again: 404.
-	del := req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=" + url.QueryEscape(ep), token: e.token(e.instructor)}
+	del := req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=" + url.QueryEscape(ep), token: student}
 	if r = e.do(del); r.status != http.StatusNoContent || len(r.body) != 0 {
 		t.Fatalf("owner delete: %d %s", r.status, r.body)
 	}
@@ -111,5 +127,72 @@ func TestParseVAPIDPrivateKey(t *testing.T) {
 	}
 	if _, err := ParseVAPIDPrivateKey(DevVAPIDPrivateKey + "="); err != nil {
 		t.Errorf("padded dev key: %v", err)
+	}
+}
+
+// Endpoints that would make the push worker dial into the deployment's
+// network, or tar-pit it, are refused with 400 and a code naming why;
+// nothing is written.
+func TestSubscribeRefusesUnsafeEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	p, a := subscriptionKeys(t)
+	student := e.token(e.student)
+	for _, c := range []struct{ endpoint, code string }{
+		{"https://127.0.0.1:8443/push/1", endpoint.ReasonIPLiteral},
+		{"https://[::1]:8443/push/1", endpoint.ReasonIPLiteral},
+		{"https://[::ffff:127.0.0.1]:8443/push/1", endpoint.ReasonIPLiteral},
+		{"https://localhost:8443/push/1", endpoint.ReasonHostNotAllowed},
+		{"https://localhost/push/1", endpoint.ReasonHostNotAllowed},
+		{"https://0.0.0.0/push/1", endpoint.ReasonIPLiteral},
+		{"https://169.254.169.254/latest/meta-data/", endpoint.ReasonIPLiteral},
+		{"https://metadata.google.internal/computeMetadata/v1/", endpoint.ReasonHostNotAllowed},
+		{"https://10.0.0.1/push/1", endpoint.ReasonIPLiteral},
+		{"https://fcm.googleapis.com:0/fcm/send/1", endpoint.ReasonInvalidPort},
+		{"https://fcm.googleapis.com:99999/fcm/send/1", endpoint.ReasonInvalidPort},
+		{"https://fcm.googleapis.com:8443/fcm/send/1", endpoint.ReasonPortNotAllowed},
+		{"https://fcm.googleapis.com/fcm/send/1#x", endpoint.ReasonFragment},
+		{"https://u:p@fcm.googleapis.com/fcm/send/1", endpoint.ReasonUserInfo},
+		{"https://attacker.example/fcm.googleapis.com", endpoint.ReasonHostNotAllowed},
+	} {
+		r := e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(c.endpoint, p, a), token: student})
+		if r.status != http.StatusBadRequest || r.errCode() != c.code {
+			t.Errorf("%s: %d %s, want 400 %s", c.endpoint, r.status, r.body, c.code)
+		}
+	}
+	if n := e.count("push_subscriptions"); n != 0 {
+		t.Fatalf("%d subscriptions written", n)
+	}
+}
+
+// A user has at most MaxSubscriptionsPerUser subscriptions; at the cap a
+// new endpoint is refused (409, nothing written) but re-subscribing an
+// existing one still updates it, and other users are not affected.
+func TestSubscriptionCapPerUser(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	p, a := subscriptionKeys(t)
+	student := e.token(e.student)
+	sub := func(i int, tok string) resp {
+		ep := "https://fcm.googleapis.com/fcm/send/cap-" + strconv.Itoa(i)
+		return e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, p, a), token: tok})
+	}
+	for i := range DefaultMaxSubscriptionsPerUser {
+		if r := sub(i, student); r.status != http.StatusCreated {
+			t.Fatalf("subscription %d: %d %s", i, r.status, r.body)
+		}
+	}
+	r := sub(DefaultMaxSubscriptionsPerUser, student)
+	if r.status != http.StatusConflict || r.errCode() != errTooManySubscriptions {
+		t.Fatalf("one over the cap: %d %s", r.status, r.body)
+	}
+	if n := e.count("push_subscriptions"); n != DefaultMaxSubscriptionsPerUser {
+		t.Fatalf("%d subscriptions, want %d", n, DefaultMaxSubscriptionsPerUser)
+	}
+	if r := sub(0, student); r.status != http.StatusOK {
+		t.Fatalf("re-subscribe at the cap: %d %s", r.status, r.body)
+	}
+	if r := sub(DefaultMaxSubscriptionsPerUser, e.token(e.instructor)); r.status != http.StatusCreated {
+		t.Fatalf("another user: %d %s", r.status, r.body)
 	}
 }

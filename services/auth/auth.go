@@ -27,8 +27,9 @@ import (
 // EnvSecret names the environment variable holding the HS256 secret.
 const EnvSecret = "NOTIFY_API_JWT_SECRET"
 
-// DevSecret is the secret used when EnvSecret is unset. It is public (it is
-// in this file), so tokens signed with it prove nothing: local use only.
+// DevSecret is the secret used in dev mode when EnvSecret is unset. It is
+// public (it is in this file), so tokens signed with it prove nothing:
+// KeyFromEnv refuses it outside dev mode.
 const DevSecret = "notify-dev-secret-not-for-production-use-0123456789"
 
 // MinSecretBytes is the shortest accepted secret: RFC 7518 §3.2 requires an
@@ -83,13 +84,20 @@ func NewKey(secret []byte) (*Key, error) {
 	return &Key{secret: bytes.Clone(secret), Dev: string(secret) == DevSecret}, nil
 }
 
-// KeyFromEnv reads EnvSecret. When it is unset it falls back to DevSecret
-// and logs a warning on log, loudly, because every token is then forgeable.
-func KeyFromEnv(log *slog.Logger) (*Key, error) {
+// KeyFromEnv reads EnvSecret. Outside dev mode it must be set, and must not
+// be DevSecret: a production API on a secret that is in the public source
+// lets anyone mint any user's token. In dev mode an unset secret falls back
+// to DevSecret, with a warning on log.
+func KeyFromEnv(log *slog.Logger, dev bool) (*Key, error) {
 	s := os.Getenv(EnvSecret)
-	if s == "" {
+	switch {
+	case s == "" && !dev:
+		return nil, fmt.Errorf("%s is not set: give the HS256 secret (at least %d bytes, e.g. openssl rand -base64 48), or run in dev mode (--dev or NOTIFY_DEV=1) on a local machine", EnvSecret, MinSecretBytes)
+	case s == DevSecret && !dev:
+		return nil, fmt.Errorf("%s is the public dev secret: set a secret of your own, or run in dev mode (--dev or NOTIFY_DEV=1) on a local machine", EnvSecret)
+	case s == "":
 		if log != nil {
-			log.Warn("USING THE PUBLIC DEV JWT SECRET: " + EnvSecret + " is not set, so anyone can mint valid tokens; set it outside local development")
+			log.Warn("dev mode: " + EnvSecret + " is not set, signing with the PUBLIC dev secret; anyone can mint valid tokens")
 		}
 		s = DevSecret
 	}

@@ -128,14 +128,27 @@ func TestNewKeyRejectsShortSecret(t *testing.T) {
 
 func TestKeyFromEnvDevDefault(t *testing.T) {
 	t.Setenv(EnvSecret, "")
-	k, err := KeyFromEnv(nil)
+	k, err := KeyFromEnv(nil, true)
 	if err != nil || !k.Dev {
 		t.Fatalf("got %v dev=%v, want the dev key", err, k != nil && k.Dev)
 	}
 	t.Setenv(EnvSecret, "a-real-secret-of-at-least-32-bytes!!")
-	k, err = KeyFromEnv(nil)
-	if err != nil || k.Dev {
-		t.Fatalf("got %v dev=%v, want a non-dev key", err, k != nil && k.Dev)
+	for _, dev := range []bool{false, true} {
+		k, err = KeyFromEnv(nil, dev)
+		if err != nil || k.Dev {
+			t.Fatalf("dev mode %v: got %v dev=%v, want a non-dev key", dev, err, k != nil && k.Dev)
+		}
+	}
+}
+
+// Outside dev mode a missing secret, or the public one, is a start failure
+// naming the setting, never a silent fallback.
+func TestKeyFromEnvRequiresSecretOutsideDevMode(t *testing.T) {
+	for _, v := range []string{"", DevSecret} {
+		t.Setenv(EnvSecret, v)
+		if k, err := KeyFromEnv(nil, false); err == nil || !strings.Contains(err.Error(), EnvSecret) || !strings.Contains(err.Error(), "NOTIFY_DEV") {
+			t.Errorf("%s=%q: key %v, err %v; want an error naming %s and dev mode", EnvSecret, v, k, err, EnvSecret)
+		}
 	}
 }
 

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
 func init() {
@@ -29,6 +31,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the API")
 	pub := publishFlags(fs)
 	idemTTL := fs.Duration("idempotency-ttl", api.DefaultIdempotencyTTL, "how long an Idempotency-Key is kept; a retry after it expired publishes a new event")
+	dev := devFlag(fs)
 	idemSweep := fs.Duration("idempotency-sweep-interval", api.DefaultIdempotencySweepInterval, "how often expired Idempotency-Keys are deleted (negative: never)")
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if *idemTTL <= 0 {
@@ -37,11 +40,26 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if *idemSweep == 0 {
 			return nil, usageError{msg: "--idempotency-sweep-interval 0: give a positive interval, or a negative one to disable the sweeper"}
 		}
-		key, err := auth.KeyFromEnv(log)
+		devMode, err := dev()
 		if err != nil {
 			return nil, err
 		}
-		vapid, err := api.VAPIDKeyFromEnv(log)
+		if err := checkDevListen(devMode, "--addr / NOTIFY_API_ADDR", *addr); err != nil {
+			return nil, err
+		}
+		key, err := auth.KeyFromEnv(log, devMode)
+		if err != nil {
+			return nil, err
+		}
+		vapidCfg, err := vapidFromEnv(log, devMode, false)
+		if err != nil {
+			return nil, err
+		}
+		vapid, err := vapidPublicKey(vapidCfg)
+		if err != nil {
+			return nil, err
+		}
+		endpoints, err := endpoint.FromEnv(os.Getenv, devMode)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +73,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
-		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: log,
+		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep}, pool)
 		if err != nil {

@@ -64,7 +64,13 @@ func runBenchPublish(ctx context.Context, args []string) error {
 	defer pool.Close()
 	cfg.Pool = pool
 	if cfg.APIURL != "" {
-		if cfg.Key, err = auth.KeyFromEnv(newLogger()); err != nil {
+		// An external API: its secret, or the dev one when it runs in dev
+		// mode too.
+		dev, err := devFromEnv()
+		if err != nil {
+			return err
+		}
+		if cfg.Key, err = auth.KeyFromEnv(newLogger(), dev); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,8 @@ func runBenchPush(ctx context.Context, args []string) error {
 		return fmt.Errorf("find the notify binary: %w", err)
 	}
 	log := newLogger()
-	if cfg.VAPID, err = vapidFromEnv(log, true); err != nil {
+	// Always dev mode: the benchmark sends only to the mock it started.
+	if cfg.VAPID, err = vapidFromEnv(log, true, true); err != nil {
 		return err
 	}
 	cfg.Logger, cfg.Progress = log, os.Stderr

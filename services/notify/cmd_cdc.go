@@ -61,6 +61,9 @@ func cdcFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
 			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
 		}
+		if err := checkDevListenEnv("--metrics-addr", *metricsAddr); err != nil {
+			return nil, err
+		}
 		// The connector has its own connections; Postgres is waited for
 		// with one of the runner's.
 		return &hosted{svc: c, infra: &infra, db: true, kafka: true,

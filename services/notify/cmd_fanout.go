@@ -47,6 +47,9 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
 			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
 		}
+		if err := checkDevListenEnv("--metrics-addr", *metricsAddr); err != nil {
+			return nil, err
+		}
 		n := *inFlight
 		if n == 0 {
 			n = *ranges

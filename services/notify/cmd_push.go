@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -53,6 +54,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	fs.StringVar(&cfg.WorkerID, "worker-id", host+"-"+strconv.Itoa(os.Getpid()), "name of this worker in logs")
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "how long the group waits for a silent (crashed) worker before giving its partitions to others; the broker allows 6s–30m by default")
 	metricsAddr := fs.String("metrics-addr", defaultPushMetricsAddr, `serve Prometheus metrics on this address at /metrics ("off" disables)`)
+	dev := devFlag(fs)
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		brokers, err := infra.brokerList()
 		if err != nil {
@@ -63,6 +65,13 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
 			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
 		}
+		devMode, err := dev()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkDevListen(devMode, "--metrics-addr", *metricsAddr); err != nil {
+			return nil, err
+		}
 		u, err := webpush.ParseUrgency(*urgency)
 		if err != nil {
 			return nil, usageError{msg: "--urgency: " + err.Error()}
@@ -72,8 +81,11 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		if err := cfg.ValidateSettings(); err != nil {
 			return nil, usageError{msg: err.Error()}
 		}
-		vapid, err := vapidFromEnv(log, true)
+		vapid, err := vapidFromEnv(log, devMode, true)
 		if err != nil {
+			return nil, err
+		}
+		if snd.Endpoints, err = endpoint.FromEnv(os.Getenv, devMode); err != nil {
 			return nil, err
 		}
 		snd.VAPID = vapid

@@ -20,7 +20,8 @@ func init() {
 func runToken(ctx context.Context, args []string) error { return printToken(os.Stdout, args) }
 
 func printToken(w io.Writer, args []string) error {
-	fs := newFlagSet("token", "--user ID [--ttl 1h]")
+	fs := newFlagSet("token", "--user ID [--ttl 1h] [--dev]")
+	dev := devFlag(fs)
 	user := fs.String("user", "", "user id (uuid) the token speaks for; required")
 	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
 	if err := parseFlags(fs, args); err != nil {
@@ -39,7 +40,11 @@ func printToken(w io.Writer, args []string) error {
 	if *ttl <= 0 {
 		return usageError{msg: fmt.Sprintf("--ttl %s must be positive", *ttl)}
 	}
-	key, err := auth.KeyFromEnv(newLogger())
+	devMode, err := dev()
+	if err != nil {
+		return err
+	}
+	key, err := auth.KeyFromEnv(newLogger(), devMode)
 	if err != nil {
 		return err
 	}

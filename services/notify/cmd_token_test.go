@@ -12,9 +12,10 @@ import (
 
 func TestTokenPrintsOnlyAVerifiableToken(t *testing.T) {
 	t.Setenv(auth.EnvSecret, "")
+	t.Setenv(envDev, "")
 	const user = "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"
 	var out bytes.Buffer
-	if err := printToken(&out, []string{"--user", user, "--ttl", "5m"}); err != nil {
+	if err := printToken(&out, []string{"--user", user, "--ttl", "5m", "--dev"}); err != nil {
 		t.Fatal(err)
 	}
 	tok := strings.TrimSuffix(out.String(), "\n")

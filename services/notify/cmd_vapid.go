@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ecdh"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -52,12 +53,17 @@ func runVAPID(ctx context.Context, args []string) error {
 	return nil
 }
 
-// vapidFromEnv builds the VAPID configuration from NOTIFY_VAPID_PRIVATE_KEY,
-// NOTIFY_VAPID_SUBJECT and NOTIFY_VAPID_TOKEN_LIFETIME. With allowDevKey
-// a missing key is replaced by the dev key that the API also falls back to
-// (api.DevVAPIDPrivateKey), so local browsers and workers agree; that
-// choice is logged as a warning because the key is public.
-func vapidFromEnv(log *slog.Logger, allowDevKey bool) (webpush.VAPIDConfig, error) {
+// vapidFromEnv is the one reader of the VAPID settings, for the API (which
+// serves the public half), the push workers and `notify webpush`:
+// NOTIFY_VAPID_PRIVATE_KEY, NOTIFY_VAPID_SUBJECT and
+// NOTIFY_VAPID_TOKEN_LIFETIME. Outside dev mode the key is required, and
+// must not be the dev key (its private half is in the source, so anyone
+// could push to browsers subscribed to it). In dev mode a missing key is
+// the dev key the API also advertises (api.DevVAPIDPrivateKey), so local
+// browsers and workers agree, and a missing subject a placeholder; both
+// are logged as warnings. The subject is only required where requests are
+// signed (needSubject): the API never signs.
+func vapidFromEnv(log *slog.Logger, dev, needSubject bool) (webpush.VAPIDConfig, error) {
 	var cfg webpush.VAPIDConfig
 	raw := strings.TrimSpace(os.Getenv(envVAPIDPrivateKey))
 	cfg.Subject = strings.TrimSpace(os.Getenv(envVAPIDSubject))
@@ -69,32 +75,44 @@ func vapidFromEnv(log *slog.Logger, allowDevKey bool) (webpush.VAPIDConfig, erro
 		cfg.TokenLifetime = d
 	}
 	switch {
-	case raw != "":
-		key, err := webpush.ParseVAPIDKey(raw)
-		if err != nil {
-			return cfg, fmt.Errorf("invalid %s: %w", envVAPIDPrivateKey, err)
-		}
-		cfg.Key = key
-	case allowDevKey:
-		// The same dev key the API advertises at /v1/vapid-public-key, so a
-		// browser subscribed in development accepts what the workers send.
-		key, err := webpush.ParseVAPIDKey(api.DevVAPIDPrivateKey)
-		if err != nil {
-			return cfg, fmt.Errorf("dev VAPID key: %w", err)
-		}
-		cfg.Key = key
-		log.Warn(envVAPIDPrivateKey+" is not set: signing with the DEV VAPID key, whose private half is public in the source code. "+
-			"Fine for local runs against the mock; set a real key (notify vapid generate) for real push services.",
-			"public_key", key.PublicKey())
-	default:
-		return cfg, fmt.Errorf("%s is not set: make a key pair with `notify vapid generate`", envVAPIDPrivateKey)
+	case raw == "" && !dev:
+		return cfg, fmt.Errorf("%s is not set: make a key pair with `notify vapid generate`, or run in dev mode (--dev or %s=1) on a local machine", envVAPIDPrivateKey, envDev)
+	case raw == "":
+		raw = api.DevVAPIDPrivateKey
+		log.Warn("dev mode: " + envVAPIDPrivateKey + " is not set, using the DEV VAPID key, whose private half is public in the source code. " +
+			"Fine against the mock; set a real key (notify vapid generate) for real push services.")
 	}
-	if cfg.Subject == "" && allowDevKey {
+	key, err := webpush.ParseVAPIDKey(raw)
+	if err != nil {
+		return cfg, fmt.Errorf("invalid %s: %w", envVAPIDPrivateKey, err)
+	}
+	if devKey, _ := webpush.ParseVAPIDKey(api.DevVAPIDPrivateKey); !dev && key.PublicKey() == devKey.PublicKey() {
+		return cfg, fmt.Errorf("%s is the public dev key: make a key pair with `notify vapid generate`, or run in dev mode (--dev or %s=1) on a local machine", envVAPIDPrivateKey, envDev)
+	}
+	cfg.Key = key
+	if !needSubject {
+		return cfg, nil
+	}
+	if cfg.Subject == "" && dev {
 		cfg.Subject = devVAPIDSubject
-		log.Warn(envVAPIDSubject+" is not set: using a placeholder contact", "subject", devVAPIDSubject)
+		log.Warn("dev mode: "+envVAPIDSubject+" is not set: using a placeholder contact", "subject", devVAPIDSubject)
 	}
 	if err := webpush.ValidateSubject(cfg.Subject); err != nil {
 		return cfg, fmt.Errorf("invalid %s: %w", envVAPIDSubject, err)
 	}
 	return cfg, nil
+}
+
+// vapidPublicKey is the applicationServerKey the API serves, from the key
+// vapidFromEnv read.
+func vapidPublicKey(cfg webpush.VAPIDConfig) (*ecdh.PublicKey, error) {
+	raw, err := webpush.DecodeBase64URL(cfg.Key.PublicKey())
+	if err != nil {
+		return nil, fmt.Errorf("VAPID public key: %w", err)
+	}
+	pub, err := ecdh.P256().NewPublicKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("VAPID public key: %w", err)
+	}
+	return pub, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -32,8 +33,9 @@ func runWebpush(ctx context.Context, args []string) error {
 	}
 	fs := newFlagSet("webpush send", "--endpoint URL --p256dh KEY --auth SECRET --payload JSON [flags]\n\n"+
 		"Sends one push and prints the outcome. Exit 0: delivered; 3: subscription gone (delete it);\n"+
-		"4: rejected permanently; 5: retryable (try again later). VAPID keys come from\n"+
-		envVAPIDPrivateKey+" and "+envVAPIDSubject+" (the dev key is used, with a warning, when unset).")
+		"4: rejected permanently (also: the endpoint is not on the push-service allow-list);\n"+
+		"5: retryable (try again later). VAPID keys come from "+envVAPIDPrivateKey+" and "+envVAPIDSubject+"\n"+
+		"(required; in dev mode the dev key is used, with a warning, when unset).")
 	endpoint := fs.String("endpoint", "", "push resource URL from the browser's PushSubscription (required)")
 	p256dh := fs.String("p256dh", "", "keys.p256dh, base64url (required)")
 	auth := fs.String("auth", "", "keys.auth, base64url (required)")
@@ -43,6 +45,7 @@ func runWebpush(ctx context.Context, args []string) error {
 	topic := fs.String("topic", "", "Topic header: replaces an undelivered message with the same topic (≤ 32 base64url characters)")
 	caFile := fs.String("ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout")
+	dev := devFlag(fs)
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -72,7 +75,15 @@ func runWebpush(ctx context.Context, args []string) error {
 		return usageError{msg: "--" + err.Error()}
 	}
 	log := newLogger()
-	vapid, err := vapidFromEnv(log, true)
+	devMode, err := dev()
+	if err != nil {
+		return err
+	}
+	vapid, err := vapidFromEnv(log, devMode, true)
+	if err != nil {
+		return err
+	}
+	policy, err := pushendpoint.FromEnv(os.Getenv, devMode)
 	if err != nil {
 		return err
 	}
@@ -87,6 +98,7 @@ func runWebpush(ctx context.Context, args []string) error {
 		RootCAs:     roots,
 		Timeout:     *timeout,
 		DialTimeout: *timeout,
+		Dial:        policy.Dialer(30 * time.Second),
 		Logger:      log,
 		Metrics:     metrics.NewSet(),
 	})

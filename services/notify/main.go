@@ -69,6 +69,10 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		printHelp(stderr)
 		return 2
 	}
+	if err := checkLogSettings(); err != nil {
+		fmt.Fprintf(stderr, "notify %s: %v\n", c.name, err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := c.run(ctx, args[1:])
@@ -141,19 +145,58 @@ func newLogger() *slog.Logger {
 }
 
 func serviceLogger(service string) *slog.Logger {
-	format := strings.ToLower(os.Getenv("NOTIFY_LOG_FORMAT"))
 	opts := &slog.HandlerOptions{Level: logLevel()}
 	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
-	if format == "text" {
+	if f, _ := logFormat(); f == "text" {
 		h = slog.NewTextHandler(os.Stderr, opts)
 	}
 	return slog.New(h).With("service", service)
 }
 
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("NOTIFY_LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
+const (
+	envLogLevel  = "NOTIFY_LOG_LEVEL"
+	envLogFormat = "NOTIFY_LOG_FORMAT"
+)
+
+// checkLogSettings refuses a bad NOTIFY_LOG_LEVEL or NOTIFY_LOG_FORMAT
+// before any command runs: a typo must not silently log at another level
+// or in another format than the log collector expects.
+func checkLogSettings() error {
+	if _, err := parseLogLevel(); err != nil {
+		return err
 	}
+	_, err := logFormat()
+	return err
+}
+
+// logLevel is NOTIFY_LOG_LEVEL (default info); checkLogSettings has
+// refused a bad value before any logger is made.
+func logLevel() slog.Level {
+	l, _ := parseLogLevel()
 	return l
+}
+
+func parseLogLevel() (slog.Level, error) {
+	v := strings.TrimSpace(os.Getenv(envLogLevel))
+	if v == "" {
+		return slog.LevelInfo, nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(v)); err != nil {
+		return slog.LevelInfo, fmt.Errorf("invalid %s %q: want debug, info, warn or error (optionally with an offset, e.g. info+2)", envLogLevel, v)
+	}
+	return l, nil
+}
+
+// logFormat is NOTIFY_LOG_FORMAT: "json" (the default for services) or
+// "text". The CLI's own messages are always text.
+func logFormat() (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(envLogFormat))); v {
+	case "", "json":
+		return "json", nil
+	case "text":
+		return "text", nil
+	default:
+		return "json", fmt.Errorf("invalid %s %q: want json or text", envLogFormat, v)
+	}
 }

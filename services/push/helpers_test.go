@@ -30,6 +30,7 @@ import (
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/seed"
@@ -321,6 +322,17 @@ func (f *fixture) relayOnce(ctx context.Context) int {
 	return len(recs)
 }
 
+// devEndpoints is the dev-mode endpoint policy: the mock listens on
+// loopback, which production refuses.
+func devEndpoints(t testing.TB) *endpoint.Policy {
+	t.Helper()
+	p, err := endpoint.New(endpoint.Options{Dev: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // newWorker starts an in-process worker with test-sized settings.
 func (f *fixture) newWorker(mod func(*push.Config)) *push.Worker {
 	f.t.Helper()
@@ -338,6 +350,7 @@ func (f *fixture) newWorker(mod func(*push.Config)) *push.Worker {
 		VAPID:       webpush.VAPIDConfig{Key: mustVAPID(f.t), Subject: "mailto:tests@notify.invalid"},
 		CAFile:      f.mock.CertFile(),
 		MaxInFlight: cfg.MaxInFlight,
+		Endpoints:   devEndpoints(f.t),
 	}, quietLogger(), set)
 	if err != nil {
 		f.t.Fatal(err)
@@ -500,6 +513,7 @@ func (f *fixture) startWorkerProcess(name string, args ...string) *proc {
 		"NOTIFY_PUSH_CA_FILE="+f.mock.CertFile(),
 		"NOTIFY_LOG_FORMAT=json",
 		"NOTIFY_VAPID_SUBJECT=mailto:tests@notify.invalid",
+		"NOTIFY_DEV=1", // the mock is on loopback and the VAPID key is the dev one
 	)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {

@@ -22,6 +22,7 @@ func (f *fixture) notifyCLI(args ...string) (string, int) {
 		"NOTIFY_DATABASE_URL="+f.db.URL,
 		"NOTIFY_KAFKA_BROKERS="+strings.Join(f.brokers, ","),
 		"NOTIFY_TOPIC_PREFIX="+f.topics.Prefix,
+		"NOTIFY_DEV=1",
 	)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

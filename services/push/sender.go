@@ -7,6 +7,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -26,6 +27,12 @@ type SenderSettings struct {
 	// the mock push service's self-signed certificate. Default: system
 	// roots only.
 	CAFile string
+	// Endpoints guards every connection to a push service (see package
+	// endpoint): hosts off the allow-list (NOTIFY_PUSH_ALLOWED_HOSTS) and
+	// addresses that resolve to loopback, private or metadata ranges are
+	// refused as permanent failures. Default: the public push services,
+	// no dev hosts.
+	Endpoints *endpoint.Policy
 	// MaxInFlight caps requests on the wire. The worker passes its own
 	// MaxInFlight, which bounds sends more tightly (until recorded).
 	MaxInFlight int
@@ -47,7 +54,11 @@ func NewWebPushSender(s SenderSettings, log *slog.Logger, set *metrics.Set) (*we
 	if s.TTL < 0 && s.TTL != webpush.TTLZero {
 		return nil, fmt.Errorf("ttl must not be negative, got %s", s.TTL)
 	}
+	if s.Endpoints == nil {
+		s.Endpoints, _ = endpoint.New(endpoint.Options{}) // the defaults are valid
+	}
 	cfg := webpush.Config{
+		Dial:           s.Endpoints.Dialer(30 * time.Second),
 		VAPID:          s.VAPID,
 		MaxInFlight:    s.MaxInFlight,
 		Timeout:        s.Timeout,

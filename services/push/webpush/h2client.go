@@ -105,6 +105,9 @@ type h2Pool struct {
 	// readIdle and pingTimeout are h2ReadIdleTimeout and h2PingTimeout;
 	// fields so that tests can shorten them.
 	readIdle, pingTimeout time.Duration
+	// dialFn opens the TCP connection (Config.Dial); nil: a plain
+	// net.Dialer.
+	dialFn func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu      sync.Mutex
 	conns   []*h2Conn
@@ -349,10 +352,17 @@ type h2Conn struct {
 	lastRead atomic.Int64  // unix nanos of the last frame read
 }
 
+// h2KeepAlive is the TCP keep-alive of push service connections.
+const h2KeepAlive = 30 * time.Second
+
 func dialH2(p *h2Pool, addr string, cfg *tls.Config, timeout time.Duration) (*h2Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	raw, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, "tcp", addr)
+	dial := p.dialFn
+	if dial == nil {
+		dial = (&net.Dialer{KeepAlive: h2KeepAlive}).DialContext
+	}
+	raw, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	endpointpolicy "github.com/notify-dev/notify/services/push/endpoint"
 )
 
 // Urgency is the RFC 8030 §5.3 Urgency header.
@@ -167,6 +169,11 @@ type Config struct {
 	// RootCAs verifies push services. Default nil: the system roots. See
 	// LoadCAFile to add a private CA such as the mock's certificate.
 	RootCAs *x509.CertPool
+	// Dial opens connections to push services; endpoint.Policy.Dialer
+	// refuses hosts off the allow-list and non-public addresses after
+	// resolution, and such a refusal is a PermanentFailure. Default: a
+	// plain net.Dialer, no checks.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives origin-level events (new origin, pauses), never
 	// endpoints or keys. Default: slog.Default().
 	Logger *slog.Logger
@@ -391,6 +398,7 @@ func (s *Sender) origin(ep endpoint) *origin {
 		port = "443"
 	}
 	o := &origin{name: name, pool: newH2Pool(net.JoinHostPort(u.Hostname(), port), u.Hostname(), s.tls, s.cfg.DialTimeout, s.cfg.Logger)}
+	o.pool.dialFn = s.cfg.Dial
 	limitGauge := s.m.originLimit(name)
 	o.limit = newAdaptiveLimit(s.cfg.OriginInitialLimit, s.cfg.OriginMaxLimit, limitGauge.Set)
 	s.origins.Store(name, o)
@@ -564,6 +572,9 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 			return Outcome{Kind: Retryable, Err: fmt.Errorf("push service did not answer within %s: %w", s.cfg.Timeout, context.DeadlineExceeded)}, signalOverload, started
 		case errors.Is(err, errPoolClosed):
 			return Outcome{Kind: Retryable, Err: ErrSenderClosed}, signalNone, started
+		case errors.Is(err, endpointpolicy.ErrRefused):
+			// Refused by policy before anything was sent: retrying cannot help.
+			return permanent(0, fmt.Errorf("send to %s: %w", o.name, err)), signalNone, started
 		}
 		return Outcome{Kind: Retryable, Err: fmt.Errorf("send to %s: %w", o.name, err)}, signalOverload, started
 	}
