@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
@@ -40,7 +39,13 @@ import (
 //  5. unsubscribed in the browser, the next push gets 410 from the push
 //     service and the worker deletes the subscription.
 func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
-	firefox := findFirefox(t)
+	ffPath, err := firefox.Find()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%v: CI must run the real-browser test", err)
+		}
+		t.Skip(err)
+	}
 	bin := notifytest.Binary(t)
 	db := schematest.NewDatabase(t)
 	topics := streamstest.NewTopics(t)
@@ -93,14 +98,34 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	studentToken := procs.output("token", "--user", student)
 	instructorToken := procs.output("token", "--user", instructor)
 
-	h := newHarness(t, procs)
-	page := apiURL + "/app/?" + url.Values{"token": {studentToken}, "report": {h.URL}, "subscribe": {"1"}}.Encode()
-	procs.startFirefox(firefox, wsAddr, page)
-
-	sub := h.waitFor(t, 90*time.Second, "the page subscribed", func(r report) bool { return r.Type == "subscribed" })
-	if !strings.HasPrefix(sub.Endpoint, "https://"+mockAddr+"/moz/") {
-		t.Fatalf("Firefox's endpoint %q is not on the mock push service %s", sub.Endpoint, mockAddr)
+	b, err := firefox.Start(firefox.Config{Firefox: ffPath, PushServerURL: "ws://" + wsAddr + "/", AppURL: apiURL + "/app/",
+		Token: studentToken, Dir: filepath.Join(dir, "firefox"), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer b.Close()
+	waitFor := func(timeout time.Duration, what string, match func(firefox.Report) bool) firefox.Report {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		r, err := b.WaitFor(wctx, what, match, procs.exited)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	command := func(action, tag string) firefox.Report {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		r, err := b.Command(wctx, action, tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	sub := waitFor(90*time.Second, "the page subscribed", func(r firefox.Report) bool { return r.Type == "subscribed" })
 	var endpoint string
 	var p256dh, authSecret []byte
 	if err := pool.QueryRow(ctx, `SELECT endpoint, p256dh, auth FROM push_subscriptions WHERE user_id = $1`, student).Scan(&endpoint, &p256dh, &authSecret); err != nil {
@@ -115,7 +140,7 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	link := "https://lms.example.com/courses/c3/materials?week=3&part=2#top"
 	published := time.Now()
 	eventID := publish(t, apiURL, instructorToken, course, title, link)
-	push := h.waitFor(t, 90*time.Second, "the service worker got the published push", func(r report) bool {
+	push := waitFor(90*time.Second, "the service worker got the published push", func(r firefox.Report) bool {
 		return r.Type == "push" && r.Payload.EventID == eventID
 	})
 	t.Logf("publish → shown in Firefox: %s", time.Since(published).Round(time.Millisecond))
@@ -133,10 +158,10 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 
 	// 3. The same event again: still one notification.
 	send(push.Raw)
-	h.waitFor(t, 30*time.Second, "the repeated push", func(r report) bool {
+	waitFor(30*time.Second, "the repeated push", func(r firefox.Report) bool {
 		return r.Type == "push" && r.Payload.EventID == eventID && r.Seq > push.Seq
 	})
-	res := h.command(t, "notifications", "")
+	res := command("notifications", "")
 	shown := 0
 	for _, n := range res.Notifications {
 		if n.Title == title {
@@ -157,7 +182,7 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 			EventID string `json:"event_id"`
 		}
 		json.Unmarshal([]byte(payload), &want)
-		got := h.waitFor(t, 30*time.Second, "the "+want.EventID+" push", func(r report) bool { return r.Type == "push" && r.Payload.EventID == want.EventID })
+		got := waitFor(30*time.Second, "the "+want.EventID+" push", func(r firefox.Report) bool { return r.Type == "push" && r.Payload.EventID == want.EventID })
 		if got.Raw != payload {
 			t.Fatalf("%d-byte payload arrived as %d bytes:\n got %q\nwant %q", len(payload), len(got.Raw), got.Raw, payload)
 		}
@@ -165,7 +190,7 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 
 	// 5. Unsubscribed in the browser only: the push service says 410, the
 	// worker records gone and deletes the subscription.
-	if r := h.command(t, "unsubscribe-browser", ""); !r.OK {
+	if r := command("unsubscribe-browser", ""); !r.OK {
 		t.Fatalf("unsubscribe in the browser: %s", r.Error)
 	}
 	second := publish(t, apiURL, instructorToken, course, "After unsubscribing", "")
@@ -183,7 +208,11 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	h.shot(t, procs, firefox, page)
+	if dir := os.Getenv("NOTIFY_BROWSER_SHOTS"); dir != "" {
+		if err := b.Screenshot(filepath.Join(dir, "app.png")); err != nil {
+			t.Log(err)
+		}
+	}
 }
 
 // maxPayload is notify-shaped JSON of exactly the largest plaintext one
@@ -224,147 +253,6 @@ func publish(t *testing.T, apiURL, token, course, title, link string) string {
 		t.Fatalf("publish: %d %s", resp.StatusCode, raw)
 	}
 	return out.EventID
-}
-
-// findFirefox returns Firefox's path. Missing, the test skips on a laptop
-// and fails in CI (infra/local/test.sh installs firefox-esr).
-func findFirefox(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"firefox-esr", "firefox"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "Firefox is not installed (apt-get install firefox-esr; infra/local/test.sh does it)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg + ": CI must run the real-browser test")
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// report is one thing the page or its service worker told the harness.
-type report struct {
-	Seq          int    `json:"-"`
-	From         string `json:"from"`
-	Type         string `json:"type"`
-	Message      string `json:"message"`
-	Endpoint     string `json:"endpoint"`
-	OK           bool   `json:"ok"`
-	Error        string `json:"error"`
-	Action       string `json:"action"`
-	ID           int    `json:"id"`
-	Raw          string `json:"raw"`
-	ShownWithTag int    `json:"shown_with_tag"`
-	Payload      struct {
-		Title    string `json:"title"`
-		URL      string `json:"url"`
-		EventID  string `json:"event_id"`
-		CourseID string `json:"course_id"`
-	} `json:"payload"`
-	Notifications []struct {
-		Title string `json:"title"`
-		Tag   string `json:"tag"`
-	} `json:"notifications"`
-}
-
-// harness is the HTTP side of the page's report parameter: it collects
-// reports and hands out commands, so the page drives itself and no
-// WebDriver is needed.
-type harness struct {
-	*httptest.Server
-	procs    *processes
-	mu       sync.Mutex
-	reports  []report
-	commands []map[string]any
-	nextID   int
-	changed  chan struct{}
-}
-
-func newHarness(t *testing.T, procs *processes) *harness {
-	h := &harness{procs: procs, changed: make(chan struct{}, 1)}
-	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Access-Control-Allow-Origin", "*")
-		switch r.URL.Path {
-		case "/report":
-			var rep report
-			raw, _ := io.ReadAll(r.Body)
-			if err := json.Unmarshal(raw, &rep); err != nil {
-				t.Logf("bad report %q: %v", raw, err)
-				return
-			}
-			h.mu.Lock()
-			rep.Seq = len(h.reports) + 1
-			h.reports = append(h.reports, rep)
-			h.mu.Unlock()
-			t.Logf("browser %s: %s %s%s", rep.From, rep.Type, rep.Message, rep.Error)
-			select {
-			case h.changed <- struct{}{}:
-			default:
-			}
-		case "/command":
-			h.mu.Lock()
-			cmd := map[string]any{"action": "none"}
-			if len(h.commands) > 0 {
-				cmd, h.commands = h.commands[0], h.commands[1:]
-			}
-			h.mu.Unlock()
-			json.NewEncoder(w).Encode(cmd)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(h.Close)
-	return h
-}
-
-func (h *harness) waitFor(t *testing.T, timeout time.Duration, what string, match func(report) bool) report {
-	t.Helper()
-	deadline := time.After(timeout)
-	for seen := 0; ; {
-		h.mu.Lock()
-		for ; seen < len(h.reports); seen++ {
-			if r := h.reports[seen]; match(r) {
-				h.mu.Unlock()
-				return r
-			}
-		}
-		h.mu.Unlock()
-		if name := h.procs.exited(); name != "" {
-			t.Fatalf("%s exited while waiting for %s", name, what)
-		}
-		select {
-		case <-h.changed:
-		case <-time.After(100 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-	}
-}
-
-func (h *harness) command(t *testing.T, action, tag string) report {
-	t.Helper()
-	h.mu.Lock()
-	h.nextID++
-	id := h.nextID
-	h.commands = append(h.commands, map[string]any{"action": action, "tag": tag, "id": id})
-	h.mu.Unlock()
-	return h.waitFor(t, 30*time.Second, "the result of "+action, func(r report) bool { return r.Type == "result" && r.ID == id })
-}
-
-// shot saves a screenshot of the page into the test's log folder when
-// NOTIFY_BROWSER_SHOTS names one (notify demo --browser uses it).
-func (h *harness) shot(t *testing.T, procs *processes, firefox, page string) {
-	dir := os.Getenv("NOTIFY_BROWSER_SHOTS")
-	if dir == "" {
-		return
-	}
-	out := filepath.Join(dir, "app.png")
-	cmd := exec.Command(firefox, "--headless", "--no-remote", "--profile", t.TempDir(), "--screenshot", out, "--window-size=900,700", page)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Logf("screenshot: %v\n%s", err, b)
-	}
 }
 
 // processes runs notify services as real processes, logging each to a
@@ -439,44 +327,6 @@ func (p *processes) output(args ...string) string {
 		p.t.Fatalf("notify %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// startFirefox runs a headless Firefox on a fresh profile whose push
-// service is the mock's WebSocket side.
-func (p *processes) startFirefox(firefox, wsAddr, page string) {
-	p.t.Helper()
-	profile := filepath.Join(p.dir, "firefox-profile")
-	if err := os.MkdirAll(profile, 0o700); err != nil {
-		p.t.Fatal(err)
-	}
-	prefs := []string{
-		`user_pref("dom.push.serverURL", "ws://` + wsAddr + `/");`,
-		`user_pref("dom.push.testing.allowInsecureServerURL", true);`,
-		`user_pref("dom.push.enabled", true);`,
-		`user_pref("dom.push.connection.enabled", true);`,
-		// Grants push and notifications without a prompt.
-		`user_pref("permissions.default.desktop-notification", 1);`,
-		// Without a default route Firefox would think it is offline.
-		`user_pref("network.manage-offline-status", false);`,
-		// Headless showNotification needs no D-Bus this way.
-		`user_pref("alerts.useSystemBackend", false);`,
-		`user_pref("dom.serviceWorkers.testing.enabled", true);`,
-		`user_pref("browser.shell.checkDefaultBrowser", false);`,
-		`user_pref("browser.startup.homepage_override.mstone", "ignore");`,
-		`user_pref("datareporting.policy.dataSubmissionEnabled", false);`,
-		`user_pref("toolkit.telemetry.reportingpolicy.firstRun", false);`,
-		`user_pref("app.update.auto", false);`,
-		`user_pref("network.captive-portal-service.enabled", false);`,
-		`user_pref("network.connectivity-service.enabled", false);`,
-	}
-	if err := os.WriteFile(filepath.Join(profile, "user.js"), []byte(strings.Join(prefs, "\n")+"\n"), 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	cmd := exec.Command(firefox, "--headless", "--no-remote", "--profile", profile, page)
-	home := filepath.Join(p.dir, "home")
-	os.MkdirAll(home, 0o700)
-	cmd.Env = append(os.Environ(), "HOME="+home, "MOZ_HEADLESS=1")
-	p.launch("firefox", cmd)
 }
 
 // stopAll stops every process (SIGTERM, then SIGKILL) and prints the logs
