@@ -33,6 +33,9 @@ type MockConfig struct {
 	DecryptSample float64
 	// MaxStreams is its HTTP/2 streams per connection. Default: the mock's.
 	MaxStreams int
+	// WebSocketAddr, when set, also serves Mozilla's push protocol there
+	// for a real Firefox (--ws-addr).
+	WebSocketAddr string
 	// Env is added to its environment.
 	Env []string
 	// Ready bounds the wait for it to answer. Default 30 s.
@@ -73,6 +76,9 @@ func StartMock(ctx context.Context, cfg MockConfig) (*Mock, error) {
 		"--decrypt-sample", strconv.FormatFloat(cfg.DecryptSample, 'f', -1, 64)}
 	if cfg.MaxStreams != 0 {
 		args = append(args, "--max-streams", strconv.Itoa(cfg.MaxStreams))
+	}
+	if cfg.WebSocketAddr != "" {
+		args = append(args, "--ws-addr", cfg.WebSocketAddr)
 	}
 	var err error
 	if m.Proc, err = StartProc(cfg.Binary, cfg.Dir, "pushmock", cfg.Env, args...); err != nil {

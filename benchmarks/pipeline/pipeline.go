@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
+	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 )
@@ -56,6 +57,35 @@ type Config struct {
 	Say func(string)
 	// ExtraEnv is added to every child's environment (e.g. tuning knobs).
 	ExtraEnv []string
+	// Browser, when set, runs a real Firefox beside the run: before the
+	// publish it opens the API's web app as one of the seeded students and
+	// subscribes (one subscription more to deliver), and after the run it
+	// waits for the push to be shown there (Result.Browser).
+	Browser *BrowserConfig
+}
+
+// BrowserConfig is the real browser of a run.
+type BrowserConfig struct {
+	// Firefox is the executable (firefox.Find). Required.
+	Firefox string
+	// Wait bounds the browser's subscription and its push. Default 90 s.
+	Wait time.Duration
+}
+
+// BrowserResult is what the browser of a run received.
+type BrowserResult struct {
+	Endpoint string `json:"endpoint"`
+	Student  string `json:"student"`
+	// Raw is the push payload Firefox decrypted, exactly.
+	Raw     string `json:"raw"`
+	Title   string `json:"title"`
+	EventID string `json:"event_id"`
+	// ShownAfterSeconds is publish → the service worker showed it.
+	ShownAfterSeconds float64 `json:"shown_after_seconds"`
+	// Notifications is how many notifications the browser shows for the
+	// event (1: tag = event id).
+	Notifications int    `json:"notifications"`
+	Screenshot    string `json:"screenshot,omitempty"`
 }
 
 func (c *Config) defaults() error {
@@ -142,6 +172,7 @@ type Result struct {
 	LogDir             string            `json:"log_dir"`
 	APIAddr            string            `json:"api_addr"`
 	Metrics            map[string]string `json:"metrics"`
+	Browser            *BrowserResult    `json:"browser,omitempty"`
 }
 
 // dropStaleRunSlots drops the replication slots of earlier runs on this
@@ -248,8 +279,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return p, err
 	}
 	cfg.Say("starting pushmock")
+	var wsAddr string
+	if cfg.Browser != nil {
+		port, err := benchkit.FreePort()
+		if err != nil {
+			return res, err
+		}
+		wsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	mock, err := benchkit.StartMock(ctx, benchkit.MockConfig{Binary: cfg.Binary, Dir: cfg.LogDir, Port: cfg.PushPort,
-		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: env})
+		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: env, WebSocketAddr: wsAddr})
 	if err != nil {
 		return res, err
 	}
@@ -320,6 +359,19 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 	}
 
+	// 3b. A real browser, subscribed as one of the students.
+	var browser *firefox.Browser
+	if cfg.Browser != nil {
+		b, student, endpoint, err := startBrowser(ctx, cfg, env, pool, courseID, res.APIAddr, wsAddr)
+		if err != nil {
+			return res, err
+		}
+		defer b.Close()
+		browser = b
+		res.Browser = &BrowserResult{Student: student, Endpoint: endpoint}
+		res.Subscriptions++ // the browser's, beside the seeded ones
+	}
+
 	// 4. Publish one material through the API, as an instructor would.
 	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--dev", "--user", instructorID).Output()
 	if err != nil {
@@ -354,6 +406,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	// 5. Watch until every subscription has a final outcome.
 	if err := watch(ctx, cfg, pool, mock, procs, &res, t0); err != nil {
 		return res, err
+	}
+
+	if browser != nil {
+		if err := browserReceived(ctx, cfg, browser, res.Browser, res.EventID, t0); err != nil {
+			return res, err
+		}
 	}
 
 	// The whole machine's CPU over the run: how close to CPU-bound it was.
@@ -406,6 +464,14 @@ func Print(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  %s %.1f", name, c)
 	}
 	fmt.Fprintln(w)
+	if b := r.Browser; b != nil {
+		fmt.Fprintf(w, "\nFirefox (headless, student %s) received, decrypted by its own RFC 8291 code, %.2f s after the publish:\n  %s\n", b.Student, b.ShownAfterSeconds, b.Raw)
+		fmt.Fprintf(w, "  shown as %d notification(s) tagged %s", b.Notifications, b.EventID)
+		if b.Screenshot != "" {
+			fmt.Fprintf(w, "; screenshot of the page: %s", b.Screenshot)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time) error {
@@ -552,4 +618,65 @@ func httpOK(ctx context.Context, u string) (bool, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK, nil
+}
+
+// startBrowser opens the web app in a real Firefox as one of the course's
+// students and waits until the page has subscribed through the API.
+func startBrowser(ctx context.Context, cfg Config, env []string, pool *pgxpool.Pool, courseID, apiAddr, wsAddr string) (*firefox.Browser, string, string, error) {
+	if cfg.Browser.Wait == 0 {
+		cfg.Browser.Wait = 90 * time.Second
+	}
+	var student string
+	if err := pool.QueryRow(ctx, "SELECT user_id::text FROM enrollments WHERE course_id = $1 ORDER BY user_id LIMIT 1", courseID).Scan(&student); err != nil {
+		return nil, "", "", fmt.Errorf("pick the browser's student: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, cfg.Binary, "token", "--dev", "--user", student)
+	cmd.Env = env
+	token, err := cmd.Output()
+	if err != nil {
+		return nil, "", "", fmt.Errorf("mint the browser's token: %w", err)
+	}
+	cfg.Say("starting Firefox (headless) on the web app as student " + student)
+	b, err := firefox.Start(firefox.Config{Firefox: cfg.Browser.Firefox, PushServerURL: "ws://" + wsAddr + "/",
+		AppURL: "http://" + apiAddr + "/app/", Token: strings.TrimSpace(string(token)), Dir: filepath.Join(cfg.LogDir, "firefox")})
+	if err != nil {
+		return nil, "", "", err
+	}
+	wctx, cancel := context.WithTimeout(ctx, cfg.Browser.Wait)
+	defer cancel()
+	sub, err := b.WaitFor(wctx, "the browser's subscription", func(r firefox.Report) bool { return r.Type == "subscribed" || r.Type == "error" }, nil)
+	if err == nil && sub.Type == "error" {
+		err = fmt.Errorf("the web app in Firefox: %s", sub.Message)
+	}
+	if err != nil {
+		b.Close()
+		return nil, "", "", err
+	}
+	cfg.Say("Firefox subscribed: " + sub.Endpoint)
+	return b, student, sub.Endpoint, nil
+}
+
+// browserReceived waits for the run's push in the browser and records it.
+func browserReceived(ctx context.Context, cfg Config, b *firefox.Browser, r *BrowserResult, eventID string, published time.Time) error {
+	wctx, cancel := context.WithTimeout(ctx, cfg.Browser.Wait)
+	defer cancel()
+	push, err := b.WaitFor(wctx, "the push in the browser", func(r firefox.Report) bool { return r.Type == "push" && r.Payload.EventID == eventID }, nil)
+	if err != nil {
+		return err
+	}
+	// When the service worker's report arrived: shown, decrypted, reported.
+	r.ShownAfterSeconds = push.Received.Sub(published).Seconds()
+	r.Raw, r.Title, r.EventID = push.Raw, push.Payload.Title, push.Payload.EventID
+	shown, err := b.Command(wctx, "notifications", eventID)
+	if err != nil {
+		return err
+	}
+	r.Notifications = len(shown.Notifications)
+	shot := filepath.Join(cfg.LogDir, "browser.png")
+	if err := b.Screenshot(shot); err != nil {
+		cfg.Say("screenshot: " + err.Error())
+	} else {
+		r.Screenshot = shot
+	}
+	return nil
 }

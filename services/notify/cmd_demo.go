@@ -15,6 +15,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/benchmarks/pipeline"
+	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/progress"
 )
 
@@ -62,8 +63,16 @@ func runDemo(ctx context.Context, args []string) error {
 	var p pipelineFlags
 	p.register(fs, 100_000)
 	inProcess := fs.String("kafka", "auto", "auto: use the configured broker, or an in-process Kafka-protocol broker when it is unreachable; external; in-process")
+	withBrowser := fs.Bool("browser", false, "also run a real headless Firefox on the web app (/app/) as one of the students and show what it received (needs firefox-esr)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *withBrowser {
+		ff, err := firefox.Find()
+		if err != nil {
+			return fmt.Errorf("--browser: %w", err)
+		}
+		p.cfg.Browser = &pipeline.BrowserConfig{Firefox: ff}
 	}
 	switch *inProcess {
 	case "auto", "external", "in-process":

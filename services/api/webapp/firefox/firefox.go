@@ -61,17 +61,18 @@ type Config struct {
 // reported: type loaded, status, error, subscribed, unsubscribed, push, or
 // result (of a command).
 type Report struct {
-	Seq          int    `json:"-"`
-	From         string `json:"from"`
-	Type         string `json:"type"`
-	Message      string `json:"message"`
-	Endpoint     string `json:"endpoint"`
-	OK           bool   `json:"ok"`
-	Error        string `json:"error"`
-	Action       string `json:"action"`
-	ID           int    `json:"id"`
-	Raw          string `json:"raw"` // a push's decrypted payload, exactly
-	ShownWithTag int    `json:"shown_with_tag"`
+	Seq          int       `json:"-"`
+	Received     time.Time `json:"-"` // when the report arrived here
+	From         string    `json:"from"`
+	Type         string    `json:"type"`
+	Message      string    `json:"message"`
+	Endpoint     string    `json:"endpoint"`
+	OK           bool      `json:"ok"`
+	Error        string    `json:"error"`
+	Action       string    `json:"action"`
+	ID           int       `json:"id"`
+	Raw          string    `json:"raw"` // a push's decrypted payload, exactly
+	ShownWithTag int       `json:"shown_with_tag"`
 	Payload      struct {
 		Title    string `json:"title"`
 		URL      string `json:"url"`
@@ -190,7 +191,7 @@ func (b *Browser) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		b.mu.Lock()
-		rep.Seq = len(b.reports) + 1
+		rep.Seq, rep.Received = len(b.reports)+1, time.Now()
 		b.reports = append(b.reports, rep)
 		b.mu.Unlock()
 		if b.cfg.Logf != nil {
