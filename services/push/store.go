@@ -34,36 +34,6 @@ type recipient struct {
 	deleted bool
 }
 
-// loadFreshSQL: subscriptions of the students notified of the event in
-// [first, last], minus those with any push_deliveries row for it. A
-// 'retrying' row is excluded too: its retry command was written in the same
-// transaction that recorded it, so a redelivered fresh command must leave
-// it to that retry. notifications' primary key (event_id, user_id) is the
-// range scan; push_subscriptions_user and push_deliveries' key are probed
-// per row.
-const loadFreshSQL = `
-SELECT s.id, s.endpoint, s.p256dh, s.auth
-FROM notifications n
-JOIN push_subscriptions s ON s.user_id = n.user_id
-WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
-  AND NOT EXISTS (
-    SELECT 1 FROM push_deliveries d
-    WHERE d.event_id = $1 AND d.subscription_id = s.id)
-ORDER BY s.id`
-
-// loadRetrySQL: the retry's subscriptions that are still waiting for
-// exactly this attempt (status retrying, attempts = attempt - 1). A copy of
-// the retry that was already processed moved them on, so duplicates of a
-// retry command send nothing. A subscription deleted meanwhile comes back
-// with NULL columns.
-const loadRetrySQL = `
-SELECT d.subscription_id, s.endpoint, s.p256dh, s.auth
-FROM push_deliveries d
-LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
-WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])
-  AND d.status = 'retrying' AND d.attempts = $3
-ORDER BY d.subscription_id`
-
 func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCommand) ([]recipient, error) {
 	var rows pgx.Rows
 	var err error
@@ -108,27 +78,6 @@ type row struct {
 	attempts int32
 	err      string
 }
-
-// recordSQL upserts a batch of outcomes in one statement. A final status is
-// never overwritten (WHERE d.status = 'retrying'): a late or duplicate
-// writer cannot turn a delivered push back into a retrying one.
-const recordSQL = `
-INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, updated_at)
-SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), now()
-FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[]) AS u(id, status, http, attempts, err)
-ON CONFLICT (event_id, subscription_id) DO UPDATE
-SET status = excluded.status, http_status = excluded.http_status, attempts = excluded.attempts,
-    error = excluded.error, updated_at = excluded.updated_at
-WHERE d.status = 'retrying'`
-
-// deleteGoneSQL removes subscriptions the push service says no longer exist.
-const deleteGoneSQL = `DELETE FROM push_subscriptions WHERE id = ANY($1::bigint[])`
-
-// insertOutboxSQL queues a push command. Only the CDC connector produces to
-// outbox topics, so retries travel the same way fan-out commands do.
-const insertOutboxSQL = `
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6)`
 
 // outboxCommand is one push command to queue.
 type outboxCommand struct {
