@@ -33,6 +33,8 @@ type MockConfig struct {
 	DecryptSample float64
 	// MaxStreams is its HTTP/2 streams per connection. Default: the mock's.
 	MaxStreams int
+	// Flags are further pushmock flags, e.g. faults ("--rate-429", "0.02").
+	Flags []string
 	// Env is added to its environment.
 	Env []string
 	// Ready bounds the wait for it to answer. Default 30 s.
@@ -74,6 +76,7 @@ func StartMock(ctx context.Context, cfg MockConfig) (*Mock, error) {
 	if cfg.MaxStreams != 0 {
 		args = append(args, "--max-streams", strconv.Itoa(cfg.MaxStreams))
 	}
+	args = append(args, cfg.Flags...)
 	var err error
 	if m.Proc, err = StartProc(cfg.Binary, cfg.Dir, "pushmock", cfg.Env, args...); err != nil {
 		return nil, err
