@@ -9,6 +9,7 @@ import (
 	"github.com/notify-dev/notify/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -41,6 +42,11 @@ type batch struct {
 
 	unknown int // sends cancelled mid-flight: outcome unknown, not recorded
 
+	// failing: rows' subscriptions that failed for good, counting toward
+	// disabling them; recovered: delivered ones that had failed before.
+	// The dead (b.dead) count too, when they are written.
+	failing, recovered []int64
+
 	nDelivered, nGone, nFailed    int
 	nRetrying, nDeferred, nDeadLt int
 }
@@ -54,6 +60,7 @@ func (b *batch) len() int { return len(b.rows) }
 
 func (b *batch) resetFinal() {
 	b.rows, b.gone, b.tokens, b.first = b.rows[:0], b.gone[:0], 0, time.Time{}
+	b.failing, b.recovered = b.failing[:0], b.recovered[:0]
 	b.nDelivered, b.nGone, b.nFailed = 0, 0, 0
 }
 
@@ -101,6 +108,9 @@ func (b *batch) add(res result) (release bool) {
 	}
 	switch out.Kind {
 	case webpush.Delivered:
+		if res.rc.failures > 0 {
+			b.recovered = append(b.recovered, id)
+		}
 		b.nDelivered++
 		final(StatusDelivered)
 	case webpush.Gone:
@@ -112,6 +122,12 @@ func (b *batch) add(res result) (release bool) {
 		b.nGone++
 		final(StatusGone)
 	case webpush.PermanentFailure:
+		switch {
+		case res.rc.disabled:
+			r.attempts = b.attempt - 1 // not sent
+		case subscriptionsFault(out.Status):
+			b.failing = append(b.failing, id)
+		}
 		b.nFailed++
 		final(StatusFailed)
 	default: // Retryable
@@ -148,6 +164,19 @@ func (b *batch) add(res result) (release bool) {
 		}
 	}
 	return false
+}
+
+// subscriptionsFault reports whether a permanent failure with this HTTP
+// status (0: refused before sending, e.g. invalid keys) counts toward
+// disabling the subscription. A rejected VAPID signature (401, 403) is the
+// sender's key, a too-large payload (413) the message: counting them would
+// disable every subscription for a misconfiguration.
+func subscriptionsFault(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge:
+		return false
+	}
+	return true
 }
 
 // reasonKey groups dead-letter causes: the HTTP status, or the error.
@@ -276,11 +305,25 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 	if len(rows) == 0 {
 		return nil
 	}
+	o := outcomes{rows: rows, gone: b.gone, cmds: cmds}
+	if w.cfg.DisableAfterFailures > 0 {
+		o.failing, o.recovered, o.disableAfter = b.failing, b.recovered, w.cfg.DisableAfterFailures
+		if last && len(b.dead) > 0 {
+			o.failing = append(o.failing[:len(o.failing):len(o.failing)], b.dead...)
+		}
+	}
 	start := time.Now()
-	if err := record(ctx, w.cfg.Pool, cmd.EventID, rows, b.gone, cmds); err != nil {
+	disabled, err := recordOutcomes(ctx, w.cfg.Pool, cmd.EventID, o)
+	if err != nil {
 		return err
 	}
 	w.m.recordDuration.UpdateDuration(start)
+	if disabled > 0 {
+		w.m.disabled.Add(int(disabled))
+		w.stats.disabled.Add(disabled)
+		w.log.Info("subscriptions disabled after failing on consecutive events", "event", cmd.EventID,
+			"disabled", disabled, "after_events", w.cfg.DisableAfterFailures)
+	}
 	b.countFinal(w)
 	if last {
 		b.countLater(w)

@@ -30,21 +30,17 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	go func() {
 		n := 0
 		defer func() { dispatched <- n }()
-		for _, rc := range recips {
-			if rc.deleted {
-				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.Gone, Err: errSubscriptionDeleted}}
-				n++
-				continue
-			}
+		send := func(rc recipient, origin string) bool {
 			select {
 			case w.tokens <- struct{}{}:
 			case <-sendCtx.Done():
-				return
+				w.origins.release(origin)
+				return false
 			}
 			w.m.unrecorded.Inc()
 			n++
 			sends.Add(1)
-			go func(rc recipient) {
+			go func() {
 				defer sends.Done()
 				msg := webpush.Message{
 					Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
@@ -52,8 +48,38 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 					TTL:          w.cfg.TTL,
 					Urgency:      w.cfg.Urgency,
 				}
-				results <- result{rc: rc, out: w.cfg.Sender.Send(sendCtx, msg), token: true}
-			}(rc)
+				out := w.cfg.Sender.Send(sendCtx, msg)
+				w.origins.release(origin)
+				results <- result{rc: rc, out: out, token: true}
+			}()
+			return true
+		}
+		// First pass: every recipient whose origin is under its budget;
+		// the others wait for the second, so a slow origin holds back only
+		// its own recipients.
+		var waiting []int
+		for i, rc := range recips {
+			switch {
+			case rc.deleted:
+				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.Gone, Err: errSubscriptionDeleted}}
+				n++
+			case rc.disabled:
+				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.PermanentFailure, Err: errSubscriptionDisabled}}
+				n++
+			default:
+				origin := webpush.EndpointOrigin(rc.endpoint)
+				if !w.origins.tryAcquire(origin) {
+					waiting = append(waiting, i)
+				} else if !send(rc, origin) {
+					return
+				}
+			}
+		}
+		for _, i := range waiting {
+			origin := webpush.EndpointOrigin(recips[i].endpoint)
+			if w.origins.acquire(sendCtx, origin) != nil || !send(recips[i], origin) {
+				return
+			}
 		}
 	}()
 

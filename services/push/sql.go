@@ -9,9 +9,10 @@ package push
 // transaction that recorded it, so a redelivered fresh command must leave
 // it to that retry. notifications' primary key (event_id, user_id) is the
 // range scan; push_subscriptions_user and push_deliveries' key are probed
-// per row.
+// per row. Disabled subscriptions come back flagged: they are recorded
+// without a send.
 const loadFreshSQL = `
-SELECT s.id, s.endpoint, s.p256dh, s.auth
+SELECT s.id, s.endpoint, s.p256dh, s.auth, s.consecutive_failures, s.disabled_at IS NOT NULL
 FROM notifications n
 JOIN push_subscriptions s ON s.user_id = n.user_id
 WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
@@ -26,7 +27,7 @@ ORDER BY s.id`
 // retry command send nothing. A subscription deleted meanwhile comes back
 // with NULL columns.
 const loadRetrySQL = `
-SELECT d.subscription_id, s.endpoint, s.p256dh, s.auth
+SELECT d.subscription_id, s.endpoint, s.p256dh, s.auth, coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false)
 FROM push_deliveries d
 LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
 WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])
@@ -44,6 +45,31 @@ ON CONFLICT (event_id, subscription_id) DO UPDATE
 SET status = excluded.status, http_status = excluded.http_status, attempts = excluded.attempts,
     error = excluded.error, updated_at = excluded.updated_at
 WHERE d.status = 'retrying'`
+
+// recordCountedSQL is recordSQL that also moves the consecutive-failure
+// count of the subscriptions named in $7 (failed for good: +1, disabled
+// at $8) and $9 (delivered after failures: back to 0), for exactly the rows
+// this statement wrote — a duplicate writer, whose rows recordSQL's WHERE
+// leaves alone, counts nothing twice. The = ANY keeps each update to
+// primary-key probes of the few named ids. It returns how many
+// subscriptions it disabled. Only used when some id is named: the
+// delivered path stays recordSQL alone.
+const recordCountedSQL = `
+WITH rec AS (` + recordSQL + `
+  RETURNING d.subscription_id, d.status
+), failing AS (
+  UPDATE push_subscriptions s
+  SET consecutive_failures = s.consecutive_failures + 1,
+      disabled_at = CASE WHEN s.consecutive_failures + 1 >= $8 THEN coalesce(s.disabled_at, now()) ELSE s.disabled_at END
+  FROM rec
+  WHERE s.id = ANY($7::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'failed'
+  RETURNING s.consecutive_failures = $8 AS disabled
+), recovered AS (
+  UPDATE push_subscriptions s SET consecutive_failures = 0
+  FROM rec
+  WHERE s.id = ANY($9::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'delivered'
+)
+SELECT count(*) FILTER (WHERE disabled) FROM failing`
 
 // deleteGoneSQL removes subscriptions the push service says no longer exist.
 const deleteGoneSQL = `DELETE FROM push_subscriptions WHERE id = ANY($1::bigint[])`

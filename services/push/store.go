@@ -32,6 +32,11 @@ type recipient struct {
 	// deleted: a retry found its subscription removed meanwhile (the
 	// browser unsubscribed); it is recorded gone without sending.
 	deleted bool
+	// failures is the subscription's count of events in a row that failed
+	// for good; disabled: it reached Config.DisableAfterFailures, and is
+	// recorded failed without sending.
+	failures int32
+	disabled bool
 }
 
 func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCommand) ([]recipient, error) {
@@ -50,7 +55,7 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 	for rows.Next() {
 		var r recipient
 		var endpoint *string
-		if err := rows.Scan(&r.id, &endpoint, &r.p256dh, &r.auth); err != nil {
+		if err := rows.Scan(&r.id, &endpoint, &r.p256dh, &r.auth, &r.failures, &r.disabled); err != nil {
 			return nil, fmt.Errorf("load recipients: %w", err)
 		}
 		if endpoint == nil {
@@ -85,41 +90,67 @@ type outboxCommand struct {
 	partition int32
 }
 
+// outcomes is one recording transaction's content.
+type outcomes struct {
+	rows []row
+	gone []int64 // subscriptions to delete
+	cmds []outboxCommand
+	// failing and recovered name subscriptions whose consecutive-failure
+	// count moves (see recordCountedSQL); disableAfter is the count at
+	// which a subscription is disabled.
+	failing, recovered []int64
+	disableAfter       int
+}
+
 // record writes outcomes, deletes gone subscriptions and queues retry
+// commands in one transaction; see recordOutcomes.
+func record(ctx context.Context, pool *pgxpool.Pool, eventID string, rows []row, gone []int64, cmds []outboxCommand) error {
+	_, err := recordOutcomes(ctx, pool, eventID, outcomes{rows: rows, gone: gone, cmds: cmds})
+	return err
+}
+
+// recordOutcomes writes outcomes, deletes gone subscriptions and queues retry
 // commands in one round trip and one transaction: pgx sends a batch as one
 // pipeline ending in a single Sync, and Postgres runs everything before a
 // Sync as one implicit transaction (pgx documents this on SendBatch), so
-// either every statement commits or none does.
-func record(ctx context.Context, pool *pgxpool.Pool, eventID string, rows []row, gone []int64, cmds []outboxCommand) error {
-	ids := make([]int64, len(rows))
-	statuses := make([]string, len(rows))
-	https := make([]int32, len(rows))
-	attempts := make([]int32, len(rows))
-	errs := make([]string, len(rows))
-	for i, r := range rows {
+// either every statement commits or none does. It returns how many
+// subscriptions it disabled.
+func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o outcomes) (disabled int64, err error) {
+	n := len(o.rows)
+	ids := make([]int64, n)
+	statuses := make([]string, n)
+	https := make([]int32, n)
+	attempts := make([]int32, n)
+	errs := make([]string, n)
+	for i, r := range o.rows {
 		ids[i], statuses[i], https[i], attempts[i], errs[i] = r.subID, r.status, r.http, r.attempts, r.err
 	}
+	counted := n > 0 && (len(o.failing) > 0 || len(o.recovered) > 0)
 	var b pgx.Batch
-	if len(rows) > 0 {
+	switch {
+	case counted:
+		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, o.failing, o.disableAfter, o.recovered).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
+	case n > 0:
 		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs)
 	}
-	if len(gone) > 0 {
-		b.Queue(deleteGoneSQL, gone)
+	if len(o.gone) > 0 {
+		b.Queue(deleteGoneSQL, o.gone)
 	}
-	for _, c := range cmds {
+	for _, c := range o.cmds {
 		payload, err := encodeCommand(c.cmd)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		b.Queue(insertOutboxSQL, newUUID(), streams.AggregatePush, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
 	}
 	if b.Len() == 0 {
-		return nil
+		return 0, nil
 	}
 	if err := pool.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("record %d outcomes: %w", len(rows), err)
+		return 0, fmt.Errorf("record %d outcomes: %w", n, err)
 	}
-	return nil
+	return disabled, nil
 }
 
 // encodeCommand renders a command as the outbox payload (jsonb text).

@@ -20,6 +20,10 @@ import (
 // (uncommitted) when the worker stops.
 var errStopping = errors.New("push worker stopping: command handed back uncommitted")
 
+// errSubscriptionDisabled is recorded, without a send, for a subscription
+// disabled after failing on Config.DisableAfterFailures events in a row.
+var errSubscriptionDisabled = errors.New("subscription disabled after failing on consecutive events; not sent")
+
 // errSubscriptionDeleted is recorded for a retry whose subscription was
 // removed meanwhile (the browser unsubscribed).
 var errSubscriptionDeleted = errors.New("subscription removed before the retry")
@@ -36,6 +40,8 @@ type Worker struct {
 	// tokens holds one slot per send from its start until its outcome is
 	// recorded: the bound on what a crash can repeat.
 	tokens chan struct{}
+	// origins caps the slots one push-service origin holds.
+	origins *originBudget
 	// active admits commands to load and send, so commands finish roughly
 	// in arrival order instead of all crawling at once.
 	active     chan struct{}
@@ -57,6 +63,7 @@ type Worker struct {
 type stats struct {
 	fresh, retries, requeued, empty                           atomic.Int64
 	delivered, gone, failed, retrying, deferred, deadLettered atomic.Int64
+	disabled                                                  atomic.Int64
 }
 
 // Stats counts what this worker did since it started.
@@ -75,6 +82,9 @@ type Stats struct {
 	Retrying     int64 `json:"retrying"`
 	Deferred     int64 `json:"deferred"`
 	DeadLettered int64 `json:"dead_lettered"`
+	// Disabled counts subscriptions this worker disabled (see
+	// Config.DisableAfterFailures).
+	Disabled int64 `json:"disabled"`
 }
 
 // New validates cfg and builds the worker; it joins the group on Start.
@@ -87,6 +97,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg:     cfg,
 		m:       newWorkerMetrics(cfg.Metrics),
 		tokens:  make(chan struct{}, cfg.MaxInFlight),
+		origins: newOriginBudget(cfg.MaxInFlightPerOrigin),
 		cmdBusy: map[commandKey]chan struct{}{},
 	}
 	// Half the command slots may load and send at once (plenty to keep
@@ -172,7 +183,7 @@ func (w *Worker) finish(ctx context.Context, _ bool) error {
 	s := w.Stats()
 	w.log.Info("push worker stopped", "fresh_commands", s.FreshCommands, "retry_commands", s.RetryCommands,
 		"empty_commands", s.EmptyCommands, "requeued", s.Requeued, "delivered", s.Delivered, "gone", s.Gone,
-		"failed", s.Failed, "retrying", s.Retrying, "deferred", s.Deferred, "dead_lettered", s.DeadLettered)
+		"failed", s.Failed, "retrying", s.Retrying, "deferred", s.Deferred, "dead_lettered", s.DeadLettered, "disabled", s.Disabled)
 	return err
 }
 
@@ -183,6 +194,7 @@ func (w *Worker) Stats() Stats {
 		FreshCommands: s.fresh.Load(), RetryCommands: s.retries.Load(), EmptyCommands: s.empty.Load(),
 		Requeued: s.requeued.Load(), Delivered: s.delivered.Load(), Gone: s.gone.Load(), Failed: s.failed.Load(),
 		Retrying: s.retrying.Load(), Deferred: s.deferred.Load(), DeadLettered: s.deadLettered.Load(),
+		Disabled: s.disabled.Load(),
 	}
 }
 

@@ -135,6 +135,12 @@ var ErrOriginPaused = errors.New("push service asked to wait (Retry-After)")
 // ErrSenderClosed is wrapped by outcomes of sends after Close.
 var ErrSenderClosed = errors.New("sender closed")
 
+// DefaultDialTimeout bounds connecting to a push service (TCP and TLS).
+// Push services answer a handshake within a round trip or two; an
+// endpoint that accepts and never answers (a tar-pit) must not hold its
+// sends for long, since the caller's send slots wait with them.
+const DefaultDialTimeout = 3 * time.Second
+
 // Config configures a Sender. Zero fields take the documented defaults.
 type Config struct {
 	// VAPID signs every request. Required.
@@ -151,7 +157,7 @@ type Config struct {
 	// answer. Default 30 s.
 	Timeout time.Duration
 	// DialTimeout bounds the TCP connect and the TLS handshake of a new
-	// connection. Default 10 s.
+	// connection. Default DefaultDialTimeout.
 	DialTimeout time.Duration
 	// TTL is the TTL header for messages that set none. Default 24 h
 	// (86400 s).
@@ -208,7 +214,7 @@ func (c Config) withDefaults() Config {
 		c.Timeout = 30 * time.Second
 	}
 	if c.DialTimeout == 0 {
-		c.DialTimeout = 10 * time.Second
+		c.DialTimeout = DefaultDialTimeout
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
@@ -387,6 +393,18 @@ func parseEndpoint(raw string) (endpoint, error) {
 		return endpoint{}, errors.New("endpoint is not an https URL")
 	}
 	return endpoint{origin: "https://" + u.Host, host: u.Host, path: u.RequestURI()}, nil
+}
+
+// EndpointOrigin returns the origin (https://host[:port]) of a push
+// endpoint: what the sender keeps one connection pool, concurrency limit
+// and Retry-After pause for. An endpoint that is not an https URL returns
+// "" (Send refuses it).
+func EndpointOrigin(raw string) string {
+	ep, err := parseEndpoint(raw)
+	if err != nil {
+		return ""
+	}
+	return ep.origin
 }
 
 func plainHost(h string) bool {
