@@ -1,7 +1,6 @@
 package push
 
 import (
-	"context"
 	"strings"
 	"sync"
 )
@@ -42,26 +41,17 @@ func (b *originBudget) takeLocked(origin string) bool {
 	return true
 }
 
-// acquire waits for a slot of origin, or for ctx.
-func (b *originBudget) acquire(ctx context.Context, origin string) error {
+// watch returns a channel closed by the next release; unwatch must be
+// called once it is no longer waited on.
+func (b *originBudget) watch() (freed <-chan struct{}, unwatch func()) {
 	b.mu.Lock()
-	for !b.takeLocked(origin) {
-		b.waiters++
-		freed := b.freed
-		b.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			b.mu.Lock()
-			b.waiters--
-			b.mu.Unlock()
-			return ctx.Err()
-		}
+	defer b.mu.Unlock()
+	b.waiters++
+	return b.freed, func() {
 		b.mu.Lock()
 		b.waiters--
+		b.mu.Unlock()
 	}
-	b.mu.Unlock()
-	return nil
 }
 
 // release returns a slot of origin.

@@ -54,11 +54,12 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 			}()
 			return true
 		}
-		// First pass: every recipient whose origin is under its budget;
-		// the others wait for the second, so a slow origin holds back only
-		// its own recipients.
-		var waiting []int
-		for i, rc := range recips {
+		// Every recipient whose origin is under its budget goes at once;
+		// the others queue per origin and go as their origin frees a slot,
+		// so a slow origin holds back only its own recipients.
+		queued := map[string][]recipient{}
+		var origins []string // queued's keys, in order of first appearance
+		for _, rc := range recips {
 			switch {
 			case rc.deleted:
 				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.Gone, Err: errSubscriptionDeleted}}
@@ -68,18 +69,44 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 				n++
 			default:
 				origin := webpush.EndpointOrigin(rc.endpoint)
-				if !w.origins.tryAcquire(origin) {
-					waiting = append(waiting, i)
+				if q, ok := queued[origin]; ok {
+					queued[origin] = append(q, rc) // keep the origin's order
+				} else if !w.origins.tryAcquire(origin) {
+					queued[origin] = []recipient{rc}
+					origins = append(origins, origin)
 				} else if !send(rc, origin) {
 					return
 				}
 			}
 		}
-		for _, i := range waiting {
-			origin := webpush.EndpointOrigin(recips[i].endpoint)
-			if w.origins.acquire(sendCtx, origin) != nil || !send(recips[i], origin) {
-				return
+		for len(origins) > 0 {
+			// Watch before looking, so a slot freed meanwhile still wakes us.
+			freed, unwatch := w.origins.watch()
+			progress := false
+			left := origins[:0]
+			for _, origin := range origins {
+				q := queued[origin]
+				for len(q) > 0 && w.origins.tryAcquire(origin) {
+					if !send(q[0], origin) {
+						unwatch()
+						return
+					}
+					q, progress = q[1:], true
+				}
+				if queued[origin] = q; len(q) > 0 {
+					left = append(left, origin)
+				}
 			}
+			origins = left
+			if !progress && len(origins) > 0 {
+				select {
+				case <-freed:
+				case <-sendCtx.Done():
+					unwatch()
+					return
+				}
+			}
+			unwatch()
 		}
 	}()
 
