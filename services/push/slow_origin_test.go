@@ -59,6 +59,7 @@ func TestConnectTimeoutBoundsATarPit(t *testing.T) {
 	t.Parallel()
 	sender, err := push.NewWebPushSender(push.SenderSettings{
 		VAPID:          webpush.VAPIDConfig{Key: mustVAPID(t), Subject: "mailto:tests@notify.invalid"},
+		Endpoints:      devEndpoints(t),
 		Timeout:        10 * time.Minute,
 		ConnectTimeout: 200 * time.Millisecond,
 	}, quietLogger(), metrics.NewSet())
@@ -92,6 +93,7 @@ func TestSlowOriginLeavesSlotsForOthers(t *testing.T) {
 	set := metrics.NewSet()
 	sender, err := push.NewWebPushSender(push.SenderSettings{
 		VAPID:          webpush.VAPIDConfig{Key: mustVAPID(t), Subject: "mailto:tests@notify.invalid"},
+		Endpoints:      devEndpoints(t),
 		CAFile:         f.mock.CertFile(),
 		MaxInFlight:    100,
 		ConnectTimeout: time.Minute,
