@@ -202,9 +202,6 @@ func (w *Worker) Stats() Stats {
 // everything the recipient SQL relies on (uuids, the range, a retry's ids).
 var decodeCommand = streams.DecodePushCommand
 
-// isUUID checks an event id before a status query.
-var isUUID = streams.IsUUID
-
 // handle is the consumer's handler: it returns nil only once every
 // recipient of the command has its outcome recorded.
 func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
