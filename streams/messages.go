@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -87,7 +88,8 @@ func DecodeSliceCommand(b []byte) (SliceCommand, error) {
 	return c, nil
 }
 
-// DecodePushCommand parses and validates a push command.
+// DecodePushCommand parses and validates a push command; its user bounds
+// come back in lower case.
 func DecodePushCommand(b []byte) (PushCommand, error) {
 	var c PushCommand
 	if err := json.Unmarshal(b, &c); err != nil {
@@ -101,7 +103,43 @@ func DecodePushCommand(b []byte) (PushCommand, error) {
 	case c.Attempt < 1:
 		return c, fmt.Errorf("%w: push command attempt %d", ErrMalformed, c.Attempt)
 	}
+	// The push worker's SQL takes these as uuids and a range: checked here,
+	// a bad id fails once as malformed instead of forever as a query error.
+	for _, f := range []struct{ name, v string }{{"event_id", c.EventID}, {"first_user", c.FirstUser}, {"last_user", c.LastUser}} {
+		if !IsUUID(f.v) {
+			return c, fmt.Errorf("%w: push command %s %q is not a uuid", ErrMalformed, f.name, f.v)
+		}
+	}
+	c.FirstUser, c.LastUser = strings.ToLower(c.FirstUser), strings.ToLower(c.LastUser)
+	if c.FirstUser > c.LastUser {
+		return c, fmt.Errorf("%w: push command first_user %s after last_user %s", ErrMalformed, c.FirstUser, c.LastUser)
+	}
+	if c.Attempt > 1 && len(c.SubscriptionIDs) == 0 {
+		return c, fmt.Errorf("%w: push command attempt %d names no subscriptions", ErrMalformed, c.Attempt)
+	}
 	return c, nil
+}
+
+// IsUUID reports whether s is a uuid in its 36-character text form (either
+// case).
+func IsUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // DecodeMaterialPublished parses a MaterialPublished payload. It accepts

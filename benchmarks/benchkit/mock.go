@@ -36,6 +36,8 @@ type MockConfig struct {
 	// WebSocketAddr, when set, also serves Mozilla's push protocol there
 	// for a real Firefox (--ws-addr).
 	WebSocketAddr string
+	// Flags are further pushmock flags, e.g. faults ("--rate-429", "0.02").
+	Flags []string
 	// Env is added to its environment.
 	Env []string
 	// Ready bounds the wait for it to answer. Default 30 s.
@@ -80,6 +82,7 @@ func StartMock(ctx context.Context, cfg MockConfig) (*Mock, error) {
 	if cfg.WebSocketAddr != "" {
 		args = append(args, "--ws-addr", cfg.WebSocketAddr)
 	}
+	args = append(args, cfg.Flags...)
 	var err error
 	if m.Proc, err = StartProc(cfg.Binary, cfg.Dir, "pushmock", cfg.Env, args...); err != nil {
 		return nil, err

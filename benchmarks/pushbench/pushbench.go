@@ -63,6 +63,10 @@ type Config struct {
 	CryptoMessages int
 	// MaxStreams is the mock's HTTP/2 streams per connection. Default 1000.
 	MaxStreams int
+	// Rate429 is the fraction of requests the mock answers 429 with a
+	// Retry-After of RetryAfter (default 1 s); each is retried after it.
+	Rate429    float64
+	RetryAfter time.Duration
 	// CPUProfile and MemProfile, when set, receive a CPU profile of the
 	// send phase and an allocation profile from its start.
 	CPUProfile, MemProfile string
@@ -157,7 +161,7 @@ type Result struct {
 	Checks         []Check        `json:"checks"`
 }
 
-// Check is one verdict of a run. The first three are correctness (see
+// Check is one verdict of a run. The first four are correctness (see
 // Result.Failed); the others are targets.
 type Check struct {
 	Name string `json:"name"`
@@ -167,7 +171,7 @@ type Check struct {
 
 // Failed returns the first failed correctness check, or nil.
 func (r Result) Failed() *Check {
-	for i := range r.Checks[:min(3, len(r.Checks))] {
+	for i := range r.Checks[:min(4, len(r.Checks))] {
 		if !r.Checks[i].OK {
 			return &r.Checks[i]
 		}
@@ -194,8 +198,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer os.RemoveAll(tmp)
 
+	var faults []string
+	if cfg.Rate429 > 0 {
+		faults = []string{"--rate-429", strconv.FormatFloat(cfg.Rate429, 'f', -1, 64)}
+		if cfg.RetryAfter > 0 {
+			faults = append(faults, "--retry-after", cfg.RetryAfter.String())
+		}
+	}
 	mock, err := benchkit.StartMock(ctx, benchkit.MockConfig{Binary: cfg.Binary, Dir: tmp, Latency: cfg.Latency,
-		DecryptSample: cfg.DecryptSample, Seed: cfg.Seed, MaxStreams: cfg.MaxStreams, Env: []string{"NOTIFY_LOG_FORMAT=text"}})
+		DecryptSample: cfg.DecryptSample, Seed: cfg.Seed, MaxStreams: cfg.MaxStreams, Flags: faults, Env: []string{"NOTIFY_LOG_FORMAT=text"}})
 	if err != nil {
 		return res, err
 	}
@@ -256,6 +267,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		{"every subscription delivered once (mock unique == N)", st.Unique == int64(n) && st.Duplicates == 0, fmt.Sprintf("unique %d, duplicates %d", st.Unique, st.Duplicates)},
 		{"every sampled message decrypts", st.DecryptFailures == 0 && (st.Decrypted > 0 || cfg.DecryptSample == 0), fmt.Sprintf("%d decrypted, %d failures", st.Decrypted, st.DecryptFailures)},
 		{"no VAPID rejections", st.VAPIDFailures == 0, fmt.Sprintf("%d", st.VAPIDFailures)},
+		{"no retry before its Retry-After", st.EarlyRetries == 0, fmt.Sprintf("%d early of %d answered 429", st.EarlyRetries, st.ByStatus["429"])},
 		{"≥ 10,000 deliveries per CPU-second", res.PerCPUSecond >= 10000, fmt.Sprintf("%.0f", res.PerCPUSecond)},
 		{"≥ 0.7 × crypto-only per CPU-second", res.Ratio >= 0.7, fmt.Sprintf("%.2f", res.Ratio)},
 	}
@@ -403,7 +415,7 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 					if out.Kind != webpush.Retryable || attempt == 5 || ctx.Err() != nil {
 						outcomes[out.Kind].Add(1)
 						if out.Err != nil {
-							lastErr.Store(out.Err)
+							lastErr.Store(out.Err.Error()) // one type: atomic.Value panics on a second
 						}
 						break
 					}
@@ -442,7 +454,7 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 	res.PerSecond = float64(res.Deliveries) / res.WallSeconds
 	res.Ratio = res.PerCPUSecond / res.CryptoPerCPU
 	res.MaxRSSMB = after.maxRSSMB
-	if err, ok := lastErr.Load().(error); ok && res.Deliveries != total {
+	if err, ok := lastErr.Load().(string); ok && res.Deliveries != total {
 		cfg.Say("last error: %v", err)
 	}
 	return nil

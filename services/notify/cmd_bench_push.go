@@ -25,6 +25,8 @@ func runBenchPush(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.DecryptSample, "decrypt-sample", 0.01, "fraction of messages the mock decrypts to prove they are readable")
 	fs.IntVar(&cfg.CryptoMessages, "crypto-messages", 0, "messages for the crypto-only reference (default min(N, 50000))")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", 1000, "the mock's HTTP/2 streams per connection")
+	fs.Float64Var(&cfg.Rate429, "rate-429", 0, "fraction of requests the mock answers 429 with --retry-after (each retried after it)")
+	fs.DurationVar(&cfg.RetryAfter, "retry-after", time.Second, "Retry-After the mock's 429s ask for")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the send phase to FILE (go tool pprof)")
 	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write an allocation profile (from the start of the send phase) to FILE")
 	if err := parseFlags(fs, args); err != nil {
@@ -37,6 +39,8 @@ func runBenchPush(ctx context.Context, args []string) error {
 		return usageError{msg: "--concurrency must be ≥ 1"}
 	case cfg.DecryptSample < 0 || cfg.DecryptSample > 1:
 		return usageError{msg: "--decrypt-sample must be between 0 and 1"}
+	case cfg.Rate429 < 0 || cfg.Rate429 >= 1:
+		return usageError{msg: "--rate-429 must be at least 0 and below 1"}
 	}
 	var err error
 	if cfg.Binary, err = os.Executable(); err != nil {

@@ -32,6 +32,8 @@ const (
 	DefaultFlushInterval = 50 * time.Millisecond
 	DefaultHoldMax       = 5 * time.Second
 	DefaultLagInterval   = 15 * time.Second
+	// DefaultDisableAfterFailures: see Config.DisableAfterFailures.
+	DefaultDisableAfterFailures = 5
 )
 
 // Config configures a Worker. Zero values take the documented defaults.
@@ -54,6 +56,22 @@ type Config struct {
 	// 4000: at the seed's 230 ms push-service latency that allows ~17,000
 	// sends/s per worker.
 	MaxInFlight int
+	// MaxInFlightPerOrigin caps the send slots (of MaxInFlight) that sends
+	// to one push-service origin may hold at once, so one slow origin — an
+	// outage, endpoints that accept connections and never answer — cannot
+	// occupy every slot and stall the sends to all others: recipients of
+	// an origin at its cap wait while the command's other recipients go
+	// ahead. Default 3/4 of MaxInFlight (one origin alone keeps most of the
+	// pipe; the rest stays for the others).
+	MaxInFlightPerOrigin int
+	// DisableAfterFailures disables a subscription once this many events
+	// in a row ended failed for it (after every attempt, or refused for
+	// good), not counting failures that are the sender's or the message's
+	// (VAPID rejected, 401/403; payload too large, 413). A delivery resets
+	// the count. A disabled subscription is recorded failed without a send
+	// and counted in notify_push_subscriptions_disabled_total. Default 5;
+	// negative: never disable.
+	DisableAfterFailures int
 	// MaxCommands is how many push commands are handled at once across all
 	// assigned partitions (the consumer's MaxInFlight). Half of them may
 	// load and send (a fan-out command of ~5,500 subscriptions alone fills
@@ -116,6 +134,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if c.MaxInFlightPerOrigin == 0 {
+		c.MaxInFlightPerOrigin = max(1, c.MaxInFlight*3/4)
+	}
+	if c.DisableAfterFailures == 0 {
+		c.DisableAfterFailures = DefaultDisableAfterFailures
+	}
 	if c.MaxCommands == 0 {
 		c.MaxCommands = DefaultMaxCommands
 	}
@@ -170,6 +194,10 @@ func (c Config) validateSettings() error {
 	switch {
 	case c.MaxInFlight < 1 || c.MaxInFlight > 100_000:
 		return fmt.Errorf("push worker: max-in-flight must be between 1 and 100000, got %d", c.MaxInFlight)
+	case c.MaxInFlightPerOrigin < 1 || c.MaxInFlightPerOrigin > c.MaxInFlight:
+		return fmt.Errorf("push worker: max-in-flight-per-origin must be between 1 and max-in-flight (%d), got %d", c.MaxInFlight, c.MaxInFlightPerOrigin)
+	case c.DisableAfterFailures > 1000:
+		return fmt.Errorf("push worker: disable-after-failures must be at most 1000 (negative: never), got %d", c.DisableAfterFailures)
 	case c.MaxCommands < 1 || c.MaxCommands > 10_000:
 		return fmt.Errorf("push worker: max-commands must be between 1 and 10000, got %d", c.MaxCommands)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 100:

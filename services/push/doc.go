@@ -36,6 +36,21 @@
 // the last attempt waiting for its dead letter) can be sent again beyond
 // that bound; it reached nobody the first time.
 //
+// One push-service origin holds at most MaxInFlightPerOrigin of the slots.
+// A command's recipients whose origin is at that budget queue per origin
+// while the others go ahead, so an origin that answers slowly or never (a
+// tar-pit endpoint, an outage) cannot take every slot from the rest.
+//
+// # Disabled subscriptions
+//
+// Each subscription counts the events in a row whose outcome for it was
+// failed (out of attempts, or refused for good for a reason that is the
+// subscription's — not a VAPID rejection or an oversized payload); a
+// delivery resets it. At DisableAfterFailures it is disabled
+// (push_subscriptions.disabled_at) and counted; later events record it
+// failed, "subscription disabled", without a request, so their accounting
+// still adds up.
+//
 // # Retries
 //
 // A retryable outcome (429, 5xx, timeout) is recorded 'retrying' with its
@@ -59,6 +74,16 @@
 // Only the CDC connector produces to outbox topics; the worker itself
 // produces only to the DLQ topic.
 //
+// # Files
+//
+// worker.go is the lifecycle (startstop) and one command's flow; hold.go
+// holds early retries; deliver.go sends a command's recipients within the
+// slots and budgets; batch.go collects outcomes and records them (retries,
+// dead letters of exhausted subscriptions); deadletter.go produces to the
+// DLQ; lag.go publishes the group's lag; payload.go encodes the message;
+// store.go and sql.go are the database side, all of the worker's SQL in
+// sql.go.
+//
 // # Rebalancing and stopping
 //
 // The group uses the cooperative-sticky balancer (streams.Consumer). On a
@@ -66,5 +91,8 @@
 // record; then they are cancelled, what is known is recorded on a short
 // deadline, and the rest stays uncommitted for the next owner. Stop hands
 // back held retries (re-queued) and commands that have not started, and lets
-// commands that are sending finish.
+// commands that are sending finish. The worker follows services/startstop:
+// Start once (a second Start fails with ErrAlreadyStarted), the end of the
+// Start context begins the same soft stop as Stop, and a second Stop
+// returns the first one's result.
 package push

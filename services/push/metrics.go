@@ -23,6 +23,9 @@ import (
 //	notify_push_load_duration_seconds       loading one command's recipients
 //	notify_push_group_lag{partition}        committed lag of the push group
 //	notify_push_group_lag_total             its sum over partitions
+//	notify_push_subscriptions_disabled_total subscriptions disabled after
+//	                                        DisableAfterFailures events in a
+//	                                        row failed for them
 type workerMetrics struct {
 	set *metrics.Set
 
@@ -30,6 +33,7 @@ type workerMetrics struct {
 	inFlight, held, unrecorded                             *metrics.Gauge
 
 	delivered, gone, failed, retrying, deferred, deadLettered *metrics.Counter
+	disabled                                                  *metrics.Counter
 
 	recordDuration, loadDuration *metrics.Histogram
 	lagTotal                     *metrics.Gauge
@@ -51,6 +55,7 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.retrying = m.counter(`notify_push_recorded_total{status="retrying"}`)
 	m.deferred = m.counter(`notify_push_recorded_total{status="deferred"}`)
 	m.deadLettered = m.counter(`notify_push_recorded_total{status="dead_lettered"}`)
+	m.disabled = m.counter(`notify_push_subscriptions_disabled_total`)
 	m.recordDuration = m.histogram(`notify_push_record_duration_seconds`)
 	m.loadDuration = m.histogram(`notify_push_load_duration_seconds`)
 	m.lagTotal = m.gauge(`notify_push_group_lag_total`)

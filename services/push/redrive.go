@@ -27,19 +27,6 @@ type RedriveResult struct {
 	Requeued int `json:"requeued"`
 }
 
-// resetFailedSQL gives dead-lettered subscriptions a fresh attempt budget:
-// back to 'retrying' with attempts 0, so the queued command (Attempt 1 with
-// their ids) picks exactly them. Only rows still 'failed' move, which makes
-// a second redrive of the same dead letter a no-op.
-const resetFailedSQL = `
-UPDATE push_deliveries SET status = 'retrying', attempts = 0, error = 'redriven from the dead-letter topic', updated_at = now()
-WHERE event_id = $1 AND subscription_id = ANY($2::bigint[]) AND status = 'failed'
-RETURNING subscription_id`
-
-const countFailedSQL = `
-SELECT count(*) FROM push_deliveries
-WHERE event_id = $1 AND subscription_id = ANY($2::bigint[]) AND status = 'failed'`
-
 // Redrive re-queues the subscriptions a max_attempts dead letter names:
 // in one transaction it moves those still recorded failed back to retrying
 // and writes a push command for them to the outbox (spread over partitions

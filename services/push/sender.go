@@ -38,6 +38,9 @@ type SenderSettings struct {
 	MaxInFlight int
 	// Timeout bounds one request. Default 30 s.
 	Timeout time.Duration
+	// ConnectTimeout bounds connecting to a push service, TCP and TLS
+	// (--connect-timeout). Default webpush.DefaultDialTimeout (3 s).
+	ConnectTimeout time.Duration
 	// RetryAfterWait: see DefaultRetryAfterWait. Default 2 s; negative
 	// means never wait.
 	RetryAfterWait time.Duration
@@ -51,6 +54,9 @@ func NewWebPushSender(s SenderSettings, log *slog.Logger, set *metrics.Set) (*we
 	if s.Timeout < 0 {
 		return nil, fmt.Errorf("send-timeout must not be negative, got %s", s.Timeout)
 	}
+	if s.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("connect-timeout must not be negative, got %s", s.ConnectTimeout)
+	}
 	if s.TTL < 0 && s.TTL != webpush.TTLZero {
 		return nil, fmt.Errorf("ttl must not be negative, got %s", s.TTL)
 	}
@@ -62,6 +68,7 @@ func NewWebPushSender(s SenderSettings, log *slog.Logger, set *metrics.Set) (*we
 		VAPID:          s.VAPID,
 		MaxInFlight:    s.MaxInFlight,
 		Timeout:        s.Timeout,
+		DialTimeout:    s.ConnectTimeout,
 		TTL:            s.TTL,
 		RetryAfterWait: s.RetryAfterWait,
 		Logger:         log,

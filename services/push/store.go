@@ -32,37 +32,12 @@ type recipient struct {
 	// deleted: a retry found its subscription removed meanwhile (the
 	// browser unsubscribed); it is recorded gone without sending.
 	deleted bool
+	// failures is the subscription's count of events in a row that failed
+	// for good; disabled: it reached Config.DisableAfterFailures, and is
+	// recorded failed without sending.
+	failures int32
+	disabled bool
 }
-
-// loadFreshSQL: subscriptions of the students notified of the event in
-// [first, last], minus those with any push_deliveries row for it. A
-// 'retrying' row is excluded too: its retry command was written in the same
-// transaction that recorded it, so a redelivered fresh command must leave
-// it to that retry. notifications' primary key (event_id, user_id) is the
-// range scan; push_subscriptions_user and push_deliveries' key are probed
-// per row.
-const loadFreshSQL = `
-SELECT s.id, s.endpoint, s.p256dh, s.auth
-FROM notifications n
-JOIN push_subscriptions s ON s.user_id = n.user_id
-WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
-  AND NOT EXISTS (
-    SELECT 1 FROM push_deliveries d
-    WHERE d.event_id = $1 AND d.subscription_id = s.id)
-ORDER BY s.id`
-
-// loadRetrySQL: the retry's subscriptions that are still waiting for
-// exactly this attempt (status retrying, attempts = attempt - 1). A copy of
-// the retry that was already processed moved them on, so duplicates of a
-// retry command send nothing. A subscription deleted meanwhile comes back
-// with NULL columns.
-const loadRetrySQL = `
-SELECT d.subscription_id, s.endpoint, s.p256dh, s.auth
-FROM push_deliveries d
-LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
-WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])
-  AND d.status = 'retrying' AND d.attempts = $3
-ORDER BY d.subscription_id`
 
 func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCommand) ([]recipient, error) {
 	var rows pgx.Rows
@@ -80,7 +55,7 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 	for rows.Next() {
 		var r recipient
 		var endpoint *string
-		if err := rows.Scan(&r.id, &endpoint, &r.p256dh, &r.auth); err != nil {
+		if err := rows.Scan(&r.id, &endpoint, &r.p256dh, &r.auth, &r.failures, &r.disabled); err != nil {
 			return nil, fmt.Errorf("load recipients: %w", err)
 		}
 		if endpoint == nil {
@@ -109,68 +84,73 @@ type row struct {
 	err      string
 }
 
-// recordSQL upserts a batch of outcomes in one statement. A final status is
-// never overwritten (WHERE d.status = 'retrying'): a late or duplicate
-// writer cannot turn a delivered push back into a retrying one.
-const recordSQL = `
-INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, updated_at)
-SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), now()
-FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[]) AS u(id, status, http, attempts, err)
-ON CONFLICT (event_id, subscription_id) DO UPDATE
-SET status = excluded.status, http_status = excluded.http_status, attempts = excluded.attempts,
-    error = excluded.error, updated_at = excluded.updated_at
-WHERE d.status = 'retrying'`
-
-// deleteGoneSQL removes subscriptions the push service says no longer exist.
-const deleteGoneSQL = `DELETE FROM push_subscriptions WHERE id = ANY($1::bigint[])`
-
-// insertOutboxSQL queues a push command. Only the CDC connector produces to
-// outbox topics, so retries travel the same way fan-out commands do.
-const insertOutboxSQL = `
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
-VALUES ($1, $2, $3, $4, $5::jsonb, $6)`
-
 // outboxCommand is one push command to queue.
 type outboxCommand struct {
 	cmd       streams.PushCommand
 	partition int32
 }
 
+// outcomes is one recording transaction's content.
+type outcomes struct {
+	rows []row
+	gone []int64 // subscriptions to delete
+	cmds []outboxCommand
+	// failing and recovered name subscriptions whose consecutive-failure
+	// count moves (see recordCountedSQL); disableAfter is the count at
+	// which a subscription is disabled.
+	failing, recovered []int64
+	disableAfter       int
+}
+
 // record writes outcomes, deletes gone subscriptions and queues retry
+// commands in one transaction; see recordOutcomes.
+func record(ctx context.Context, pool *pgxpool.Pool, eventID string, rows []row, gone []int64, cmds []outboxCommand) error {
+	_, err := recordOutcomes(ctx, pool, eventID, outcomes{rows: rows, gone: gone, cmds: cmds})
+	return err
+}
+
+// recordOutcomes writes outcomes, deletes gone subscriptions and queues retry
 // commands in one round trip and one transaction: pgx sends a batch as one
 // pipeline ending in a single Sync, and Postgres runs everything before a
 // Sync as one implicit transaction (pgx documents this on SendBatch), so
-// either every statement commits or none does.
-func record(ctx context.Context, pool *pgxpool.Pool, eventID string, rows []row, gone []int64, cmds []outboxCommand) error {
-	ids := make([]int64, len(rows))
-	statuses := make([]string, len(rows))
-	https := make([]int32, len(rows))
-	attempts := make([]int32, len(rows))
-	errs := make([]string, len(rows))
-	for i, r := range rows {
+// either every statement commits or none does. It returns how many
+// subscriptions it disabled.
+func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o outcomes) (disabled int64, err error) {
+	n := len(o.rows)
+	ids := make([]int64, n)
+	statuses := make([]string, n)
+	https := make([]int32, n)
+	attempts := make([]int32, n)
+	errs := make([]string, n)
+	for i, r := range o.rows {
 		ids[i], statuses[i], https[i], attempts[i], errs[i] = r.subID, r.status, r.http, r.attempts, r.err
 	}
+	counted := n > 0 && (len(o.failing) > 0 || len(o.recovered) > 0)
 	var b pgx.Batch
-	if len(rows) > 0 {
+	switch {
+	case counted:
+		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, o.failing, o.disableAfter, o.recovered).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
+	case n > 0:
 		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs)
 	}
-	if len(gone) > 0 {
-		b.Queue(deleteGoneSQL, gone)
+	if len(o.gone) > 0 {
+		b.Queue(deleteGoneSQL, o.gone)
 	}
-	for _, c := range cmds {
+	for _, c := range o.cmds {
 		payload, err := encodeCommand(c.cmd)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		b.Queue(insertOutboxSQL, newUUID(), streams.AggregatePush, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
 	}
 	if b.Len() == 0 {
-		return nil
+		return 0, nil
 	}
 	if err := pool.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("record %d outcomes: %w", len(rows), err)
+		return 0, fmt.Errorf("record %d outcomes: %w", n, err)
 	}
-	return nil
+	return disabled, nil
 }
 
 // encodeCommand renders a command as the outbox payload (jsonb text).

@@ -26,20 +26,25 @@
 //
 // Three limits apply to every send, in this order:
 //
-//  1. Retry-After. When a push service answers 429 (or 503) with
-//     Retry-After, no request goes to that origin before the given time.
-//     Sends that arrive meanwhile either wait (when the remaining time is at
-//     most Config.RetryAfterWait) or return at once as Retryable with
+//  1. Retry-After. When a push service answers 503 with Retry-After, or
+//     429 with Retry-After while 429s are sustained (Config.RateLimitRatio:
+//     by default a quarter of the origin's answers over 2 s), no request
+//     goes to that origin before the given time. A sparse 429 is about one
+//     recipient (APNs TooManyRequests is per device token), not the
+//     sender: only its message waits, at the caller, for its Retry-After,
+//     and the origin keeps its pace. Sends that arrive during a pause
+//     either wait (when the remaining time is at most
+//     Config.RetryAfterWait) or return at once as Retryable with
 //     RetryAfter set to the remaining time and Err wrapping ErrOriginPaused,
 //     without touching the network. The default (RetryAfterWait 0) returns
 //     at once, so a worker can park the message and move on to other work;
 //     a worker that prefers to block sets RetryAfterWait.
 //  2. A per-origin adaptive concurrency limit (AIMD): it grows by one for
 //     each delivered message while at least half of it is in use, and
-//     halves on 429, 5xx, timeouts and connection errors — at most once per
-//     round trip, so a burst of failures from requests that were already in
-//     flight counts once. It never drops below 1 or grows above
-//     Config.OriginMaxLimit.
+//     halves on sustained 429s, 5xx, timeouts and connection errors — at
+//     most once per round trip, so a burst of failures from requests that
+//     were already in flight counts once. It never drops below 1 or grows
+//     above Config.OriginMaxLimit.
 //  3. A global cap on in-flight sends (Config.MaxInFlight) that bounds
 //     memory whatever the number of callers.
 //

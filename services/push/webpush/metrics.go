@@ -14,10 +14,15 @@ import (
 //	notify_push_in_flight               requests on the wire
 //	notify_push_origin_limit{origin}    each origin's adaptive limit
 //	notify_push_origin_pauses_total     Retry-After pauses applied
+//	notify_push_rate_limited_total{scope="recipient|origin"}
+//	                                    429 answers: sparse ones (only their
+//	                                    message waits) and sustained ones
+//	                                    (the origin pauses and backs off)
 type senderMetrics struct {
 	set                                       *metrics.Set
 	delivered, gone, permanentFail, retryable *metrics.Counter
 	pauses                                    *metrics.Counter
+	rateLimitedRecipient, rateLimitedOrigin   *metrics.Counter
 	latency                                   *metrics.Histogram
 	inflight                                  *metrics.Gauge
 }
@@ -29,6 +34,8 @@ func newSenderMetrics(set *metrics.Set) senderMetrics {
 	m.permanentFail = m.counter(`notify_push_sends_total{outcome="permanent_failure"}`)
 	m.retryable = m.counter(`notify_push_sends_total{outcome="retryable"}`)
 	m.pauses = m.counter(`notify_push_origin_pauses_total`)
+	m.rateLimitedRecipient = m.counter(`notify_push_rate_limited_total{scope="recipient"}`)
+	m.rateLimitedOrigin = m.counter(`notify_push_rate_limited_total{scope="origin"}`)
 	if set != nil {
 		m.latency = set.GetOrCreateHistogram(`notify_push_send_duration_seconds`)
 		m.inflight = set.GetOrCreateGauge(`notify_push_in_flight`, nil)

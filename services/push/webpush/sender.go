@@ -135,6 +135,12 @@ var ErrOriginPaused = errors.New("push service asked to wait (Retry-After)")
 // ErrSenderClosed is wrapped by outcomes of sends after Close.
 var ErrSenderClosed = errors.New("sender closed")
 
+// DefaultDialTimeout bounds connecting to a push service (TCP and TLS).
+// Push services answer a handshake within a round trip or two; an
+// endpoint that accepts and never answers (a tar-pit) must not hold its
+// sends for long, since the caller's send slots wait with them.
+const DefaultDialTimeout = 3 * time.Second
+
 // Config configures a Sender. Zero fields take the documented defaults.
 type Config struct {
 	// VAPID signs every request. Required.
@@ -151,7 +157,7 @@ type Config struct {
 	// answer. Default 30 s.
 	Timeout time.Duration
 	// DialTimeout bounds the TCP connect and the TLS handshake of a new
-	// connection. Default 10 s.
+	// connection. Default DefaultDialTimeout.
 	DialTimeout time.Duration
 	// TTL is the TTL header for messages that set none. Default 24 h
 	// (86400 s).
@@ -163,6 +169,18 @@ type Config struct {
 	// MaxRetryAfter caps a Retry-After the push service gives, so a bad
 	// value cannot pause an origin for days. Default 1 h.
 	MaxRetryAfter time.Duration
+	// RateLimitRatio, RateLimitWindow and RateLimitMinAnswers decide when
+	// a 429 is the origin's rather than one recipient's: while 429s are at
+	// least RateLimitRatio of the origin's answers over the last
+	// RateLimitWindow, counting only once it holds RateLimitMinAnswers
+	// answers, a 429 pauses the origin for its Retry-After and halves its
+	// concurrency limit. A sparser 429 only concerns its message: Send
+	// returns it Retryable with the Retry-After, the caller retries that
+	// message no sooner, and the origin keeps its pace. Defaults 0.25, 2 s
+	// and 40.
+	RateLimitRatio      float64
+	RateLimitWindow     time.Duration
+	RateLimitMinAnswers int
 	// PadTo pads every plaintext to a multiple of this many bytes (see
 	// Encrypt). Default 0: no padding.
 	PadTo int
@@ -196,13 +214,22 @@ func (c Config) withDefaults() Config {
 		c.Timeout = 30 * time.Second
 	}
 	if c.DialTimeout == 0 {
-		c.DialTimeout = 10 * time.Second
+		c.DialTimeout = DefaultDialTimeout
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
 	if c.MaxRetryAfter == 0 {
 		c.MaxRetryAfter = time.Hour
+	}
+	if c.RateLimitRatio == 0 {
+		c.RateLimitRatio = DefaultRateLimitRatio
+	}
+	if c.RateLimitWindow == 0 {
+		c.RateLimitWindow = DefaultRateLimitWindow
+	}
+	if c.RateLimitMinAnswers == 0 {
+		c.RateLimitMinAnswers = DefaultRateLimitMinAnswers
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -224,6 +251,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("TTL %s: must not be negative", c.TTL)
 	case c.RetryAfterWait < 0 || c.MaxRetryAfter < 0:
 		return fmt.Errorf("RetryAfterWait %s / MaxRetryAfter %s: must not be negative", c.RetryAfterWait, c.MaxRetryAfter)
+	case c.RateLimitRatio < 0 || c.RateLimitRatio > 1:
+		return fmt.Errorf("RateLimitRatio %v: want a fraction between 0 and 1", c.RateLimitRatio)
+	case c.RateLimitWindow < 0 || c.RateLimitMinAnswers < 0:
+		return fmt.Errorf("RateLimitWindow %s / RateLimitMinAnswers %d: must not be negative", c.RateLimitWindow, c.RateLimitMinAnswers)
 	case c.PadTo < 0 || c.PadTo > MaxPayload:
 		return fmt.Errorf("PadTo %d: want 0 (no padding) up to %d", c.PadTo, MaxPayload)
 	}
@@ -276,6 +307,9 @@ type origin struct {
 	name  string
 	pool  *h2Pool
 	limit *adaptiveLimit
+	// answers tells a sparse 429 (the recipient's) from a sustained one
+	// (the origin's).
+	answers *rateWindow
 	// pausedUntil is the Retry-After deadline in Unix nanoseconds; no
 	// request is sent to the origin before it.
 	pausedUntil atomic.Int64
@@ -361,6 +395,18 @@ func parseEndpoint(raw string) (endpoint, error) {
 	return endpoint{origin: "https://" + u.Host, host: u.Host, path: u.RequestURI()}, nil
 }
 
+// EndpointOrigin returns the origin (https://host[:port]) of a push
+// endpoint: what the sender keeps one connection pool, concurrency limit
+// and Retry-After pause for. An endpoint that is not an https URL returns
+// "" (Send refuses it).
+func EndpointOrigin(raw string) string {
+	ep, err := parseEndpoint(raw)
+	if err != nil {
+		return ""
+	}
+	return ep.origin
+}
+
 func plainHost(h string) bool {
 	for i := 0; i < len(h); i++ {
 		c := h[i]
@@ -401,6 +447,7 @@ func (s *Sender) origin(ep endpoint) *origin {
 	o.pool.dialFn = s.cfg.Dial
 	limitGauge := s.m.originLimit(name)
 	o.limit = newAdaptiveLimit(s.cfg.OriginInitialLimit, s.cfg.OriginMaxLimit, limitGauge.Set)
+	o.answers = newRateWindow(s.cfg.RateLimitWindow, s.cfg.RateLimitRatio, s.cfg.RateLimitMinAnswers)
 	s.origins.Store(name, o)
 	s.cfg.Logger.Debug("new push service origin", "origin", name)
 	return o
@@ -452,6 +499,7 @@ func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 	}
 	// Holding both slots from here on.
 	out, sig, started := s.roundTrip(ctx, o, ep, keys, msg, ttlSecs)
+	sig = s.react(o, out, sig)
 	s.m.inflight.Dec()
 	<-s.sem
 	o.limit.release(sig, started)
@@ -512,6 +560,33 @@ func (s *Sender) waitGate(ctx context.Context, o *origin) (Outcome, bool) {
 			return Outcome{Kind: Retryable, RetryAfter: rem, Err: fmt.Errorf("%w: %w", ErrOriginPaused, ctx.Err())}, false
 		}
 	}
+}
+
+// react scopes the origin's reaction to an answer to the evidence (see
+// Config.RateLimitRatio) and returns what the adaptive limit is told. A 5xx
+// with Retry-After pauses the origin: the service itself is struggling. A
+// 429 pauses it and halves its limit only while 429s are sustained; a
+// sparse one leaves the origin alone, and its message waits its
+// Retry-After at the caller. It runs before the slot is released, so a
+// send woken by the release sees the pause.
+func (s *Sender) react(o *origin, out Outcome, sig signal) signal {
+	switch {
+	case out.Status == http.StatusTooManyRequests:
+		if !o.answers.add(time.Now(), true) {
+			s.m.rateLimitedRecipient.Inc()
+			return signalNone
+		}
+		s.m.rateLimitedOrigin.Inc()
+		if out.RetryAfter > 0 {
+			s.pause(o, out.RetryAfter)
+		}
+	case out.Status != 0:
+		o.answers.add(time.Now(), false)
+		if out.Status >= 500 && out.RetryAfter > 0 {
+			s.pause(o, out.RetryAfter)
+		}
+	}
+	return sig
 }
 
 // pause moves the origin's Retry-After deadline forward (never back).
@@ -579,9 +654,6 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 		return Outcome{Kind: Retryable, Err: fmt.Errorf("send to %s: %w", o.name, err)}, signalOverload, started
 	}
 	out, sig := classify(resp.status, resp.retryAfter, resp.detail, time.Now(), s.cfg.MaxRetryAfter)
-	if out.RetryAfter > 0 && (resp.status == http.StatusTooManyRequests || resp.status >= 500) {
-		s.pause(o, out.RetryAfter)
-	}
 	return out, sig, started
 }
 

@@ -1,0 +1,204 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/streams"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"sync"
+	"time"
+)
+
+// result is one finished send.
+type result struct {
+	rc    recipient
+	out   webpush.Outcome
+	token bool // holds a send slot until recorded
+}
+
+// deliver sends to every recipient concurrently (bounded by the worker's
+// send slots) and records outcomes in batches as they arrive. It returns nil
+// only when every recipient is recorded.
+func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
+	payload := buildPayload(cmd)
+	sendCtx, cancelSends := context.WithCancel(ctx)
+	defer cancelSends()
+	results := make(chan result, len(recips)) // never blocks a sender
+	var sends sync.WaitGroup
+	dispatched := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { dispatched <- n }()
+		send := func(rc recipient, origin string) bool {
+			select {
+			case w.tokens <- struct{}{}:
+			case <-sendCtx.Done():
+				w.origins.release(origin)
+				return false
+			}
+			w.m.unrecorded.Inc()
+			n++
+			sends.Add(1)
+			go func() {
+				defer sends.Done()
+				msg := webpush.Message{
+					Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
+					Payload:      payload,
+					TTL:          w.cfg.TTL,
+					Urgency:      w.cfg.Urgency,
+				}
+				out := w.cfg.Sender.Send(sendCtx, msg)
+				w.origins.release(origin)
+				results <- result{rc: rc, out: out, token: true}
+			}()
+			return true
+		}
+		// Every recipient whose origin is under its budget goes at once;
+		// the others queue per origin and go as their origin frees a slot,
+		// so a slow origin holds back only its own recipients.
+		queued := map[string][]recipient{}
+		var origins []string // queued's keys, in order of first appearance
+		for _, rc := range recips {
+			switch {
+			case rc.deleted:
+				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.Gone, Err: errSubscriptionDeleted}}
+				n++
+			case rc.disabled:
+				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.PermanentFailure, Err: errSubscriptionDisabled}}
+				n++
+			default:
+				origin := webpush.EndpointOrigin(rc.endpoint)
+				if q, ok := queued[origin]; ok {
+					queued[origin] = append(q, rc) // keep the origin's order
+				} else if !w.origins.tryAcquire(origin) {
+					queued[origin] = []recipient{rc}
+					origins = append(origins, origin)
+				} else if !send(rc, origin) {
+					return
+				}
+			}
+		}
+		for len(origins) > 0 {
+			// Watch before looking, so a slot freed meanwhile still wakes us.
+			freed, unwatch := w.origins.watch()
+			progress := false
+			left := origins[:0]
+			for _, origin := range origins {
+				q := queued[origin]
+				for len(q) > 0 && w.origins.tryAcquire(origin) {
+					if !send(q[0], origin) {
+						unwatch()
+						return
+					}
+					q, progress = q[1:], true
+				}
+				if queued[origin] = q; len(q) > 0 {
+					left = append(left, origin)
+				}
+			}
+			origins = left
+			if !progress && len(origins) > 0 {
+				select {
+				case <-freed:
+				case <-sendCtx.Done():
+					unwatch()
+					return
+				}
+			}
+			unwatch()
+		}
+	}()
+
+	b := newBatch(cmd, w.cfg.MaxAttempts)
+	received, total := 0, -1
+	tick := time.NewTicker(w.cfg.FlushInterval)
+	defer tick.Stop()
+	var failure error
+	for failure == nil && (total < 0 || received < total) {
+		select {
+		case res := <-results:
+			received++
+			if b.add(res) {
+				w.release(1)
+			}
+			if b.len() >= w.cfg.BatchSize {
+				failure = w.flush(ctx, src, cmd, b, false)
+			}
+		case total = <-dispatched:
+		case <-tick.C:
+			if b.len() > 0 && time.Since(b.first) >= w.cfg.FlushInterval {
+				failure = w.flush(ctx, src, cmd, b, false)
+			}
+		case <-ctx.Done():
+			failure = ctx.Err()
+		}
+	}
+	if failure == nil && b.unknown > 0 {
+		failure = fmt.Errorf("%d sends ended without an answer; the command will be redone for them", b.unknown)
+	}
+	if failure == nil && total < len(recips) {
+		failure = fmt.Errorf("dispatched %d of %d sends", total, len(recips))
+	}
+	if failure == nil {
+		failure = w.flush(ctx, src, cmd, b, true)
+	}
+	if failure == nil {
+		return nil
+	}
+
+	// Give up: stop dispatching, let sends on the wire return (cancelled),
+	// record what is known on a short detached deadline so the next owner
+	// repeats as little as possible, and hand the command back.
+	cancelSends()
+	if total < 0 {
+		total = <-dispatched
+	}
+	sends.Wait()
+	for received < total {
+		if b.add(<-results) {
+			w.release(1)
+		}
+		received++
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if len(b.dead) > 0 && !b.deadSent && b.len() > 0 {
+		// A dead letter is still to be written: record the final outcomes
+		// first, on their own, so a failed dead letter (a broker outage;
+		// produceDeadLetter then returns only when rctx ends, leaving no
+		// time to record after it) no longer throws away delivered and
+		// gone results, which the next owner would send again. Safe:
+		//  - b.rows holds only final outcomes (delivered, gone, failed
+		//    for good — see batch.add); the out-of-attempts ones are in
+		//    b.later, still written only by flushOnce(last) after their
+		//    dead letter. This write is what a mid-command flush does any
+		//    time the batch fills, with gone deletions in the same
+		//    transaction; retrying rows stay with their retry commands.
+		//  - The command is handed back uncommitted either way (failure
+		//    is returned), and its next owner skips what is recorded:
+		//    loadFreshSQL any subscription with a row, loadRetrySQL any
+		//    not still retrying at the previous attempt.
+		// If the dead letter succeeds, the same rows end up recorded, in
+		// two transactions instead of one. The slots stay held until the
+		// end, as before.
+		if err := w.flushOnce(rctx, src, cmd, b, false); err == nil {
+			held := b.tokens
+			b.resetFinal()
+			b.tokens = held
+		}
+	}
+	if err := w.flushOnce(rctx, src, cmd, b, true); err != nil {
+		w.log.Warn("could not record outcomes of an abandoned command; they will be sent again", "event", cmd.EventID, "outcomes", b.len()+len(b.later), "err", err)
+	}
+	w.release(b.tokens)
+	b.tokens = 0
+	return failure
+}
+
+func (w *Worker) release(n int) {
+	for i := 0; i < n; i++ {
+		<-w.tokens
+	}
+	w.m.unrecorded.Add(-float64(n))
+}

@@ -1,0 +1,31 @@
+package push
+
+import (
+	"context"
+	"time"
+)
+
+// hold waits for an early retry. It reports due when the retry may be sent
+// now, and not due when it should be re-queued instead: its wait exceeds
+// HoldMax (it was held HoldMax first, so a far-off retry cycles through the
+// outbox at most once per HoldMax), too many retries are held already (so
+// fresh commands keep their slots), or the worker is stopping.
+func (w *Worker) hold(ctx context.Context, wait time.Duration) (bool, error) {
+	if w.holders.Add(1) > w.maxHolders {
+		w.holders.Add(-1)
+		return false, nil
+	}
+	defer w.holders.Add(-1)
+	w.m.held.Inc()
+	defer w.m.held.Dec()
+	t := time.NewTimer(min(wait, w.cfg.HoldMax))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return wait <= w.cfg.HoldMax, nil
+	case <-w.stopping:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}

@@ -1,0 +1,87 @@
+package push
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/streams"
+)
+
+// pushPayload is what the browser's service worker receives.
+type pushPayload struct {
+	Title    string `json:"title"`
+	URL      string `json:"url,omitempty"`
+	EventID  string `json:"event_id"`
+	CourseID string `json:"course_id"`
+}
+
+// defaultTitle is shown when the command carries no title.
+const defaultTitle = "New course material"
+
+// ellipsis ends a shortened title.
+const ellipsis = "…"
+
+// buildPayload encodes the message once per command so it fits one Web Push
+// record (webpush.MaxPayload). It is encoded without HTML escaping: the
+// payload is never embedded in HTML, and escaping turns each & < > into six
+// bytes, enough to push a legal URL over the limit. When it does not fit,
+// the longer optional field, judged by its encoded size, gives way first:
+// the URL is dropped (a cut URL is a wrong URL), the title is shortened to
+// fit and ends with "…". The required ids are never touched; if they alone
+// do not fit, the payload is returned as is and the sender records it as a
+// permanent failure (payload too large).
+func buildPayload(cmd streams.PushCommand) []byte {
+	p := pushPayload{Title: cmd.Title, URL: cmd.URL, EventID: cmd.EventID, CourseID: cmd.CourseID}
+	if p.Title == "" {
+		p.Title = defaultTitle
+	}
+	full := p.Title // p.Title is full[:keep] + ellipsis once shortened
+	keep := len(full)
+	for {
+		b := encodeJSON(p)
+		excess := len(b) - webpush.MaxPayload
+		if excess <= 0 {
+			return b
+		}
+		title, url := len(encodeJSON(p.Title)), len(encodeJSON(p.URL))
+		switch {
+		case p.URL != "" && url >= title:
+			p.URL = ""
+		case keep > 0:
+			// Every byte cut from the raw title shortens its encoding by at
+			// least one byte (escapes only lengthen), so one cut of the
+			// excess, plus room for the ellipsis when it is new, is enough
+			// unless the cut lands inside a rune or an escape; the loop
+			// checks again. The title is cut no shorter than the URL: then
+			// the URL is the longer field and gives way next.
+			cut := excess
+			if keep == len(full) {
+				cut += len(ellipsis)
+			}
+			if p.URL != "" {
+				cut = max(1, min(cut, title-url))
+			}
+			keep = max(0, keep-cut)
+			for keep > 0 && !utf8.RuneStart(full[keep]) {
+				keep--
+			}
+			p.Title = full[:keep] + ellipsis
+		case p.URL != "":
+			p.URL = ""
+		default:
+			return b
+		}
+	}
+}
+
+// encodeJSON encodes v as JSON without HTML escaping (and without the
+// encoder's trailing newline). The values encoded here always encode.
+func encodeJSON(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}

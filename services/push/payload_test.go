@@ -1,0 +1,101 @@
+package push
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/streams"
+)
+
+// urlOfSize returns an https URL of exactly n bytes full of & and <, which
+// HTML escaping would turn into six bytes each.
+func urlOfSize(n int) string {
+	u := "https://x.example/m?"
+	for len(u) < n {
+		u += "a=<&"
+	}
+	return u[:n]
+}
+
+// fillTo returns the URL length that makes the payload of title exactly
+// webpush.MaxPayload bytes long.
+func fillTo(t *testing.T, title string) int {
+	t.Helper()
+	base := len(encodeJSON(pushPayload{Title: title, URL: "x", EventID: evA, CourseID: evA})) - 1
+	return webpush.MaxPayload - base
+}
+
+func decodePayload(t *testing.T, b []byte) pushPayload {
+	t.Helper()
+	if len(b) > webpush.MaxPayload {
+		t.Fatalf("payload is %d bytes, at most %d fit", len(b), webpush.MaxPayload)
+	}
+	var p pushPayload
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatalf("payload %q: %v", b, err)
+	}
+	if p.EventID != evA || p.CourseID != evA {
+		t.Fatalf("ids lost: %+v", p)
+	}
+	return p
+}
+
+// A legal URL with & and < that fits unescaped is sent whole, title and all:
+// HTML escaping made it overflow and the message went out as "New course
+// material" without title or URL.
+func TestPayloadAtTheLimitKeepsTitleAndURL(t *testing.T) {
+	t.Parallel()
+	title := "Week 1 & <intro>"
+	cmd := streams.PushCommand{EventID: evA, CourseID: evA, Title: title, URL: urlOfSize(fillTo(t, title))}
+	b := buildPayload(cmd)
+	p := decodePayload(t, b)
+	if len(b) != webpush.MaxPayload || p.Title != title || p.URL != cmd.URL {
+		t.Fatalf("%d bytes, title %q, url kept %v", len(b), p.Title, p.URL == cmd.URL)
+	}
+}
+
+// One byte over: the URL is the longer field, so it alone gives way.
+func TestPayloadOverByOneDropsTheLongerURL(t *testing.T) {
+	t.Parallel()
+	title := "Week 1 & <intro>"
+	cmd := streams.PushCommand{EventID: evA, CourseID: evA, Title: title, URL: urlOfSize(fillTo(t, title) + 1)}
+	p := decodePayload(t, buildPayload(cmd))
+	if p.Title != title || p.URL != "" {
+		t.Fatalf("title %q, url %d bytes; want the title whole and the url dropped", p.Title, len(p.URL))
+	}
+}
+
+// One byte over with the title the longer field: the title is shortened (by
+// as little as it takes) and the URL kept.
+func TestPayloadOverByOneShortensTheLongerTitle(t *testing.T) {
+	t.Parallel()
+	title := strings.Repeat("Algèbre & <analyse> ", 120) // ~2,500 bytes
+	url := urlOfSize(fillTo(t, title) + 1)
+	if len(url) >= len(title) {
+		t.Fatalf("test setup: url %d bytes not shorter than title %d", len(url), len(title))
+	}
+	b := buildPayload(streams.PushCommand{EventID: evA, CourseID: evA, Title: title, URL: url})
+	p := decodePayload(t, b)
+	short := strings.TrimSuffix(p.Title, ellipsis)
+	if p.URL != url || short == p.Title || !strings.HasPrefix(title, short) {
+		t.Fatalf("title %d bytes (%q…), url kept %v", len(p.Title), p.Title[:min(40, len(p.Title))], p.URL == url)
+	}
+	if len(b) < webpush.MaxPayload-8 {
+		t.Fatalf("payload %d bytes: the title was cut more than needed", len(b))
+	}
+}
+
+// Which field is longer is judged on its encoded size: a title of quotes
+// (two bytes each encoded) is longer than a URL with more raw bytes.
+func TestPayloadJudgesFieldsByEncodedSize(t *testing.T) {
+	t.Parallel()
+	title := strings.Repeat(`"`, 1200) // 1,200 raw bytes, 2,400 encoded
+	url := urlOfSize(1600)
+	b := buildPayload(streams.PushCommand{EventID: evA, CourseID: evA, Title: title, URL: url})
+	p := decodePayload(t, b)
+	if p.URL != url || !strings.HasSuffix(p.Title, ellipsis) {
+		t.Fatalf("url kept %v, title %d bytes; want the title shortened and the url kept", p.URL == url, len(p.Title))
+	}
+}

@@ -1,0 +1,94 @@
+package push
+
+// The push worker's SQL, in one place. The status report's queries live
+// with the report.
+
+// loadFreshSQL: subscriptions of the students notified of the event in
+// [first, last], minus those with any push_deliveries row for it. A
+// 'retrying' row is excluded too: its retry command was written in the same
+// transaction that recorded it, so a redelivered fresh command must leave
+// it to that retry. notifications' primary key (event_id, user_id) is the
+// range scan; push_subscriptions_user and push_deliveries' key are probed
+// per row. Disabled subscriptions come back flagged: they are recorded
+// without a send.
+const loadFreshSQL = `
+SELECT s.id, s.endpoint, s.p256dh, s.auth, s.consecutive_failures, s.disabled_at IS NOT NULL
+FROM notifications n
+JOIN push_subscriptions s ON s.user_id = n.user_id
+WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
+  AND NOT EXISTS (
+    SELECT 1 FROM push_deliveries d
+    WHERE d.event_id = $1 AND d.subscription_id = s.id)
+ORDER BY s.id`
+
+// loadRetrySQL: the retry's subscriptions that are still waiting for
+// exactly this attempt (status retrying, attempts = attempt - 1). A copy of
+// the retry that was already processed moved them on, so duplicates of a
+// retry command send nothing. A subscription deleted meanwhile comes back
+// with NULL columns.
+const loadRetrySQL = `
+SELECT d.subscription_id, s.endpoint, s.p256dh, s.auth, coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false)
+FROM push_deliveries d
+LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
+WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])
+  AND d.status = 'retrying' AND d.attempts = $3
+ORDER BY d.subscription_id`
+
+// recordSQL upserts a batch of outcomes in one statement. A final status is
+// never overwritten (WHERE d.status = 'retrying'): a late or duplicate
+// writer cannot turn a delivered push back into a retrying one.
+const recordSQL = `
+INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, updated_at)
+SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), now()
+FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[]) AS u(id, status, http, attempts, err)
+ON CONFLICT (event_id, subscription_id) DO UPDATE
+SET status = excluded.status, http_status = excluded.http_status, attempts = excluded.attempts,
+    error = excluded.error, updated_at = excluded.updated_at
+WHERE d.status = 'retrying'`
+
+// recordCountedSQL is recordSQL that also moves the consecutive-failure
+// count of the subscriptions named in $7 (failed for good: +1, disabled
+// at $8) and $9 (delivered after failures: back to 0), for exactly the rows
+// this statement wrote — a duplicate writer, whose rows recordSQL's WHERE
+// leaves alone, counts nothing twice. The = ANY keeps each update to
+// primary-key probes of the few named ids. It returns how many
+// subscriptions it disabled. Only used when some id is named: the
+// delivered path stays recordSQL alone.
+const recordCountedSQL = `
+WITH rec AS (` + recordSQL + `
+  RETURNING d.subscription_id, d.status
+), failing AS (
+  UPDATE push_subscriptions s
+  SET consecutive_failures = s.consecutive_failures + 1,
+      disabled_at = CASE WHEN s.consecutive_failures + 1 >= $8 THEN coalesce(s.disabled_at, now()) ELSE s.disabled_at END
+  FROM rec
+  WHERE s.id = ANY($7::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'failed'
+  RETURNING s.consecutive_failures = $8 AS disabled
+), recovered AS (
+  UPDATE push_subscriptions s SET consecutive_failures = 0
+  FROM rec
+  WHERE s.id = ANY($9::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'delivered'
+)
+SELECT count(*) FILTER (WHERE disabled) FROM failing`
+
+// deleteGoneSQL removes subscriptions the push service says no longer exist.
+const deleteGoneSQL = `DELETE FROM push_subscriptions WHERE id = ANY($1::bigint[])`
+
+// insertOutboxSQL queues a push command. Only the CDC connector produces to
+// outbox topics, so retries travel the same way fan-out commands do.
+const insertOutboxSQL = `
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6)`
+
+// resetFailedSQL gives dead-lettered subscriptions a fresh attempt budget:
+// back to 'retrying' with attempts 0, so the queued command (Attempt 1 with
+// their ids) picks exactly them. Only rows still 'failed' move, which makes
+// a second redrive of the same dead letter a no-op.
+const resetFailedSQL = `
+UPDATE push_deliveries SET status = 'retrying', attempts = 0, error = 'redriven from the dead-letter topic', updated_at = now()
+WHERE event_id = $1 AND subscription_id = ANY($2::bigint[]) AND status = 'failed'
+RETURNING subscription_id`
+
+const countFailedSQL = `
+SELECT count(*) FROM push_deliveries
+WHERE event_id = $1 AND subscription_id = ANY($2::bigint[]) AND status = 'failed'`
