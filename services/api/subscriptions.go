@@ -38,7 +38,10 @@ const (
 	sqlUpsertSubscription = `INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth)
 		VALUES ($1, $2, $3, $4)
 		ON CONFLICT (endpoint) DO UPDATE
-		SET p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now()
+		SET p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now(),
+		    -- The browser subscribed again: whatever made the push worker
+		    -- disable this endpoint, its owner now vouches for it.
+		    consecutive_failures = 0, disabled_at = NULL
 		WHERE push_subscriptions.user_id = EXCLUDED.user_id
 		RETURNING id, created_at, updated_at, xmax = 0`
 	sqlDeleteSubscription = `DELETE FROM push_subscriptions WHERE endpoint = $1 AND user_id = $2`

@@ -196,3 +196,33 @@ func TestSubscriptionCapPerUser(t *testing.T) {
 		t.Fatalf("another user: %d %s", r.status, r.body)
 	}
 }
+
+// TestResubscribeReenablesADisabledSubscription: the push worker disables
+// an endpoint that keeps failing; the browser subscribing it again (new
+// keys, same endpoint) clears that, so its pushes are sent again.
+func TestResubscribeReenablesADisabledSubscription(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx := context.Background()
+	const ep = "https://updates.push.services.mozilla.com/wpush/v2/reenable"
+	student := e.token(e.student)
+	p1, a1 := subscriptionKeys(t)
+	if r := e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, p1, a1), token: student}); r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	if _, err := e.db.Pool.Exec(ctx, `UPDATE push_subscriptions SET consecutive_failures = 5, disabled_at = now() WHERE endpoint = $1`, ep); err != nil {
+		t.Fatal(err)
+	}
+	p2, a2 := subscriptionKeys(t)
+	if r := e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, p2, a2), token: student}); r.status != http.StatusOK {
+		t.Fatalf("subscribe again: %d %s", r.status, r.body)
+	}
+	var failures int
+	var disabled bool
+	if err := e.db.Pool.QueryRow(ctx, `SELECT consecutive_failures, disabled_at IS NOT NULL FROM push_subscriptions WHERE endpoint = $1`, ep).Scan(&failures, &disabled); err != nil {
+		t.Fatal(err)
+	}
+	if failures != 0 || disabled {
+		t.Fatalf("after subscribing again: %d consecutive failures, disabled %v; want 0 and enabled", failures, disabled)
+	}
+}

@@ -126,4 +126,3 @@ func openAPIPool(ctx context.Context, infra *infraFlags, maxConns int32) (*pgxpo
 	}
 	return pool, nil
 }
-
