@@ -21,7 +21,7 @@ type result struct {
 // send slots) and records outcomes in batches as they arrive. It returns nil
 // only when every recipient is recorded.
 func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
-	payload := buildPayload(cmd)
+	payload, topic := buildPayload(cmd), eventTopic(cmd.EventID)
 	sendCtx, cancelSends := context.WithCancel(ctx)
 	defer cancelSends()
 	results := make(chan result, len(recips)) // never blocks a sender
@@ -47,6 +47,7 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 					Payload:      payload,
 					TTL:          w.cfg.TTL,
 					Urgency:      w.cfg.Urgency,
+					Topic:        topic,
 				}
 				out := w.cfg.Sender.Send(sendCtx, msg)
 				w.origins.release(origin)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,12 +218,17 @@ func TestRecordIsAtomicAndNeverOverwritesFinal(t *testing.T) {
 
 // scriptedSender answers by endpoint and reports each call on sent.
 type scriptedSender struct {
-	out  map[string]webpush.Outcome
-	sent chan struct{}
+	out    map[string]webpush.Outcome
+	sent   chan struct{}
+	mu     sync.Mutex
+	topics []string // the Topic of every message, in order
 }
 
 func (s *scriptedSender) Send(_ context.Context, m webpush.Message) webpush.Outcome {
 	defer func() { s.sent <- struct{}{} }()
+	s.mu.Lock()
+	s.topics = append(s.topics, m.Topic)
+	s.mu.Unlock()
 	return s.out[m.Subscription.Endpoint]
 }
 
@@ -297,6 +303,17 @@ func TestAbandonedCommandRecordsFinalOutcomesWhenDeadLetterFails(t *testing.T) {
 	if len(got) != 1 || got[1] != StatusDelivered {
 		t.Fatalf("recorded %v, want only subscription 1 delivered (2 waits for its dead letter)", got)
 	}
+	// Every send of the event carried its Topic (RFC 8030 collapsing).
+	sender.mu.Lock()
+	for _, topic := range sender.topics {
+		if topic != eventTopic(evA) {
+			t.Fatalf("a push carried Topic %q, want the event's %q", topic, eventTopic(evA))
+		}
+	}
+	if len(sender.topics) != 2 {
+		t.Fatalf("%d sends, want 2", len(sender.topics))
+	}
+	sender.mu.Unlock()
 	var queued int
 	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&queued); err != nil || queued != 0 {
 		t.Fatalf("outbox rows %d err %v, want none", queued, err)

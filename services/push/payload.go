@@ -2,7 +2,10 @@ package push
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -84,4 +87,20 @@ func encodeJSON(v any) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// eventTopic is the RFC 8030 Topic of an event's pushes: the event id's 16
+// bytes in base64url, 22 characters (32 are allowed). A push service keeps
+// only the newest undelivered message per topic and subscription, so a
+// resend of the same event (a retry, a redelivery after a crash) replaces
+// a copy that has not reached an offline browser yet instead of adding
+// one. The shipped service worker collapses what was delivered the same
+// way (tag = event id). An id that is not a uuid (never, after
+// DecodePushCommand) gets no Topic.
+func eventTopic(eventID string) string {
+	b, err := hex.DecodeString(strings.ReplaceAll(eventID, "-", ""))
+	if err != nil || len(b) != 16 {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
 }

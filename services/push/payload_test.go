@@ -99,3 +99,22 @@ func TestPayloadJudgesFieldsByEncodedSize(t *testing.T) {
 		t.Fatalf("url kept %v, title %d bytes; want the title shortened and the url kept", p.URL == url, len(p.Title))
 	}
 }
+
+// TestEventTopicCollapsesResends: every push of an event carries the same
+// RFC 8030 Topic, derived from the event id and valid for every push
+// service (≤ 32 base64url characters); other events get other topics.
+func TestEventTopicCollapsesResends(t *testing.T) {
+	a, b := eventTopic(evA), eventTopic("3f0c9a6e-1b2d-4c5e-8f70-0123456789ab")
+	if a == "" || a == b || eventTopic(evA) != a {
+		t.Fatalf("topics %q and %q: want stable, non-empty and distinct per event", a, b)
+	}
+	if len(a) != 22 {
+		t.Fatalf("topic %q is %d characters, want 22 (16 bytes in base64url)", a, len(a))
+	}
+	if err := webpush.ValidateTopic(a); err != nil {
+		t.Fatal(err)
+	}
+	if eventTopic("not-a-uuid") != "" {
+		t.Fatal("a non-uuid id got a topic")
+	}
+}
