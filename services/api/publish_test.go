@@ -238,7 +238,8 @@ func TestAuth(t *testing.T) {
 		{"alg none", "Bearer " + algNone, 401, true},
 		{"subject not a uuid", "Bearer " + sign("root", now, now.Add(time.Hour)), 401, true},
 		{"not the instructor", "Bearer " + sign(e.student.String(), now, now.Add(time.Hour)), 403, false},
-		{"unknown user", "Bearer " + sign(NewUUID().String(), now, now.Add(time.Hour)), 403, false},
+		// A token speaks for a user only while the user exists (issue 12).
+		{"unknown user", "Bearer " + sign(NewUUID().String(), now, now.Add(time.Hour)), 401, true},
 		{"instructor, lower-case scheme", "bearer " + good, 201, false},
 	}
 	for _, tc := range cases {
