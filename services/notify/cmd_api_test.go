@@ -7,8 +7,7 @@ import (
 )
 
 // Bad Idempotency-Key expiry, rate-limit and metrics flags fail before
-// anything starts, naming the
-// flag.
+// anything starts, naming the flag.
 func TestAPIIdempotencyFlagsValidated(t *testing.T) {
 	for _, c := range []struct {
 		args []string
