@@ -68,7 +68,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"url unparseable", req{method: "POST", path: pub, body: `{"title":"t","url":"https://exa mple.com/"}`}, 400, errInvalidURL},
 		{"url too long", req{method: "POST", path: pub, body: `{"title":"t","url":"https://example.com/` + strings.Repeat("a", 2048) + `"}`}, 400, errInvalidURL},
 		// publish: strictness (issue 12 item 6)
-		{"body with NUL", req{method: "POST", path: pub, body: `{"title":"t","body":"a\u0000b"}`}, 400, errInvalidBody},
+		{"body with NUL", req{method: "POST", path: pub, body: `{"title":"t","body":"a\u0000b"}`}, 400, errInvalidEncoding},
+		{"NUL in an unknown field's name", req{method: "POST", path: pub, body: `{"title":"t","a\u0000":1}`}, 400, errInvalidEncoding},
 		{"duplicate key", req{method: "POST", path: pub, body: `{"title":"a","title":"b"}`}, 400, errDuplicateField},
 		{"duplicate key differing in case", req{method: "POST", path: pub, body: `{"title":"a","Title":"b"}`}, 400, errUnknownField},
 		{"case-folded key", req{method: "POST", path: pub, body: `{"Title":"t"}`}, 400, errUnknownField},
@@ -115,6 +116,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"sub duplicate nested key", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `","keys":{"p256dh":"` + p256dh + `","auth":"` + authKey + `","auth":"` + authKey + `"}}`}, 400, errDuplicateField},
 		{"sub case-folded key", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"Endpoint":"` + ep + `","keys":{"p256dh":"` + p256dh + `","auth":"` + authKey + `"}}`}, 400, errUnknownField},
 		{"sub case-folded nested key", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `","keys":{"P256DH":"` + p256dh + `","auth":"` + authKey + `"}}`}, 400, errUnknownField},
+		{"unsubscribe endpoint with NUL", req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"https://push.example.com/a\u0000"}`}, 400, errInvalidEncoding},
+		{"unsubscribe query with NUL", req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=https://push.example.com/a%00"}, 400, errInvalidEncoding},
+		{"unsubscribe query not utf-8", req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=https://push.example.com/%ff"}, 400, errInvalidEncoding},
+		{"query bad escape", req{method: "GET", path: "/v1/me/notifications?limit=%zz"}, 400, errMalformedRequest},
 		{"unsubscribe no endpoint", req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{}`}, 400, errInvalidEndpoint},
 		{"unsubscribe unknown", req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `"}`}, 404, errSubscriptionNotFound},
 

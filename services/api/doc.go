@@ -53,7 +53,11 @@
 //     in one object is 400 duplicate_field (encoding/json keeps the last);
 //     names are case-sensitive, so "Title" is 400 unknown_field even where
 //     unknown fields are otherwise ignored (encoding/json would fill
-//     title).
+//     title). No string in a body may contain NUL (400 invalid_encoding):
+//     Postgres text cannot store it, so it would fail the write.
+//   - Query strings follow the same rules: malformed percent-encoding is
+//     400 malformed_request (url.Values would drop the pair silently), a
+//     name or value that is not UTF-8 or contains NUL 400 invalid_encoding.
 //   - Publish rejects unknown fields (400 unknown_field), so a typo such as
 //     "titel" fails loudly instead of publishing an untitled material. The
 //     push-subscription body is the browser's PushSubscription.toJSON(),
@@ -62,9 +66,8 @@
 //     characters (Unicode code points) without control characters and
 //     without the bidirectional embedding, override and isolate characters
 //     U+202A–U+202E and U+2066–U+2069 (they make a notification read
-//     differently from what was published); body may be empty, is at most
-//     10 KiB (10,240 bytes of UTF-8) and must not contain NUL (Postgres
-//     text cannot hold it); url is optional and, when given, an absolute
+//     differently from what was published); body may be empty and is at
+//     most 10 KiB (10,240 bytes of UTF-8); url is optional and, when given, an absolute
 //     https URL with a host, no user info, no bidirectional controls, at
 //     most 2,048 bytes.
 //   - An inbox cursor is opaque: one the API did not return (including a

@@ -57,11 +57,6 @@ func DecodePublishRequest(b []byte) (PublishRequest, *Error) {
 	if len(req.Body) > maxBodyBytes {
 		return PublishRequest{}, newError(http.StatusBadRequest, errInvalidBody, "body must be at most %d bytes, got %d", maxBodyBytes, len(req.Body))
 	}
-	// Postgres text cannot hold NUL (SQLSTATE 22021): refused here, before
-	// any statement, instead of failing the write.
-	if strings.IndexByte(req.Body, 0) >= 0 {
-		return PublishRequest{}, newError(http.StatusBadRequest, errInvalidBody, "body must not contain NUL (\\u0000)")
-	}
 	if w.URL != nil && *w.URL != "" {
 		if e := checkHTTPSURL(*w.URL, errInvalidURL, "url"); e != nil {
 			return PublishRequest{}, e

@@ -449,6 +449,12 @@ func (s *Server) instrument(next *http.ServeMux) http.Handler {
 				slog.String("remote", r.RemoteAddr),
 			)
 		}()
+		if route != "unmatched" {
+			if e := checkQuery(r.URL.RawQuery); e != nil {
+				writeError(sw, e)
+				return
+			}
+		}
 		next.ServeHTTP(inner, r)
 	})
 }

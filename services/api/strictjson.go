@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -133,10 +135,14 @@ func (c *jsonChecker) object(t reflect.Type, path string, depth int) error {
 	return err
 }
 
-// checkString refuses a string the decoder changed: U+FFFD in the decoded
+// checkString refuses NUL, which no text column can store (Postgres
+// SQLSTATE 22021), and a string the decoder changed: U+FFFD in the decoded
 // value that the raw token did not spell (as the character or \ufffd) was
 // a lone surrogate escape.
 func (c *jsonChecker) checkString(s, path string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return newError(http.StatusBadRequest, errInvalidEncoding, "%s contains NUL (\\u0000), which cannot be stored", describeJSONPath(path))
+	}
 	n := strings.Count(s, "\uFFFD")
 	if n == 0 {
 		return nil
@@ -144,11 +150,35 @@ func (c *jsonChecker) checkString(s, path string) error {
 	raw := c.raw[c.off:c.dec.InputOffset()]
 	spelled := bytes.Count(raw, []byte("\uFFFD")) + bytes.Count(bytes.ToLower(raw), []byte(`\ufffd`))
 	if n > spelled {
-		where := "a string"
-		if path != "" {
-			where = "field " + strings.TrimSuffix(path, ".")
+		return newError(http.StatusBadRequest, errInvalidEncoding, "%s has a \\u escape of a lone UTF-16 surrogate", describeJSONPath(path))
+	}
+	return nil
+}
+
+func describeJSONPath(path string) string {
+	if path == "" {
+		return "a field name"
+	}
+	return "field " + strconv.Quote(strings.TrimSuffix(path, "."))
+}
+
+// checkQuery holds query strings to the rules of bodies: well-formed
+// percent-encoding, UTF-8, no NUL. url.Values drops a malformed pair
+// silently, and a value can reach a query (?endpoint=).
+func checkQuery(raw string) *Error {
+	if raw == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return newError(http.StatusBadRequest, errMalformedRequest, "the query string is not well-formed percent-encoding")
+	}
+	for k, vs := range q {
+		for _, v := range append(vs, k) {
+			if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+				return newError(http.StatusBadRequest, errInvalidEncoding, "query parameter %q is not UTF-8 text without NUL", strings.ToValidUTF8(k, "\uFFFD"))
+			}
 		}
-		return newError(http.StatusBadRequest, errInvalidEncoding, "%s has a \\u escape of a lone UTF-16 surrogate", where)
 	}
 	return nil
 }
