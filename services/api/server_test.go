@@ -200,3 +200,21 @@ func TestUUID(t *testing.T) {
 		}
 	}
 }
+
+// When the token's user cannot be looked up (database gone) the answer is
+// 503, not 401: the token may be fine.
+func TestUserLookupFailureIsUnavailable(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	e := &testEnv{t: t, db: db, key: mustKey(t, string(testSecret))}
+	e.srv = newTestServer(t, pool, Config{})
+	r := e.do(req{method: "GET", path: "/v1/me/notifications", token: e.token(NewUUID())})
+	if r.status != http.StatusServiceUnavailable || r.errCode() != errUnavailable || r.header.Get("WWW-Authenticate") != "" {
+		t.Fatalf("got %d %s (WWW-Authenticate %q), want 503 unavailable", r.status, r.body, r.header.Get("WWW-Authenticate"))
+	}
+}
