@@ -47,7 +47,7 @@ const (
 )
 
 // DefaultUserRecheck is the default of Config.UserRecheck.
-const DefaultUserRecheck = 5 * time.Minute
+const DefaultUserRecheck = auth.DefaultRecheck
 
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {

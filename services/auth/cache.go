@@ -12,6 +12,9 @@ import (
 // NewCache is given 0.
 const DefaultCacheSize = 10_000
 
+// DefaultRecheck is CacheConfig.Recheck's default.
+const DefaultRecheck = 5 * time.Minute
+
 // ErrUnknownSubject: the token verified but its subject is not a known
 // user (a CheckSubject function said so).
 var ErrUnknownSubject = errors.New("token subject is not a known user")
@@ -34,7 +37,7 @@ type CacheConfig struct {
 	Check CheckSubject
 	// Recheck is how long a cached token's Check result is trusted; after
 	// it the next use runs Check again (so a deleted user is locked out
-	// within Recheck). Default 5m.
+	// within Recheck). Default DefaultRecheck.
 	Recheck time.Duration
 }
 
@@ -77,7 +80,7 @@ func NewCache(key *Key, cfg CacheConfig) (*Cache, error) {
 		cfg.Size = DefaultCacheSize
 	}
 	if cfg.Recheck == 0 {
-		cfg.Recheck = 5 * time.Minute
+		cfg.Recheck = DefaultRecheck
 	}
 	return &Cache{key: key, cfg: cfg, m: make(map[string]cached)}, nil
 }
