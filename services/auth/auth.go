@@ -1,6 +1,6 @@
 // Package auth mints and verifies the API's bearer tokens: compact JWS
-// (RFC 7515) with HS256 (RFC 7518 §3.2) and the registered claims sub, iat
-// and exp (RFC 7519). It is deliberately small — one algorithm, one key, no
+// (RFC 7515) with HS256 (RFC 7518 §3.2) and the registered claims sub, iss,
+// aud, iat, nbf and exp (RFC 7519). It is deliberately small — one algorithm, one key, no
 // key ids — because notify has no identity provider of its own: tokens come
 // from `notify token` for development and from a real issuer sharing the
 // secret in deployments.
@@ -12,7 +12,9 @@
 // environment both `notify run api` and `notify token` use, so the two
 // agree):
 //
-//   - the signature verifies and the claims are one JSON object;
+//   - the signature verifies and the claims are one JSON object in which
+//     no claim appears twice and the registered ones are spelled in lower
+//     case (encoding/json would take the last, or fill exp from "EXP");
 //   - sub, iat and exp are present, and exp is after iat;
 //   - iss equals Rules.Issuer, and aud (a string or an array) contains
 //     Rules.Audience;
