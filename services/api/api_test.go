@@ -23,7 +23,7 @@ import (
 // testEnv is one test's database with an instructor, a student and a
 // course, and the API handler served in-process.
 type testEnv struct {
-	t          *testing.T
+	t          testing.TB
 	db         *schematest.Database
 	srv        *Server
 	key        *auth.Key
@@ -34,7 +34,7 @@ type testEnv struct {
 
 var testSecret = []byte("test-secret-test-secret-test-secret!")
 
-func newTestEnv(t *testing.T) *testEnv {
+func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
 	db := schematest.NewDatabase(t)
 	key, err := auth.NewKey(testSecret)
@@ -52,8 +52,10 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Nor are requests rate-limited: the tests send many as one user
+	// (TestRateLimit has its own server).
 	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler), StatusMaxAge: -1,
-		PushEndpoints: endpoints}, db.Pool)
+		PushEndpoints: endpoints, RateLimit: -1}, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func authClaims(sub string, iat, exp time.Time) auth.Claims {
 	return auth.Claims{Subject: sub, IssuedAt: iat, ExpiresAt: exp}
 }
 
-func mustKey(t *testing.T, secret string) *auth.Key {
+func mustKey(t testing.TB, secret string) *auth.Key {
 	t.Helper()
 	k, err := auth.NewKey([]byte(secret))
 	if err != nil {

@@ -2,10 +2,13 @@ package api
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBadInputWritesNothing sends every kind of bad request and checks the
@@ -64,6 +67,25 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"url user info", req{method: "POST", path: pub, body: `{"title":"t","url":"https://u:p@example.com/"}`}, 400, errInvalidURL},
 		{"url unparseable", req{method: "POST", path: pub, body: `{"title":"t","url":"https://exa mple.com/"}`}, 400, errInvalidURL},
 		{"url too long", req{method: "POST", path: pub, body: `{"title":"t","url":"https://example.com/` + strings.Repeat("a", 2048) + `"}`}, 400, errInvalidURL},
+		// publish: strictness (issue 12 item 6)
+		{"body with NUL", req{method: "POST", path: pub, body: `{"title":"t","body":"a\u0000b"}`}, 400, errInvalidEncoding},
+		{"NUL in an unknown field's name", req{method: "POST", path: pub, body: `{"title":"t","a\u0000":1}`}, 400, errInvalidEncoding},
+		{"duplicate key", req{method: "POST", path: pub, body: `{"title":"a","title":"b"}`}, 400, errDuplicateField},
+		{"duplicate key differing in case", req{method: "POST", path: pub, body: `{"title":"a","Title":"b"}`}, 400, errUnknownField},
+		{"case-folded key", req{method: "POST", path: pub, body: `{"Title":"t"}`}, 400, errUnknownField},
+		{"case-folded key upper", req{method: "POST", path: pub, body: `{"TITLE":"t","body":"b"}`}, 400, errUnknownField},
+		{"invalid utf-8 in title", req{method: "POST", path: pub, body: "{\"title\":\"caf\xe9\"}"}, 400, errInvalidEncoding},
+		{"invalid utf-8 in body", req{method: "POST", path: pub, body: "{\"title\":\"t\",\"body\":\"\xff\xfe\"}"}, 400, errInvalidEncoding},
+		{"invalid utf-8 in unknown key", req{method: "POST", path: pub, body: "{\"title\":\"t\",\"\xc3\":1}"}, 400, errInvalidEncoding},
+		{"lone surrogate escape", req{method: "POST", path: pub, body: `{"title":"a\ud800b"}`}, 400, errInvalidEncoding},
+		{"reversed surrogate pair", req{method: "POST", path: pub, body: `{"title":"t","body":"\udc00\ud800"}`}, 400, errInvalidEncoding},
+		{"charset utf-16", req{method: "POST", path: pub, body: `{"title":"t"}`, header: map[string]string{"Content-Type": "application/json; charset=utf-16"}}, 415, errUnsupportedMediaType},
+		{"charset latin-1", req{method: "POST", path: pub, body: `{"title":"t"}`, header: map[string]string{"Content-Type": "application/json; charset=iso-8859-1"}}, 415, errUnsupportedMediaType},
+		{"title right-to-left override", req{method: "POST", path: pub, body: `{"title":"invoice\u202Efdp.exe"}`}, 400, errInvalidTitle},
+		{"title left-to-right embedding", req{method: "POST", path: pub, body: `{"title":"a\u202Ab"}`}, 400, errInvalidTitle},
+		{"title isolate", req{method: "POST", path: pub, body: `{"title":"a\u2067b\u2069"}`}, 400, errInvalidTitle},
+		{"url bidi override", req{method: "POST", path: pub, body: `{"title":"t","url":"https://example.com/\u202Egpj.exe"}`}, 400, errInvalidURL},
+		{"nesting too deep", req{method: "POST", path: pub, body: `{"title":"t","body":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`}, 400, errMalformedJSON},
 		{"idempotency key too long", req{method: "POST", path: pub, body: `{"title":"t"}`, header: map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}}, 400, errInvalidIdempotencyKey},
 		{"idempotency key not ascii", req{method: "POST", path: pub, body: `{"title":"t"}`, header: map[string]string{"Idempotency-Key": "clé"}}, 400, errInvalidIdempotencyKey},
 		{"bad body with idempotency key", req{method: "POST", path: pub, body: `{"title":""}`, header: map[string]string{"Idempotency-Key": "k1"}}, 400, errInvalidTitle},
@@ -90,6 +112,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"sub auth bad base64", req{method: "POST", path: "/v1/me/push-subscriptions", body: sub(ep, p256dh, "***")}, 400, errInvalidAuth},
 		{"sub auth bad padding", req{method: "POST", path: "/v1/me/push-subscriptions", body: sub(ep, p256dh, authKey+"=")}, 400, errInvalidAuth},
 		{"sub expirationTime wrong type", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `","expirationTime":"soon","keys":{"p256dh":"` + p256dh + `","auth":"` + authKey + `"}}`}, 400, errMalformedJSON},
+		{"sub duplicate endpoint", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `","endpoint":"https://push.example.com/2","keys":{"p256dh":"` + p256dh + `","auth":"` + authKey + `"}}`}, 400, errDuplicateField},
+		{"sub duplicate nested key", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `","keys":{"p256dh":"` + p256dh + `","auth":"` + authKey + `","auth":"` + authKey + `"}}`}, 400, errDuplicateField},
+		{"sub case-folded key", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"Endpoint":"` + ep + `","keys":{"p256dh":"` + p256dh + `","auth":"` + authKey + `"}}`}, 400, errUnknownField},
+		{"sub case-folded nested key", req{method: "POST", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `","keys":{"P256DH":"` + p256dh + `","auth":"` + authKey + `"}}`}, 400, errUnknownField},
+		{"unsubscribe endpoint with NUL", req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"https://push.example.com/a\u0000"}`}, 400, errInvalidEncoding},
+		{"unsubscribe query with NUL", req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=https://push.example.com/a%00"}, 400, errInvalidEncoding},
+		{"unsubscribe query not utf-8", req{method: "DELETE", path: "/v1/me/push-subscriptions?endpoint=https://push.example.com/%ff"}, 400, errInvalidEncoding},
+		{"query bad escape", req{method: "GET", path: "/v1/me/notifications?limit=%zz"}, 400, errMalformedRequest},
 		{"unsubscribe no endpoint", req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{}`}, 400, errInvalidEndpoint},
 		{"unsubscribe unknown", req{method: "DELETE", path: "/v1/me/push-subscriptions", body: `{"endpoint":"` + ep + `"}`}, 404, errSubscriptionNotFound},
 
@@ -98,6 +128,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"inbox limit 101", req{method: "GET", path: "/v1/me/notifications?limit=101"}, 400, errInvalidLimit},
 		{"inbox limit text", req{method: "GET", path: "/v1/me/notifications?limit=ten"}, 400, errInvalidLimit},
 		{"inbox bad cursor", req{method: "GET", path: "/v1/me/notifications?cursor=abc"}, 400, errInvalidCursor},
+		{"inbox cursor before 4713 BC", req{method: "GET", path: "/v1/me/notifications?cursor=" + rawCursor(time.Date(-4714, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())}, 400, errInvalidCursor},
+		{"inbox cursor min int64", req{method: "GET", path: "/v1/me/notifications?cursor=" + rawCursor(math.MinInt64)}, 400, errInvalidCursor},
+		{"inbox cursor max int64", req{method: "GET", path: "/v1/me/notifications?cursor=" + rawCursor(math.MaxInt64)}, 400, errInvalidCursor},
 		{"read not a uuid", req{method: "POST", path: "/v1/me/notifications/x/read"}, 404, errNotificationNotFound},
 		{"read unknown", req{method: "POST", path: "/v1/me/notifications/" + NewUUID().String() + "/read"}, 404, errNotificationNotFound},
 		{"event not a uuid", req{method: "GET", path: "/v1/events/x"}, 404, errEventNotFound},
@@ -106,6 +139,12 @@ func TestBadInputWritesNothing(t *testing.T) {
 		// routing
 		{"unknown path", req{method: "GET", path: "/v1/nothing"}, 404, errNotFound},
 		{"wrong method", req{method: "GET", path: pub}, 405, errMethodNotAllowed},
+		// Paths the mux would redirect (307, text/html) name nothing.
+		{"dot-dot path", req{method: "GET", path: "/v1/me/../me/notifications"}, 404, errNotFound},
+		{"dot-dot publish", req{method: "POST", path: "/v1/courses/x/../" + e.course.String() + "/materials", body: `{"title":"t"}`}, 404, errNotFound},
+		{"double slash", req{method: "GET", path: "//v1/me/notifications"}, 404, errNotFound},
+		{"inner double slash", req{method: "POST", path: "/v1/courses//" + e.course.String() + "/materials", body: `{"title":"t"}`}, 404, errNotFound},
+		{"dot segment", req{method: "GET", path: "/v1/./me/notifications"}, 404, errNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +157,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 			if ct := got.header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q, want application/json", ct)
 			}
+			if loc := got.header.Get("Location"); loc != "" {
+				t.Errorf("Location %q on an error", loc)
+			}
 			for _, table := range []string{"materials", "outbox", "api_idempotency", "push_subscriptions", "notifications"} {
 				if n := e.count(table); n != 0 {
 					t.Fatalf("%s has %d rows after a rejected request", table, n)
@@ -128,6 +170,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if r := e.do(req{method: "GET", path: pub, token: tok}); r.header.Get("Allow") == "" {
 		t.Error("405 without an Allow header")
 	}
+}
+
+// rawCursor is an inbox cursor as the API encodes one, with any time.
+func rawCursor(micros int64) string {
+	b := make([]byte, 25)
+	b[0] = cursorVersion
+	binary.BigEndian.PutUint64(b[1:9], uint64(micros))
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // TestForbiddenWritesNothing: a valid request from someone else.

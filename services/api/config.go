@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -37,6 +38,16 @@ const DefaultUnknownEventTTL = 5 * time.Second
 // account can no longer plant thousands of endpoints every publish must
 // wait on.
 const DefaultMaxSubscriptionsPerUser = 20
+
+// Defaults of Config.RateLimit, RateBurst and RateLimitUsers.
+const (
+	DefaultRateLimit      = 10
+	DefaultRateBurst      = 50
+	DefaultRateLimitUsers = 100_000
+)
+
+// DefaultUserRecheck is the default of Config.UserRecheck.
+const DefaultUserRecheck = auth.DefaultRecheck
 
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
@@ -93,6 +104,27 @@ type Config struct {
 	// token is not re-verified on every request (see auth.Cache). Default
 	// auth.DefaultCacheSize.
 	TokenCacheSize int
+	// UserRecheck is how long a cached token's user stays known to exist:
+	// a token is accepted only when its subject is a row of users, checked
+	// when the token is first seen and again after this long, so a deleted
+	// user's tokens stop working within it. Default 5m.
+	UserRecheck time.Duration
+
+	// RateLimit is the requests per second each user may send to the
+	// authenticated routes, sustained; beyond it the answer is 429
+	// rate_limited with Retry-After. A human (an instructor publishing, a
+	// student's browser reading its inbox) stays far below it; a script
+	// polling an event's status does not. Default 10; negative disables
+	// the limit (benchmarks).
+	RateLimit float64
+	// RateBurst is how many requests a user may send at once before
+	// RateLimit applies. Default 50.
+	RateBurst int
+	// RateLimitUsers bounds the users whose request rate is tracked at
+	// once (about 100 bytes each); past it an idle user is forgotten
+	// first. Default 100,000.
+	RateLimitUsers int
+
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
 	VAPIDPublicKey *ecdh.PublicKey
@@ -120,8 +152,10 @@ type Config struct {
 	// event planned from elsewhere can be seen up to this late. Default 5s;
 	// negative disables.
 	UnknownEventTTL time.Duration
-	// Metrics receives the API's metrics. Default: a new set, exposed only
-	// on /metrics.
+	// Metrics receives the API's metrics. Default: a new set. They are
+	// served by MetricsHandler, which is not part of Handler: the public
+	// port does not show them (`notify run api` serves them on
+	// --metrics-addr).
 	Metrics *metrics.Set
 	// Logger receives the access log and errors. Default slog.Default().
 	Logger *slog.Logger
@@ -170,6 +204,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxSubscriptionsPerUser == 0 {
 		c.MaxSubscriptionsPerUser = DefaultMaxSubscriptionsPerUser
 	}
+	if c.UserRecheck == 0 {
+		c.UserRecheck = DefaultUserRecheck
+	}
+	if c.RateLimit == 0 {
+		c.RateLimit = DefaultRateLimit
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = DefaultRateBurst
+	}
+	if c.RateLimitUsers == 0 {
+		c.RateLimitUsers = DefaultRateLimitUsers
+	}
 	if c.StatusMaxAge == 0 {
 		c.StatusMaxAge = 2 * time.Second
 	}
@@ -217,6 +263,15 @@ func (c Config) validate() error {
 	}
 	if c.MaxSubscriptionsPerUser < 1 {
 		return fmt.Errorf("invalid api max subscriptions per user %d: must be ≥ 1", c.MaxSubscriptionsPerUser)
+	}
+	if c.UserRecheck < 0 {
+		return fmt.Errorf("invalid api user recheck %s: must be positive", c.UserRecheck)
+	}
+	if c.RateLimit > 0 && (c.RateBurst < 1 || c.RateLimitUsers < 1) {
+		return fmt.Errorf("invalid api rate limit: burst %d and tracked users %d must be ≥ 1", c.RateBurst, c.RateLimitUsers)
+	}
+	if math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) {
+		return fmt.Errorf("invalid api rate limit %v", c.RateLimit)
 	}
 	if c.Key == nil {
 		return errors.New("api config: Key (token secret) is required")

@@ -32,23 +32,68 @@
 // # Choices made for bad input
 //
 //   - Every error body is {"error":{"code":"…","message":"…"}}; codes are
-//     the err* constants in errors.go.
+//     the err* constants in errors.go. That holds for the answers net/http
+//     gives before any handler runs too (431 header_too_large for headers
+//     over 16 KiB, 400 malformed_request for a bad request line or Host,
+//     501/505 unsupported_request): see jsonErrorListener. A path with
+//     "..", "." or "//" segments is 404 not_found, never the mux's
+//     redirect. A body that does not arrive within Config.ReadTimeout is 408
+//     request_timeout; one that cannot be read otherwise is 400
+//     malformed_request. Messages never carry socket errors' text.
 //   - A path id that is not a uuid is 404 (it cannot name anything), like an
 //     unknown id.
-//   - Request bodies must be Content-Type application/json (parameters such
-//     as charset allowed), else 415; bodies over 64 KiB are 413; malformed
-//     JSON, trailing data or a non-object is 400 malformed_json.
+//   - Request bodies must be Content-Type application/json, else 415; a
+//     charset other than utf-8 (utf-16, iso-8859-1, …) is 415 too rather
+//     than read as UTF-8; bodies over 64 KiB are 413; malformed JSON,
+//     trailing data, a non-object or nesting deeper than 16 levels is 400
+//     malformed_json.
+//   - JSON is read strictly, where encoding/json is lenient: bytes that
+//     are not UTF-8, and \u escapes of lone surrogates, are 400
+//     invalid_encoding (encoding/json would store U+FFFD); a name repeated
+//     in one object is 400 duplicate_field (encoding/json keeps the last);
+//     names are case-sensitive, so "Title" is 400 unknown_field even where
+//     unknown fields are otherwise ignored (encoding/json would fill
+//     title). No string in a body may contain NUL (400 invalid_encoding):
+//     Postgres text cannot store it, so it would fail the write.
+//   - Query strings follow the same rules: malformed percent-encoding is
+//     400 malformed_request (url.Values would drop the pair silently), a
+//     name or value that is not UTF-8 or contains NUL 400 invalid_encoding.
 //   - Publish rejects unknown fields (400 unknown_field), so a typo such as
 //     "titel" fails loudly instead of publishing an untitled material. The
 //     push-subscription body is the browser's PushSubscription.toJSON(),
 //     which may grow fields, so unknown fields there are ignored.
 //   - title is trimmed of surrounding white space and must then be 1–200
-//     characters (Unicode code points) without control characters; body
-//     may be empty and is at most 10 KiB (10,240 bytes of UTF-8); url is
-//     optional and, when given, an absolute https URL with a host, no user
-//     info, at most 2,048 bytes.
+//     characters (Unicode code points) without control characters and
+//     without the bidirectional embedding, override and isolate characters
+//     U+202A–U+202E and U+2066–U+2069 (they make a notification read
+//     differently from what was published); body may be empty and is at
+//     most 10 KiB (10,240 bytes of UTF-8); url is optional and, when given, an absolute
+//     https URL with a host, no user info, no bidirectional controls, at
+//     most 2,048 bytes.
+//   - An inbox cursor is opaque: one the API did not return (including a
+//     forged time outside years 1–9999) is 400 invalid_cursor.
 //   - Validation happens before any transaction: a rejected request writes
 //     nothing (no material, no outbox row, no idempotency row).
+//
+// # Authentication and rate limits
+//
+// Every route under /v1 but GET /v1/vapid-public-key needs a bearer token that
+// package auth accepts (HS256; iss, aud, iat, exp required; nbf honoured;
+// lifetime bounded — see its doc) and whose subject is a row of users: the
+// token cache looks the user up once per token and again every
+// Config.UserRecheck (5 minutes), so a deleted user is locked out within
+// it. Any failure is 401 unauthorized with a WWW-Authenticate challenge;
+// a user lookup that fails (database down) is 503.
+//
+// Each user may then send Config.RateBurst requests at once (default 50)
+// and Config.RateLimit per second after that (default 10), counted
+// together over every authenticated route (a token bucket per user, in a
+// bounded map). Beyond that the answer is 429 rate_limited with
+// Retry-After in whole seconds; the request does nothing.
+//
+// The access log has one line per request with method, route pattern,
+// status, duration, the user id (once authenticated) and the remote
+// address.
 //
 // # Push subscriptions
 //
@@ -98,5 +143,7 @@
 // # Operations
 //
 // /healthz answers while the process runs; /readyz pings Postgres with a
-// short timeout (200 or 503); /metrics is the Prometheus text format.
+// short timeout (200 or 503). Metrics (Prometheus text) are served by
+// MetricsHandler, not on the public port: `notify run api` serves them on
+// --metrics-addr (127.0.0.1:9104 by default).
 package api

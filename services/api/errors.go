@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"os"
+	"strings"
 )
 
 // Error codes: the "code" of every error body. Clients switch on them, so
@@ -24,6 +27,8 @@ const (
 	errPayloadTooLarge       = "payload_too_large"
 	errMalformedJSON         = "malformed_json"
 	errUnknownField          = "unknown_field"
+	errDuplicateField        = "duplicate_field"
+	errInvalidEncoding       = "invalid_encoding"
 	errInvalidTitle          = "invalid_title"
 	errInvalidBody           = "invalid_body"
 	errInvalidURL            = "invalid_url"
@@ -34,6 +39,11 @@ const (
 	errInvalidCursor         = "invalid_cursor"
 	errInvalidIdempotencyKey = "invalid_idempotency_key"
 	errIdempotencyKeyReused  = "idempotency_key_reused"
+	errRateLimited           = "rate_limited"
+	errRequestTimeout        = "request_timeout"
+	errMalformedRequest      = "malformed_request"
+	errHeaderTooLarge        = "header_too_large"
+	errUnsupportedRequest    = "unsupported_request"
 	errInternal              = "internal"
 	errUnavailable           = "unavailable"
 )
@@ -87,6 +97,8 @@ func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
 const maxRequestBytes = 64 << 10
 
 // readJSONBody checks the content type and reads at most maxRequestBytes.
+// A read that fails says why in terms of the request, never with the
+// socket error's text (it names both addresses).
 func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
 	if e := requireJSON(r); e != nil {
 		return nil, e
@@ -94,20 +106,29 @@ func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
 			return nil, newError(http.StatusRequestEntityTooLarge, errPayloadTooLarge, "request body is larger than %d bytes", maxRequestBytes)
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			return nil, newError(http.StatusRequestTimeout, errRequestTimeout, "the request body did not arrive in time")
 		}
-		return nil, newError(http.StatusBadRequest, errMalformedJSON, "read request body: %v", err)
+		return nil, newError(http.StatusBadRequest, errMalformedRequest, "the request body could not be read (truncated or badly framed)")
 	}
 	return b, nil
 }
 
-// requireJSON accepts application/json with any parameters (charset).
+// requireJSON accepts application/json, with charset absent or utf-8:
+// JSON is UTF-8 (RFC 8259 §8.1), and a body announced as UTF-16 or Latin-1
+// would otherwise be read as UTF-8 and mean something else.
 func requireJSON(r *http.Request) *Error {
 	ct := r.Header.Get("Content-Type")
-	mt, _, err := mime.ParseMediaType(ct)
+	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
 		return newError(http.StatusUnsupportedMediaType, errUnsupportedMediaType, "Content-Type must be application/json, got %q", ct)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return newError(http.StatusUnsupportedMediaType, errUnsupportedMediaType, "charset %q is not supported: send UTF-8 (charset=utf-8 or none)", cs)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"crypto/ecdh"
 	"encoding/json"
 	"strings"
@@ -24,6 +25,12 @@ func FuzzDecodePublishRequest(f *testing.F) {
 		`{"title":"t"}{}`,
 		`{"title":"a\u0000b"}`,
 		`{"title":"t","url":""}`,
+		`{"title":"t","body":"a\u0000b"}`,
+		`{"title":"a","title":"b"}`,
+		`{"Title":"t"}`,
+		`{"title":"\ud83d\ude00 \ud800"}`,
+		"{\"title\":\"\xff\"}",
+		`{"title":"a\u202eb"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -46,6 +53,15 @@ func FuzzDecodePublishRequest(f *testing.F) {
 		}
 		if req.URL != "" && checkHTTPSURL(req.URL, errInvalidURL, "url") != nil {
 			t.Fatalf("accepted url %q", req.URL)
+		}
+		// Nothing the decoder replaced or Postgres cannot store got through.
+		for _, s := range []string{req.Title, req.Body, req.URL} {
+			if !utf8.ValidString(s) || strings.ContainsRune(s, 0) || strings.ContainsRune(s, utf8.RuneError) && !bytes.Contains(b, []byte("\uFFFD")) && !bytes.Contains(bytes.ToLower(b), []byte(`\ufffd`)) {
+				t.Fatalf("accepted %q from %q", s, b)
+			}
+		}
+		if strings.IndexFunc(req.Title, isBidiControl) >= 0 {
+			t.Fatalf("accepted bidi control in title %q", req.Title)
 		}
 		// What was accepted re-encodes to a request that decodes the same.
 		again, err := json.Marshal(req)

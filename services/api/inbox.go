@@ -73,9 +73,20 @@ func decodeInboxCursor(s string) (inboxCursor, bool) {
 	}
 	var c inboxCursor
 	c.createdAt = time.UnixMicro(int64(binary.BigEndian.Uint64(b[1:9]))).UTC()
+	// A forged time outside what Postgres's timestamptz holds (4713 BC to
+	// 294276 AD) would fail the query; no notification is older than year
+	// 1 or newer than 9999, so both bounds cost nothing real.
+	if c.createdAt.Before(minCursorTime) || c.createdAt.After(maxCursorTime) {
+		return inboxCursor{}, false
+	}
 	copy(c.eventID[:], b[9:])
 	return c, true
 }
+
+var (
+	minCursorTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxCursorTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
 
 func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request, user UUID) {
 	q := r.URL.Query()

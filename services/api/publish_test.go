@@ -1,6 +1,8 @@
 package api
 
 import (
+	"github.com/notify-dev/notify/services/auth"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -220,6 +222,11 @@ func TestAuth(t *testing.T) {
 	parts := strings.Split(good, ".")
 	otherKey := mustKey(t, "another-secret-another-secret-another")
 	badSig, _ := otherKey.Sign(authClaims(e.instructor.String(), now, now.Add(time.Hour)))
+	otherAudience, err := e.key.WithRules(auth.Rules{Audience: "another-api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongAud, _ := otherAudience.Sign(authClaims(e.instructor.String(), now, now.Add(time.Hour)))
 	algNone := b64url.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + parts[1] + "."
 
 	path := "/v1/courses/" + e.course.String() + "/materials"
@@ -236,9 +243,12 @@ func TestAuth(t *testing.T) {
 		{"bad signature", "Bearer " + badSig, 401, true},
 		{"expired", "Bearer " + sign(e.instructor.String(), now.Add(-2*time.Hour), now.Add(-time.Hour)), 401, true},
 		{"alg none", "Bearer " + algNone, 401, true},
+		{"issued in the future", "Bearer " + sign(e.instructor.String(), now.Add(10*time.Minute), now.Add(time.Hour)), 401, true},
+		{"another audience", "Bearer " + wrongAud, 401, true},
 		{"subject not a uuid", "Bearer " + sign("root", now, now.Add(time.Hour)), 401, true},
 		{"not the instructor", "Bearer " + sign(e.student.String(), now, now.Add(time.Hour)), 403, false},
-		{"unknown user", "Bearer " + sign(NewUUID().String(), now, now.Add(time.Hour)), 403, false},
+		// A token speaks for a user only while the user exists (issue 12).
+		{"unknown user", "Bearer " + sign(NewUUID().String(), now, now.Add(time.Hour)), 401, true},
 		{"instructor, lower-case scheme", "bearer " + good, 201, false},
 	}
 	for _, tc := range cases {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +37,7 @@ type Server struct {
 	handler http.Handler
 	vapid   string // base64url public key
 	tokens  *auth.Cache
+	limiter *rateLimiter // nil when Config.RateLimit < 0
 	batch   *publishBatcher
 	sweeper *idempotencySweeper // nil until Start, or when disabled
 	m       serverMetrics
@@ -52,6 +55,7 @@ type serverMetrics struct {
 	batchSize      *metrics.Histogram
 	batchFallbacks *metrics.Counter
 	replayed       *metrics.Counter
+	rateLimited    *metrics.Counter
 	pubLatency     *metrics.Histogram
 	// Idempotency-Key expiry: records deleted, sweeps completed, sweeps
 	// that failed (retried at the next tick).
@@ -103,22 +107,18 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		cfg.Status = EventReports{Pool: pool}
 	}
 	cfg.Status = newCachedStatus(cfg.Status, cfg.StatusMaxAge, cfg.UnknownEventTTL, cfg.Now)
-	tokens, err := auth.NewCache(cfg.Key, cfg.TokenCacheSize)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg:    cfg,
 		pool:   pool,
 		log:    cfg.Logger,
 		vapid:  b64url.EncodeToString(cfg.VAPIDPublicKey.Bytes()),
-		tokens: tokens,
 		failed: make(chan error, 1),
 		m: serverMetrics{
-			set:        cfg.Metrics,
-			published:  cfg.Metrics.NewCounter("notify_api_publishes_total"),
-			replayed:   cfg.Metrics.NewCounter("notify_api_publish_replays_total"),
-			pubLatency: cfg.Metrics.NewHistogram("notify_api_publish_duration_seconds"),
+			set:         cfg.Metrics,
+			published:   cfg.Metrics.NewCounter("notify_api_publishes_total"),
+			replayed:    cfg.Metrics.NewCounter("notify_api_publish_replays_total"),
+			rateLimited: cfg.Metrics.NewCounter("notify_api_rate_limited_total"),
+			pubLatency:  cfg.Metrics.NewHistogram("notify_api_publish_duration_seconds"),
 
 			batchSize:      cfg.Metrics.NewHistogram("notify_api_publish_group_size"),
 			batchFallbacks: cfg.Metrics.NewCounter("notify_api_publish_group_fallbacks_total"),
@@ -127,6 +127,14 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			sweeps:      cfg.Metrics.NewCounter("notify_api_idempotency_sweeps_total"),
 			sweepErrors: cfg.Metrics.NewCounter("notify_api_idempotency_sweep_errors_total"),
 		},
+	}
+	tokens, err := auth.NewCache(cfg.Key, auth.CacheConfig{Size: cfg.TokenCacheSize, Check: s.userExists, Recheck: cfg.UserRecheck})
+	if err != nil {
+		return nil, err
+	}
+	s.tokens = tokens
+	if cfg.RateLimit > 0 {
+		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst, cfg.RateLimitUsers)
 	}
 	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
 	s.routes()
@@ -144,9 +152,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/events/{event_id}", s.authed(s.handleEvent))
 	m.HandleFunc("GET /healthz", s.handleHealthz)
 	m.HandleFunc("GET /readyz", s.handleReadyz)
-	m.HandleFunc("GET /metrics", s.handleMetrics)
 	// The reference browser integration (page + service worker), see
-	// package webapp.
+	// package webapp. Metrics are not here: see MetricsHandler.
 	m.Handle(webapp.Prefix, webapp.Handler())
 	s.mux = m
 	s.handler = s.instrument(m)
@@ -154,6 +161,12 @@ func (s *Server) routes() {
 
 // Handler is the whole API with access log, metrics and panic recovery.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// MetricsHandler serves the Prometheus text format. It is not part of
+// Handler: metrics describe the deployment (pool sizes, routes' traffic),
+// which is not the public's business, so they are served on a separate
+// listener (`notify run api --metrics-addr`, loopback by default).
+func (s *Server) MetricsHandler() http.Handler { return http.HandlerFunc(s.handleMetrics) }
 
 // Start listens on cfg.Addr and serves until Stop, and starts the
 // Idempotency-Key sweeper. ctx's values reach every request; its
@@ -168,6 +181,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return run.Abort(fmt.Errorf("listen on %s: %w", s.cfg.Addr, err))
 	}
+	ln = jsonErrorListener{ln}
 	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.handler,
@@ -175,7 +189,7 @@ func (s *Server) Start(ctx context.Context) error {
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 		// Requests run under the hard context: cancelled only when Stop's
 		// context ends with them still in flight.
 		BaseContext: func(net.Listener) context.Context { return run.Hard() },
@@ -224,21 +238,52 @@ func (s *Server) Stop(ctx context.Context) error {
 	})
 }
 
-// authed wraps a handler that needs the caller's user id.
+// authed wraps a handler that needs the caller's user id: it
+// authenticates, records the user for the access log and applies the
+// user's rate limit.
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, UUID)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		user, e := s.authenticate(r)
 		if e != nil {
-			challenge := `Bearer realm="notify"`
-			if e.Code != errUnauthorized || r.Header.Get("Authorization") != "" {
-				challenge += `, error="invalid_token"`
+			if e.Status == http.StatusUnauthorized {
+				challenge := `Bearer realm="notify"`
+				if e.Code != errUnauthorized || r.Header.Get("Authorization") != "" {
+					challenge += `, error="invalid_token"`
+				}
+				w.Header().Set("WWW-Authenticate", challenge)
 			}
-			w.Header().Set("WWW-Authenticate", challenge)
 			writeError(w, e)
 			return
 		}
+		if sw, ok := w.(*statusWriter); ok {
+			sw.user = user
+		}
+		if s.limiter != nil {
+			if ok, wait := s.limiter.allow(user, s.cfg.Now()); !ok {
+				s.m.rateLimited.Inc()
+				secs := retryAfterSeconds(wait)
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				writeError(w, newError(http.StatusTooManyRequests, errRateLimited,
+					"too many requests: at most %g per second per user (bursts of %d); retry after %d s", s.cfg.RateLimit, s.cfg.RateBurst, secs))
+				return
+			}
+		}
 		h(w, r, user)
 	}
+}
+
+// tokenErrorMessages tell a client why its token was refused; none of them
+// helps someone without the secret.
+var tokenErrorMessages = []struct {
+	err error
+	msg string
+}{
+	{auth.ErrExpired, "token expired"},
+	{auth.ErrNotYetValid, "token not valid yet (iat or nbf in the future)"},
+	{auth.ErrIssuer, "token issuer not accepted"},
+	{auth.ErrAudience, "token audience not accepted"},
+	{auth.ErrLifetime, "token lifetime longer than this API accepts"},
+	{auth.ErrUnknownSubject, "token subject is not a user"},
 }
 
 func (s *Server) authenticate(r *http.Request) (UUID, *Error) {
@@ -250,11 +295,21 @@ func (s *Server) authenticate(r *http.Request) (UUID, *Error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "Authorization must be: Bearer <token>")
 	}
-	c, err := s.tokens.Verify(strings.TrimSpace(tok), s.cfg.Now())
+	c, err := s.tokens.Verify(r.Context(), strings.TrimSpace(tok), s.cfg.Now())
+	if errors.Is(err, auth.ErrCheckFailed) {
+		// The user lookup failed, not the token.
+		if r.Context().Err() == nil {
+			s.log.Error("authenticate: look up the token's user", "err", err)
+		}
+		return UUID{}, newError(http.StatusServiceUnavailable, errUnavailable, "cannot check the token's user right now")
+	}
 	if err != nil {
 		msg := "invalid token"
-		if errors.Is(err, auth.ErrExpired) {
-			msg = "token expired"
+		for _, m := range tokenErrorMessages {
+			if errors.Is(err, m.err) {
+				msg = m.msg
+				break
+			}
 		}
 		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "%s", msg)
 	}
@@ -265,10 +320,30 @@ func (s *Server) authenticate(r *http.Request) (UUID, *Error) {
 	return u, nil
 }
 
+const sqlUserExists = `SELECT EXISTS (SELECT 1 FROM users WHERE id = $1)`
+
+// userExists is the token cache's subject check: a token speaks for a
+// user only while that user is a row of users.
+func (s *Server) userExists(ctx context.Context, c auth.Claims) error {
+	u, err := ParseUUID(c.Subject)
+	if err != nil {
+		return fmt.Errorf("%w: subject %q is not a uuid", auth.ErrUnknownSubject, c.Subject)
+	}
+	var ok bool
+	if err := s.pool.QueryRow(ctx, sqlUserExists, u).Scan(&ok); err != nil {
+		return fmt.Errorf("look up user %s: %w", u, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s", auth.ErrUnknownSubject, u)
+	}
+	return nil
+}
+
 // statusWriter records the status for the access log and metrics.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	user   UUID // set by authed once the caller is known
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -287,19 +362,39 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// muxErrorWriter replaces the mux's plain-text 404/405 with the JSON error
-// body every other answer uses.
+// muxErrorWriter replaces the mux's own answers — plain-text 404/405, and
+// the redirect (307, text/html) it sends for a path that is not clean
+// ("..", "//") — with the JSON error body every other answer uses. A path
+// that is not clean names nothing here: every route is clean, and
+// following a redirect would make clients send the request twice.
 type muxErrorWriter struct {
 	http.ResponseWriter
 }
 
 func (w muxErrorWriter) WriteHeader(code int) {
-	e := newError(code, errNotFound, "no such resource")
-	if code == http.StatusMethodNotAllowed {
+	e := newError(http.StatusNotFound, errNotFound, "no such resource")
+	switch {
+	case code == http.StatusMethodNotAllowed:
 		e = newError(code, errMethodNotAllowed, "method not allowed here")
+	case code >= 300 && code < 400:
+		w.Header().Del("Location")
+		e = newError(http.StatusNotFound, errNotFound, "no such resource (the path is not in canonical form: no \"..\", \".\" or \"//\" segments)")
 	}
 	w.Header().Del("X-Content-Type-Options")
 	writeError(w.ResponseWriter, e)
+}
+
+// isCleanPath reports whether the mux would serve p as is rather than
+// redirect to its cleaned form (ServeMux's cleanPath).
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if p[len(p)-1] == '/' && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 func (w muxErrorWriter) Write(b []byte) (int, error) { return len(b), nil }
@@ -313,7 +408,10 @@ func (s *Server) instrument(next *http.ServeMux) http.Handler {
 		_, route := next.Handler(r)
 		sw := &statusWriter{ResponseWriter: w}
 		var inner http.ResponseWriter = sw
-		if route == "" {
+		// The mux routes an unclean path to the pattern of its cleaned
+		// form and answers with a redirect there; muxErrorWriter turns
+		// that into a 404.
+		if route == "" || !isCleanPath(r.URL.Path) {
 			route = "unmatched"
 			inner = muxErrorWriter{sw}
 		}
@@ -338,13 +436,25 @@ func (s *Server) instrument(next *http.ServeMux) http.Handler {
 			if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
 				level = slog.LevelDebug
 			}
+			user := ""
+			if sw.user != (UUID{}) {
+				user = sw.user.String()
+			}
 			s.log.LogAttrs(r.Context(), level, "request",
 				slog.String("method", r.Method),
 				slog.String("route", route),
 				slog.Int("status", status),
 				slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+				slog.String("user", user),
+				slog.String("remote", r.RemoteAddr),
 			)
 		}()
+		if route != "unmatched" {
+			if e := checkQuery(r.URL.RawQuery); e != nil {
+				writeError(sw, e)
+				return
+			}
+		}
 		next.ServeHTTP(inner, r)
 	})
 }
@@ -400,3 +510,8 @@ func pathUUID(r *http.Request, name, code, what string) (UUID, *Error) {
 }
 
 var b64url = base64.RawURLEncoding
+
+// maxHeaderBytes bounds a request's headers; beyond it (plus net/http's
+// 4 KiB of slack) the answer is 431 header_too_large (see
+// jsonErrorListener).
+const maxHeaderBytes = 16 << 10

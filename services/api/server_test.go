@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,14 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Fatalf("readyz %d %s", r.status, r.body)
 	}
 	e.publish(`{"title":"m"}`, "")
-	r := e.do(req{method: "GET", path: "/metrics"})
+	// Metrics are not on the public handler (issue 12: they describe the
+	// deployment); MetricsHandler serves them on their own listener.
+	if r := e.do(req{method: "GET", path: "/metrics"}); r.status != http.StatusNotFound || r.errCode() != errNotFound {
+		t.Fatalf("public /metrics: %d %s, want 404", r.status, r.body)
+	}
+	rec := httptest.NewRecorder()
+	e.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	r := resp{status: rec.Code, body: rec.Body.Bytes()}
 	for _, want := range []string{
 		`notify_api_requests_total{route="POST /v1/courses/{course_id}/materials",status="201"} 1`,
 		`notify_api_requests_total{route="GET /readyz",status="200"} 1`,
@@ -57,7 +65,7 @@ func TestReadyzWithoutDatabase(t *testing.T) {
 	}
 }
 
-func newTestServer(t *testing.T, pool *pgxpool.Pool, cfg Config) *Server {
+func newTestServer(t testing.TB, pool *pgxpool.Pool, cfg Config) *Server {
 	t.Helper()
 	vapid, err := ParseVAPIDPrivateKey(DevVAPIDPrivateKey)
 	if err != nil {
@@ -190,5 +198,23 @@ func TestUUID(t *testing.T) {
 		if _, err := ParseUUID(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// When the token's user cannot be looked up (database gone) the answer is
+// 503, not 401: the token may be fine.
+func TestUserLookupFailureIsUnavailable(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	e := &testEnv{t: t, db: db, key: mustKey(t, string(testSecret))}
+	e.srv = newTestServer(t, pool, Config{})
+	r := e.do(req{method: "GET", path: "/v1/me/notifications", token: e.token(NewUUID())})
+	if r.status != http.StatusServiceUnavailable || r.errCode() != errUnavailable || r.header.Get("WWW-Authenticate") != "" {
+		t.Fatalf("got %d %s (WWW-Authenticate %q), want 503 unavailable", r.status, r.body, r.header.Get("WWW-Authenticate"))
 	}
 }

@@ -1,14 +1,16 @@
 package auth
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 )
 
 func TestCacheAcceptsWhatVerifyAccepts(t *testing.T) {
+	ctx := context.Background()
 	k := testKey(t)
-	c, err := NewCache(k, 2)
+	c, err := NewCache(k, CacheConfig{Size: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +20,7 @@ func TestCacheAcceptsWhatVerifyAccepts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 { // miss, then hit
-		cl, err := c.Verify(tok, now)
+		cl, err := c.Verify(ctx, tok, now)
 		if err != nil || cl.Subject != "u1" {
 			t.Fatalf("verify %d: %+v, %v", i, cl, err)
 		}
@@ -27,21 +29,21 @@ func TestCacheAcceptsWhatVerifyAccepts(t *testing.T) {
 		t.Fatalf("cache holds %d tokens, want 1", c.Len())
 	}
 	// A cached token still expires on time.
-	if _, err := c.Verify(tok, now.Add(time.Hour)); !errors.Is(err, ErrExpired) {
+	if _, err := c.Verify(ctx, tok, now.Add(time.Hour)); !errors.Is(err, ErrExpired) {
 		t.Fatalf("expired cached token: %v, want ErrExpired", err)
 	}
 	if c.Len() != 0 {
 		t.Fatalf("expired token stays cached")
 	}
 	// A tampered signature is another map key: verified, rejected, not cached.
-	if _, err := c.Verify(tok, now); err != nil {
+	if _, err := c.Verify(ctx, tok, now); err != nil {
 		t.Fatal(err)
 	}
 	bad := tok[:len(tok)-2] + "AA"
 	if bad == tok {
 		bad = tok[:len(tok)-2] + "BB"
 	}
-	if _, err := c.Verify(bad, now); !errors.Is(err, ErrSignature) && !errors.Is(err, ErrMalformed) {
+	if _, err := c.Verify(ctx, bad, now); !errors.Is(err, ErrSignature) && !errors.Is(err, ErrMalformed) {
 		t.Fatalf("tampered token: %v, want a signature error", err)
 	}
 	if c.Len() != 1 {
@@ -50,8 +52,9 @@ func TestCacheAcceptsWhatVerifyAccepts(t *testing.T) {
 }
 
 func TestCacheIsBounded(t *testing.T) {
+	ctx := context.Background()
 	k := testKey(t)
-	c, err := NewCache(k, 3)
+	c, err := NewCache(k, CacheConfig{Size: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +64,14 @@ func TestCacheIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Verify(tok, now); err != nil {
+		if _, err := c.Verify(ctx, tok, now); err != nil {
 			t.Fatal(err)
 		}
 		if c.Len() > 3 {
 			t.Fatalf("cache grew to %d, bound 3", c.Len())
 		}
 	}
-	if _, err := NewCache(k, -1); err == nil {
+	if _, err := NewCache(k, CacheConfig{Size: -1}); err == nil {
 		t.Fatal("negative size accepted")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,7 +23,10 @@ func init() {
 	})
 }
 
-const defaultAPIAddr = "127.0.0.1:8080"
+const (
+	defaultAPIAddr        = "127.0.0.1:8080"
+	defaultAPIMetricsAddr = "127.0.0.1:9104"
+)
 
 func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 	var infra infraFlags
@@ -33,7 +37,21 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 	idemTTL := fs.Duration("idempotency-ttl", api.DefaultIdempotencyTTL, "how long an Idempotency-Key is kept; a retry after it expired publishes a new event")
 	dev := devFlag(fs)
 	idemSweep := fs.Duration("idempotency-sweep-interval", api.DefaultIdempotencySweepInterval, "how often expired Idempotency-Keys are deleted (negative: never)")
+	rateLimit := fs.Float64("rate-limit", api.DefaultRateLimit, "requests per second each user may send to the authenticated routes, sustained (0: no limit); beyond it 429 with Retry-After")
+	rateBurst := fs.Int("rate-burst", api.DefaultRateBurst, "requests a user may send at once before --rate-limit applies")
+	metricsAddr := fs.String("metrics-addr", envOr("NOTIFY_API_METRICS_ADDR", defaultAPIMetricsAddr), `serve Prometheus metrics on this address at /metrics, never on --addr ("off" disables; NOTIFY_API_METRICS_ADDR)`)
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
+		if *rateLimit < 0 || *rateBurst < 1 {
+			return nil, usageError{msg: fmt.Sprintf("--rate-limit %g must be ≥ 0 and --rate-burst %d ≥ 1", *rateLimit, *rateBurst)}
+		}
+		if *rateLimit == 0 {
+			*rateLimit = -1 // api.Config: negative disables
+		}
+		if *metricsAddr == "off" || *metricsAddr == "" {
+			*metricsAddr = ""
+		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
+			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
+		}
 		if *idemTTL <= 0 {
 			return nil, usageError{msg: fmt.Sprintf("--idempotency-ttl %s must be positive", *idemTTL)}
 		}
@@ -45,6 +63,9 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			return nil, err
 		}
 		if err := checkDevListen(devMode, "--addr / NOTIFY_API_ADDR", *addr); err != nil {
+			return nil, err
+		}
+		if err := checkDevListen(devMode, "--metrics-addr / NOTIFY_API_METRICS_ADDR", *metricsAddr); err != nil {
 			return nil, err
 		}
 		key, err := auth.KeyFromEnv(log, devMode)
@@ -75,12 +96,15 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
-			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep}, pool)
+			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep,
+			RateLimit: *rateLimit, RateBurst: *rateBurst}, pool)
 		if err != nil {
 			pool.Close()
 			return nil, err
 		}
-		return &hosted{svc: srv, infra: &infra, db: true, pool: pool}, nil
+		// The API's own handler adds its pool's numbers to its metric set.
+		return &hosted{svc: srv, infra: &infra, db: true, pool: pool,
+			metricsAddr: *metricsAddr, metricsHandler: srv.MetricsHandler()}, nil
 	}
 }
 

@@ -28,7 +28,7 @@ func runBenchPublish(ctx context.Context, args []string) error {
 	maxConns := fs.Int("db-max-conns", 20, "Postgres connections of the in-process API")
 	pub := publishFlags(fs)
 	fs.BoolVar(&cfg.IdempotencyKeys, "idempotency-keys", true, "send a unique Idempotency-Key with every publish, as a careful client does")
-	fs.StringVar(&cfg.APIURL, "api", "", "benchmark an already running API at this base URL instead of starting one in-process (tokens are signed with "+auth.EnvSecret+")")
+	fs.StringVar(&cfg.APIURL, "api", "", "benchmark an already running API at this base URL instead of starting one in-process (tokens are signed with "+auth.EnvSecret+"; run it with --rate-limit 0: all clients are one user)")
 	fs.BoolVar(&cfg.Force, "force", false, "publish even though a logical replication slot exists on the database (its connector would fan every benchmark event out to every student)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the measured phase to FILE (go tool pprof); covers the in-process API and the clients")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the benchmark's materials and outbox rows instead of deleting them afterwards")

@@ -43,6 +43,9 @@ type hosted struct {
 	// ("" serves none).
 	metricsAddr string
 	metricSets  []*metrics.Set
+	// metricsHandler, when set, is served at metricsAddr instead (the
+	// API's: its set plus pool and process numbers).
+	metricsHandler http.Handler
 	// release runs after Stop, before the pool closes (the push sender).
 	release func()
 }
@@ -130,8 +133,14 @@ func runService(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if m := serveMetrics(h.metricsAddr, log, h.metricSets...); m != nil {
-		defer m.Close()
+	var ms *http.Server
+	if h.metricsHandler != nil {
+		ms = serveMetricsHandler(h.metricsAddr, log, h.metricsHandler)
+	} else {
+		ms = serveMetrics(h.metricsAddr, log, h.metricSets...)
+	}
+	if ms != nil {
+		defer ms.Close()
 	}
 	if err := h.svc.Start(ctx); err != nil {
 		return fmt.Errorf("start %s: %w", def.name, err)

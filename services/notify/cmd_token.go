@@ -23,7 +23,7 @@ func printToken(w io.Writer, args []string) error {
 	fs := newFlagSet("token", "--user ID [--ttl 1h] [--dev]")
 	dev := devFlag(fs)
 	user := fs.String("user", "", "user id (uuid) the token speaks for; required")
-	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
+	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid; at most the API's maximum ("+auth.EnvMaxLifetime+", default "+auth.DefaultMaxLifetime.String()+")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,6 +47,11 @@ func printToken(w io.Writer, args []string) error {
 	key, err := auth.KeyFromEnv(newLogger(), devMode)
 	if err != nil {
 		return err
+	}
+	// The issuer, audience and lifetime bound come from the same
+	// environment the API reads, so the token is one it accepts.
+	if max := key.Rules().MaxLifetime; *ttl > max {
+		return usageError{msg: fmt.Sprintf("--ttl %s exceeds the API's maximum token lifetime %s (%s)", *ttl, max, auth.EnvMaxLifetime)}
 	}
 	now := time.Now()
 	tok, err := key.Sign(auth.Claims{Subject: id.String(), IssuedAt: now, ExpiresAt: now.Add(*ttl)})

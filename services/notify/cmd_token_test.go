@@ -67,3 +67,36 @@ func TestTokenUsageErrors(t *testing.T) {
 		t.Errorf("short secret: %v", err)
 	}
 }
+
+// The token command mints what the API accepts: the issuer, audience and
+// lifetime bound come from the environment both read, and a --ttl above
+// the bound is refused instead of minting a token the API would reject.
+func TestTokenFollowsTheAPIsRules(t *testing.T) {
+	t.Setenv(auth.EnvSecret, "")
+	t.Setenv(auth.EnvIssuer, "campus-idp")
+	t.Setenv(auth.EnvAudience, "")
+	t.Setenv(auth.EnvMaxLifetime, "2h")
+	t.Setenv(envDev, "")
+	const user = "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"
+	var out bytes.Buffer
+	if err := printToken(&out, []string{"--user", user, "--ttl", "2h", "--dev"}); err != nil {
+		t.Fatal(err)
+	}
+	apiKey, err := auth.KeyFromEnv(nil, true) // what `notify run api --dev` builds
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := apiKey.Verify(strings.TrimSpace(out.String()), time.Now())
+	if err != nil || c.Issuer != "campus-idp" || c.Audience != auth.DefaultAudience {
+		t.Fatalf("the API refuses the token: %+v %v", c, err)
+	}
+	dev, _ := auth.NewKey([]byte(auth.DevSecret)) // default rules: another issuer
+	if _, err := dev.Verify(strings.TrimSpace(out.String()), time.Now()); !errors.Is(err, auth.ErrIssuer) {
+		t.Fatalf("default issuer accepted the token: %v", err)
+	}
+	out.Reset()
+	var ue usageError
+	if err := printToken(&out, []string{"--user", user, "--ttl", "3h", "--dev"}); !errors.As(err, &ue) || !strings.Contains(err.Error(), auth.EnvMaxLifetime) || out.Len() != 0 {
+		t.Fatalf("--ttl over the maximum: %v, stdout %q", err, out.String())
+	}
+}

@@ -170,6 +170,17 @@ func serveMetrics(addr string, log *slog.Logger, extra ...*metrics.Set) *http.Se
 	if addr == "" {
 		return nil
 	}
+	for _, s := range extra {
+		metrics.RegisterSet(s)
+	}
+	return serveMetricsHandler(addr, log, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) }))
+}
+
+// serveMetricsHandler serves h at http://addr/metrics, like serveMetrics.
+func serveMetricsHandler(addr string, log *slog.Logger, h http.Handler) *http.Server {
+	if addr == "" {
+		return nil
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Warn("metrics address taken; serving on a free port instead (set --metrics-addr)", "addr", addr, "err", err)
@@ -178,11 +189,8 @@ func serveMetrics(addr string, log *slog.Logger, extra ...*metrics.Set) *http.Se
 			return nil
 		}
 	}
-	for _, s := range extra {
-		metrics.RegisterSet(s)
-	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.WritePrometheus(w, true) })
+	mux.Handle("/metrics", h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
