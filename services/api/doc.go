@@ -43,8 +43,8 @@
 //   - A path id that is not a uuid is 404 (it cannot name anything), like an
 //     unknown id.
 //   - Request bodies must be Content-Type application/json, else 415; a
-//     charset other than utf-8 (utf-16, iso-8859-1, …) is 415 too rather
-//     than read as UTF-8; bodies over 64 KiB are 413; malformed JSON,
+//     charset other than utf-8 (utf-16, iso-8859-1, …) is 400
+//     unsupported_charset rather than read as UTF-8; bodies over 64 KiB are 413; malformed JSON,
 //     trailing data, a non-object or nesting deeper than 16 levels is 400
 //     malformed_json.
 //   - JSON is read strictly, where encoding/json is lenient: bytes that

@@ -24,6 +24,7 @@ const (
 	errSubscriptionNotFound  = "subscription_not_found"
 	errMethodNotAllowed      = "method_not_allowed"
 	errUnsupportedMediaType  = "unsupported_media_type"
+	errUnsupportedCharset    = "unsupported_charset"
 	errPayloadTooLarge       = "payload_too_large"
 	errMalformedJSON         = "malformed_json"
 	errUnknownField          = "unknown_field"
@@ -128,7 +129,9 @@ func requireJSON(r *http.Request) *Error {
 		return newError(http.StatusUnsupportedMediaType, errUnsupportedMediaType, "Content-Type must be application/json, got %q", ct)
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return newError(http.StatusUnsupportedMediaType, errUnsupportedMediaType, "charset %q is not supported: send UTF-8 (charset=utf-8 or none)", cs)
+		// 400 like every other body the API cannot read as UTF-8 JSON
+		// (the media type itself is right; its encoding is not).
+		return newError(http.StatusBadRequest, errUnsupportedCharset, "charset %q is not supported: send UTF-8 (charset=utf-8 or none)", cs)
 	}
 	return nil
 }
