@@ -1,15 +1,16 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// UUID is a 16-byte identifier that pgx reads and writes as Postgres uuid.
+// UUID is a 16-byte identifier that pgx reads and writes as Postgres uuid
+// through its binary codec (no text round trip per row). Generating,
+// parsing and formatting are github.com/google/uuid's.
 type UUID [16]byte
 
 // UUIDValue implements pgtype.UUIDValuer.
@@ -26,35 +27,23 @@ func (u *UUID) ScanUUID(v pgtype.UUID) error {
 }
 
 // NewUUID returns a random (version 4) UUID: event and material ids.
-func NewUUID() UUID {
-	var u UUID
-	_, _ = rand.Read(u[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	return u
-}
+func NewUUID() UUID { return UUID(uuid.New()) }
 
 var errBadUUID = errors.New("not a uuid")
 
-// ParseUUID accepts the canonical 36-character form, any case.
+// ParseUUID accepts the canonical 36-character form, any case, and
+// nothing else (google/uuid alone would also take braces, urn:uuid: and
+// 32 bare hex digits: ids in paths and JSON have one spelling).
 func ParseUUID(s string) (UUID, error) {
-	var u UUID
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return u, errBadUUID
-	}
-	var h [32]byte
-	copy(h[0:8], s[0:8])
-	copy(h[8:12], s[9:13])
-	copy(h[12:16], s[14:18])
-	copy(h[16:20], s[19:23])
-	copy(h[20:32], s[24:36])
-	if _, err := hex.Decode(u[:], h[:]); err != nil {
+	if len(s) != 36 {
 		return UUID{}, errBadUUID
 	}
-	return u, nil
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return UUID{}, errBadUUID
+	}
+	return UUID(u), nil
 }
 
 // String returns the canonical lower-case form.
-func (u UUID) String() string {
-	return pgtype.UUID{Bytes: u, Valid: true}.String()
-}
+func (u UUID) String() string { return uuid.UUID(u).String() }

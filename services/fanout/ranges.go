@@ -1,11 +1,12 @@
 package fanout
 
 import (
-	"encoding/hex"
 	"fmt"
 	"math/big"
 
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/google/uuid"
+
+	"github.com/notify-dev/notify/streams"
 )
 
 // Range is one slice of the uuid space, both bounds inclusive, in uuid text
@@ -50,19 +51,14 @@ func formatUUID(v *big.Int) string {
 	return uuidString(b)
 }
 
-func uuidString(b [16]byte) string { return pgtype.UUID{Bytes: b, Valid: true}.String() }
+func uuidString(b [16]byte) string { return uuid.UUID(b).String() }
 
 // parseUUID parses the canonical 36-character uuid form (any hex case).
 func parseUUID(s string) ([16]byte, error) {
-	var b [16]byte
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return b, fmt.Errorf("%q is not a uuid", s)
+	if !streams.IsUUID(s) {
+		return [16]byte{}, fmt.Errorf("%q is not a uuid", s)
 	}
-	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
-	if _, err := hex.Decode(b[:], []byte(h)); err != nil {
-		return b, fmt.Errorf("%q is not a uuid", s)
-	}
-	return b, nil
+	return uuid.Parse(s)
 }
 
 func uuidInt(s string) (*big.Int, error) {

@@ -3,10 +3,10 @@ package push
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"strings"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
@@ -98,9 +98,12 @@ func encodeJSON(v any) []byte {
 // way (tag = event id). An id that is not a uuid (never, after
 // DecodePushCommand) gets no Topic.
 func eventTopic(eventID string) string {
-	b, err := hex.DecodeString(strings.ReplaceAll(eventID, "-", ""))
-	if err != nil || len(b) != 16 {
+	if !streams.IsUUID(eventID) {
 		return ""
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
+	u, err := uuid.Parse(eventID)
+	if err != nil {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(u[:])
 }

@@ -2,12 +2,11 @@ package push
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/streams"
@@ -168,10 +167,4 @@ func queueCommand(ctx context.Context, pool *pgxpool.Pool, c outboxCommand) erro
 }
 
 // newUUID returns a random (version 4) UUID in text form, for outbox ids.
-func newUUID() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	return pgtype.UUID{Bytes: u, Valid: true}.String()
-}
+func newUUID() string { return uuid.NewString() }

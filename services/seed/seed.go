@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 )
@@ -261,7 +261,7 @@ func newUUID(rng *rand.Rand) [16]byte {
 	return u
 }
 
-func uuidString(u [16]byte) string { return pgtype.UUID{Bytes: u, Valid: true}.String() }
+func uuidString(u [16]byte) string { return uuid.UUID(u).String() }
 
 // copyTable COPYs n generated rows into table on its own connection.
 func copyTable(ctx context.Context, pool *pgxpool.Pool, table string, cols []string, written *atomic.Int64, n int64, fill func(i int, row []any)) error {
