@@ -14,19 +14,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/notify-dev/notify/services/startstop"
 )
 
 // Handler processes one record. It returns nil only once the record's
 // effects are durable (its Postgres transaction committed): the consumer may
-// commit the offset right after. An error wrapping ErrMalformed means the
-// record can never succeed; it goes to ConsumerConfig.OnMalformed and counts
-// as done. Any other error is retried with capped exponential backoff and
-// jitter, and the record's offset (and every later one of its partition)
-// stays uncommitted until it succeeds.
+// commit the offset right after. What an error means:
 //
-// ctx is cancelled when the record's partition is lost or revoked past
-// RevokeTimeout, or when Stop gives up waiting; the handler should then
-// return promptly without committing anything.
+//   - wrapping ErrMalformed: the record can never succeed; it is
+//     dead-lettered (ReasonMalformed) and counts as done.
+//   - a data error, an SQLSTATE of class 22 (data exception) or 23
+//     (integrity constraint violation) other than a retryable conflict
+//     (23505 unique_violation, 23P01 exclusion_violation): the database
+//     refuses this record's data and always will; it is dead-lettered
+//     (ReasonDataError) at once and counts as done.
+//   - anything else is retried with capped exponential backoff and jitter,
+//     and the record's offset (and every later one of its partition) stays
+//     uncommitted until it succeeds. After MaxAttempts failures it is
+//     dead-lettered (ReasonRetriesExhausted) — unless the last failure says
+//     a server is unreachable (see ConsumerConfig.MaxAttempts): an outage
+//     is waited out, however long, and never dead-letters anything.
+//
+// ctx is cancelled only when Stop gives up waiting (its own ctx ended). A
+// revoked or lost partition does not cancel it: work already started (a push
+// already on the wire) finishes and records its outcome, so the partition's
+// next owner finds it done instead of doing it again.
 type Handler func(ctx context.Context, r *kgo.Record) error
 
 // ConsumerConfig configures a Consumer. Zero values take the documented
@@ -57,19 +70,31 @@ type ConsumerConfig struct {
 	// [d/2, d] with d = min(RetryMax, RetryMin·2^(n-1)). Defaults 100ms and 10s.
 	RetryMin time.Duration
 	RetryMax time.Duration
-	// RevokeTimeout bounds how long a revoke waits for the revoked
-	// partitions' in-flight handlers before cancelling them and committing
-	// what finished. Keep it well under the group's rebalance timeout (60s).
-	// Default 15s.
+	// MaxAttempts is how many times a record is tried before it is
+	// dead-lettered with ReasonRetriesExhausted, so one poison record
+	// cannot hold its partition's commits and a handler slot forever. A
+	// failure that says a server is unreachable (a network error, a
+	// retriable Kafka error, SQLSTATE class 08, 40, 53, 57 or 58, a
+	// deadline) does not count: an outage of any length is waited out.
+	// With the default backoff, 20 attempts take about two and a half
+	// minutes. Default 20; -1 retries forever.
+	MaxAttempts int
+	// RevokeTimeout bounds how long a revoke or a lost partition waits for
+	// the partition's in-flight handlers before handing it back (committing
+	// what finished when revoked; nothing when lost). Handlers still
+	// running then are not cancelled: they finish in the background and
+	// their outcome is recorded but not committed. Keep it well under the
+	// group's rebalance timeout (60s). Default 15s.
 	RevokeTimeout time.Duration
-	// OnMalformed receives records whose handler returned ErrMalformed, for
-	// dead-lettering. An error from it is retried like a handler error.
-	// Default: produce the record to DLQTopic when set, else log the
-	// record's coordinates and skip it.
+	// OnMalformed receives every record that is dead-lettered: malformed,
+	// refused by the database or out of attempts; ReasonOf(cause) names
+	// which. An error from it is retried like a handler error. Default:
+	// produce a DeadLetter to DLQTopic when set, else log the record's
+	// coordinates and skip it.
 	OnMalformed func(ctx context.Context, r *kgo.Record, cause error) error
-	// DLQTopic, when set and OnMalformed is nil, receives a copy of every
-	// malformed record (same key, value and headers) with headers
-	// dlq-topic, dlq-partition, dlq-offset and dlq-error added.
+	// DLQTopic, when set and OnMalformed is nil, receives a DeadLetter of
+	// every dead-lettered record: the same key, value and headers, with the
+	// dlq.* headers added (see HeaderDLQReason).
 	DLQTopic string
 	// Logger receives the consumer's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -97,6 +122,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.RevokeTimeout == 0 {
 		c.RevokeTimeout = 15 * time.Second
 	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -119,6 +147,8 @@ func (c ConsumerConfig) validate() error {
 		return fmt.Errorf("consumer: commit interval must be positive, got %s", c.CommitInterval)
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("consumer: retry backoff must satisfy 0 < min ≤ max, got min %s max %s", c.RetryMin, c.RetryMax)
+	case c.MaxAttempts < -1:
+		return fmt.Errorf("consumer: max attempts must be positive or -1 (forever), got %d", c.MaxAttempts)
 	case c.RevokeTimeout <= 0:
 		return fmt.Errorf("consumer: revoke timeout must be positive, got %s", c.RevokeTimeout)
 	}
@@ -131,16 +161,32 @@ func (c ConsumerConfig) validate() error {
 // returned nil (or that were dead-lettered). A crash therefore redelivers
 // every record whose effects might not be durable, and never skips one.
 //
+// Lifecycle (services/startstop): Start once; a second Start returns
+// startstop.ErrAlreadyStarted. The end of Start's context is a soft stop:
+// polling stops, records in flight finish, records waiting to retry give up
+// (uncommitted). Stop(ctx) stops softly, cancels the handlers' context when
+// ctx ends first, then commits the completed prefix, leaves the group and
+// closes the client; a second Stop returns the first one's result.
+//
 // Rebalances: the group uses the cooperative-sticky balancer and blocks
-// rebalances while a poll is being dispatched. A revoked partition stops
-// being dispatched, its in-flight handlers get RevokeTimeout to finish, and
-// its completed prefix is committed synchronously before the partition moves.
-// A lost partition (session expired) is dropped without committing: another
-// member may own it already.
+// rebalances while a poll is being dispatched, so no record of a revoked or
+// lost partition starts once the callback runs; records of it waiting to
+// retry give up. A revoked partition's in-flight handlers get RevokeTimeout
+// to finish, then its completed prefix is committed synchronously before the
+// partition moves. A lost partition (session expired, broker restarted) is
+// never committed — another member may own it already — but its in-flight
+// handlers get the same RevokeTimeout before the group is rejoined. Neither
+// cancels a handler: one still running past RevokeTimeout finishes in the
+// background, its outcome recorded by the handler and its offset left to
+// the next owner.
 type Consumer struct {
-	cfg ConsumerConfig
-	log *slog.Logger
-	cl  *kgo.Client
+	startstop.Base
+	run *startstop.Run // set by Start
+
+	cfg       ConsumerConfig
+	log       *slog.Logger
+	cl        *kgo.Client
+	closeOnce sync.Once
 
 	mu    sync.Mutex
 	parts map[topicPartition]*partitionState
@@ -149,26 +195,11 @@ type Consumer struct {
 	// the revoke commit of the same partition.
 	commitMu sync.Mutex
 
-	slots    chan struct{} // one token per in-flight record
-	handlers sync.WaitGroup
+	slots chan struct{} // one token per in-flight record
 
-	// baseCtx is the parent of every handler context; hardCancel cancels
-	// it when Stop runs out of time.
-	baseCtx    context.Context
-	hardCancel context.CancelFunc
-	pollCancel context.CancelFunc
-
-	// stopping is closed when Stop begins: records waiting to retry give
-	// up (they stay uncommitted) instead of holding up the shutdown.
-	stopping  chan struct{}
 	ready     chan struct{}
 	readyOnce sync.Once
-	loopDone  chan struct{}
 	failed    chan error
-	startOnce sync.Once
-	stopOnce  sync.Once
-	stopErr   error
-	started   bool
 
 	m consumerMetrics
 }
@@ -182,9 +213,10 @@ type topicPartition struct {
 // of the same partition gets a new state, so late completions from a
 // previous ownership can never move its offsets.
 type partitionState struct {
-	tp     topicPartition
-	ctx    context.Context
-	cancel context.CancelFunc
+	tp topicPartition
+	// released is closed when the partition is revoked or lost: records
+	// of it waiting to retry give up and stay for the next owner.
+	released chan struct{}
 	// pending holds dispatched records not yet part of the committable
 	// prefix, in offset order.
 	pending []*tracked
@@ -194,7 +226,7 @@ type partitionState struct {
 	hasNext   bool
 	committed int64 // last offset committed, -1 if none this assignment
 	inflight  sync.WaitGroup
-	gone      bool // revoked or lost: completions are ignored
+	gone      bool // handed back: completions are ignored
 	lag       *metrics.Gauge
 }
 
@@ -205,7 +237,7 @@ type tracked struct {
 
 type consumerMetrics struct {
 	processed *metrics.Counter
-	malformed *metrics.Counter
+	dead      map[string]*metrics.Counter // by dead-letter reason
 	retries   *metrics.Counter
 	commits   *metrics.Counter
 	commitErr *metrics.Counter
@@ -221,24 +253,25 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{
-		cfg:      cfg,
-		log:      cfg.Logger.With("group", cfg.Group),
-		parts:    map[topicPartition]*partitionState{},
-		slots:    make(chan struct{}, cfg.MaxInFlight),
-		ready:    make(chan struct{}),
-		stopping: make(chan struct{}),
-		loopDone: make(chan struct{}),
-		failed:   make(chan error, 1),
+		cfg:    cfg,
+		log:    cfg.Logger.With("group", cfg.Group),
+		parts:  map[topicPartition]*partitionState{},
+		slots:  make(chan struct{}, cfg.MaxInFlight),
+		ready:  make(chan struct{}),
+		failed: make(chan error, 1),
 	}
 	labels := fmt.Sprintf(`group=%q`, cfg.Group)
 	c.m = consumerMetrics{
 		processed: metrics.GetOrCreateCounter(`notify_consumer_records_total{` + labels + `,outcome="ok"}`),
-		malformed: metrics.GetOrCreateCounter(`notify_consumer_records_total{` + labels + `,outcome="malformed"}`),
+		dead:      map[string]*metrics.Counter{},
 		retries:   metrics.GetOrCreateCounter(`notify_consumer_retries_total{` + labels + `}`),
 		commits:   metrics.GetOrCreateCounter(`notify_consumer_commits_total{` + labels + `}`),
 		commitErr: metrics.GetOrCreateCounter(`notify_consumer_commit_errors_total{` + labels + `}`),
 		duration:  metrics.GetOrCreateHistogram(`notify_consumer_handler_duration_seconds{` + labels + `}`),
 		inFlight:  metrics.GetOrCreateGauge(`notify_consumer_in_flight{`+labels+`}`, nil),
+	}
+	for _, reason := range []string{ReasonMalformed, ReasonDataError, ReasonRetriesExhausted} {
+		c.m.dead[reason] = metrics.GetOrCreateCounter(`notify_consumer_records_total{` + labels + `,outcome="` + reason + `"}`)
 	}
 	opts := append(ClientOpts(cfg.Brokers, cfg.Component),
 		kgo.ConsumerGroup(cfg.Group),
@@ -264,22 +297,10 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	return c, nil
 }
 
-// produceDLQ copies a malformed record to the dead-letter topic, noting
-// where it came from and why it was rejected.
+// produceDLQ writes a DeadLetter of r to DLQTopic.
 func (c *Consumer) produceDLQ(ctx context.Context, r *kgo.Record, cause error) error {
-	headers := append([]kgo.RecordHeader(nil), r.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: "dlq-topic", Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: "dlq-partition", Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: "dlq-offset", Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		kgo.RecordHeader{Key: "dlq-error", Value: []byte(cause.Error())},
-	)
-	dl := &kgo.Record{Topic: c.cfg.DLQTopic, Key: r.Key, Value: r.Value, Headers: headers}
-	if err := c.cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		return fmt.Errorf("produce to %s: %w", c.cfg.DLQTopic, err)
-	}
-	c.log.Warn("malformed record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "dlq", c.cfg.DLQTopic, "err", cause)
-	return nil
+	d := NewDeadLetter(r, ReasonOf(cause), cause, attemptsOf(cause), time.Now())
+	return ProduceDeadLetter(ctx, c.cl, c.cfg.DLQTopic, d)
 }
 
 // Client exposes the underlying Kafka client, e.g. to produce dead letters
@@ -296,65 +317,54 @@ func (c *Consumer) Ready() <-chan struct{} { return c.ready }
 func (c *Consumer) Failed() <-chan error { return c.failed }
 
 // Start begins polling and committing in the background. It returns at
-// once; the group is joined asynchronously (see Ready).
+// once; the group is joined asynchronously (see Ready). A second Start
+// returns startstop.ErrAlreadyStarted; ctx's end begins a soft stop (see
+// Consumer).
 func (c *Consumer) Start(ctx context.Context) error {
-	c.startOnce.Do(func() {
-		c.started = true
-		// Handlers outlive the start ctx's caller only through Stop: the
-		// base context is detached so that a cancelled run ctx does not
-		// abort in-flight transactions before Stop decides to.
-		c.baseCtx, c.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
-		pollCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		c.pollCancel = cancel
-		go c.pollLoop(pollCtx)
-		go c.commitLoop(pollCtx)
-	})
+	run, err := c.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", c.cfg.Group, err)
+	}
+	c.run = run
+	run.Go(func() { c.pollLoop(run.Soft()) })
+	run.Go(func() { c.commitLoop(run.Soft()) })
 	return nil
 }
 
 // Stop stops fetching, waits for in-flight handlers (until ctx is done, then
 // cancels them), commits the completed prefix of every partition and leaves
-// the group. It is safe to call more than once.
+// the group. A second call returns the first one's result.
 func (c *Consumer) Stop(ctx context.Context) error {
-	c.stopOnce.Do(func() {
-		if !c.started {
-			c.cl.Close()
-			return
-		}
-		close(c.stopping)
-		c.pollCancel()
-		<-c.loopDone
+	err := c.Base.Stop(ctx, c.finish)
+	c.closeClient() // stopped before it started: finish did not run
+	return err
+}
 
-		done := make(chan struct{})
-		go func() { c.handlers.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			c.log.Warn("stop: abandoning in-flight records uncommitted", "in_flight", len(c.slots))
-			c.hardCancel()
-			<-done
-		}
-		c.hardCancel()
+func (c *Consumer) closeClient() { c.closeOnce.Do(c.cl.Close) }
 
-		// Finished work is worth committing even when ctx ran out; give
-		// the final commit its own short deadline.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := c.commit(cctx, nil); err != nil {
-			c.stopErr = fmt.Errorf("consumer %s: final commit: %w", c.cfg.Group, err)
-		}
-		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer lcancel()
-		if err := c.cl.LeaveGroupContext(lctx); err != nil && c.stopErr == nil && !errors.Is(err, context.DeadlineExceeded) {
-			c.log.Warn("leave group", "err", err)
-		}
-		c.cl.Close()
-	})
-	return c.stopErr
+// finish is Stop's last step, once every handler has returned.
+func (c *Consumer) finish(ctx context.Context, hard bool) error {
+	defer c.closeClient()
+	if hard {
+		c.log.Warn("stop: abandoned in-flight records uncommitted")
+	}
+	var stopErr error
+	// Finished work is worth committing even when ctx ran out; give the
+	// final commit its own short deadline.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.commit(cctx, nil); err != nil {
+		stopErr = fmt.Errorf("consumer %s: final commit: %w", c.cfg.Group, err)
+	}
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer lcancel()
+	if err := c.cl.LeaveGroupContext(lctx); err != nil && stopErr == nil && !errors.Is(err, context.DeadlineExceeded) {
+		c.log.Warn("leave group", "err", err)
+	}
+	return stopErr
 }
 
 func (c *Consumer) pollLoop(ctx context.Context) {
-	defer close(c.loopDone)
 	for {
 		// Take one slot (blocking), then as many more as are free, and
 		// poll at most that many records so every polled record can start
@@ -429,9 +439,8 @@ func (c *Consumer) partition(topic string, p int32) *partitionState {
 	defer c.mu.Unlock()
 	st := c.parts[tp]
 	if st == nil {
-		ctx, cancel := context.WithCancel(c.baseCtx)
 		st = &partitionState{
-			tp: tp, ctx: ctx, cancel: cancel, committed: -1,
+			tp: tp, released: make(chan struct{}), committed: -1,
 			lag: metrics.GetOrCreateGauge(fmt.Sprintf(`notify_consumer_lag{group=%q,topic=%q,partition="%d"}`, c.cfg.Group, topic, p), nil),
 		}
 		c.parts[tp] = st
@@ -445,24 +454,25 @@ func (c *Consumer) dispatch(st *partitionState, r *kgo.Record) {
 	st.pending = append(st.pending, t)
 	c.mu.Unlock()
 	st.inflight.Add(1)
-	c.handlers.Add(1)
 	c.m.inFlight.Inc()
-	go func() {
+	c.run.Go(func() {
 		defer func() {
 			c.m.inFlight.Dec()
 			<-c.slots
 			st.inflight.Done()
-			c.handlers.Done()
 		}()
-		if c.process(st.ctx, r) {
+		if c.process(st, r) {
 			c.complete(st, t)
 		}
-	}()
+	})
 }
 
 // process runs the handler until it succeeds, the record is dead-lettered,
-// or ctx ends. It reports whether the record is done.
-func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
+// the partition is handed back, the consumer stops or its hard context ends.
+// It reports whether the record is done.
+func (c *Consumer) process(st *partitionState, r *kgo.Record) bool {
+	ctx := c.run.Hard()
+	failures := 0 // those that count towards MaxAttempts
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		err := c.cfg.Handler(ctx, r)
@@ -471,33 +481,51 @@ func (c *Consumer) process(ctx context.Context, r *kgo.Record) bool {
 			c.m.processed.Inc()
 			return true
 		}
-		if errors.Is(err, ErrMalformed) {
-			if c.deadLetter(ctx, r, err) {
-				c.m.malformed.Inc()
-				return true
-			}
+		if ctx.Err() != nil {
 			return false
 		}
-		if ctx.Err() != nil {
+		if !Unavailable(err) {
+			failures++
+		}
+		if cause := c.verdict(err, attempt, failures); cause != nil {
+			if c.deadLetter(ctx, st, r, cause) {
+				c.m.dead[ReasonOf(cause)].Inc()
+				return true
+			}
 			return false
 		}
 		c.m.retries.Inc()
 		d := backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
 		c.log.Warn("handler failed, retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", attempt, "retry_in", d.String(), "err", err)
-		if !c.sleep(ctx, d) {
+		if !c.sleep(st, d) {
 			return false
 		}
 	}
 }
 
-func (c *Consumer) deadLetter(ctx context.Context, r *kgo.Record, cause error) bool {
+// verdict returns the dead-letter cause when the record must not be tried
+// again, nil when it should be.
+func (c *Consumer) verdict(err error, attempt, failures int) error {
+	switch {
+	case errors.Is(err, ErrMalformed):
+		return err
+	case IsDataError(err):
+		return &poison{reason: ReasonDataError, attempts: attempt, err: err}
+	case c.cfg.MaxAttempts > 0 && failures >= c.cfg.MaxAttempts:
+		return &poison{reason: ReasonRetriesExhausted, attempts: attempt, err: err}
+	}
+	return nil
+}
+
+func (c *Consumer) deadLetter(ctx context.Context, st *partitionState, r *kgo.Record, cause error) bool {
 	if c.cfg.OnMalformed == nil {
-		c.log.Error("malformed record skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", cause)
+		c.log.Error("record skipped: it cannot be processed and no dead-letter topic is set", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", ReasonOf(cause), "err", cause)
 		return true
 	}
 	for attempt := 1; ; attempt++ {
 		err := c.cfg.OnMalformed(ctx, r, cause)
 		if err == nil {
+			c.log.Warn("record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", ReasonOf(cause), "err", cause)
 			return true
 		}
 		if ctx.Err() != nil {
@@ -505,7 +533,7 @@ func (c *Consumer) deadLetter(ctx context.Context, r *kgo.Record, cause error) b
 		}
 		d := backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
 		c.log.Warn("dead-lettering failed, retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "retry_in", d.String(), "err", err)
-		if !c.sleep(ctx, d) {
+		if !c.sleep(st, d) {
 			return false
 		}
 	}
@@ -624,7 +652,9 @@ func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 		return
 	}
 	c.log.Info("partitions revoked", "partitions", formatAssignment(revoked))
-	waitAll(states, c.cfg.RevokeTimeout, c.log)
+	if !c.waitAll(states) {
+		c.log.Warn("revoke: in-flight handlers did not finish in time; committing what finished, they finish in the background uncommitted", "timeout", c.cfg.RevokeTimeout.String())
+	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.RevokeTimeout)
 	defer cancel()
 	only := map[topicPartition]*partitionState{}
@@ -641,23 +671,29 @@ func (c *Consumer) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	c.mu.Unlock()
 }
 
-// onLost drops the partitions without committing: the session is gone and
-// another member may already own and commit them.
+// onLost hands the partitions back without committing: the session is gone
+// and another member may already own and commit them. Like a revoke it lets
+// the handlers in flight finish first: the broker going away says nothing
+// about Postgres, and a handler cut short (a push already on the wire, its
+// answer unread) would be redone by the next owner.
 func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	states := c.take(lost)
+	if len(states) == 0 {
+		return
+	}
 	c.mu.Lock()
 	for _, st := range states {
 		st.gone = true
-		st.cancel()
 	}
 	c.mu.Unlock()
-	if len(states) > 0 {
-		c.log.Warn("partitions lost; their uncommitted records will be redelivered", "partitions", formatAssignment(lost))
+	c.log.Warn("partitions lost; letting in-flight handlers finish, their uncommitted records will be redelivered", "partitions", formatAssignment(lost))
+	if !c.waitAll(states) {
+		c.log.Warn("lost partitions: in-flight handlers did not finish in time; they finish in the background", "timeout", c.cfg.RevokeTimeout.String())
 	}
 }
 
-// take removes the given partitions from the owned set and returns their
-// states.
+// take removes the given partitions from the owned set, releases them (no
+// retry of theirs starts again) and returns their states.
 func (c *Consumer) take(m map[string][]int32) []*partitionState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -666,6 +702,7 @@ func (c *Consumer) take(m map[string][]int32) []*partitionState {
 		for _, p := range ps {
 			tp := topicPartition{topic, p}
 			if st := c.parts[tp]; st != nil {
+				close(st.released)
 				out = append(out, st)
 				delete(c.parts, tp)
 			}
@@ -674,9 +711,9 @@ func (c *Consumer) take(m map[string][]int32) []*partitionState {
 	return out
 }
 
-// waitAll waits up to d for the in-flight handlers of states, then cancels
-// the stragglers (their records stay uncommitted).
-func waitAll(states []*partitionState, d time.Duration, log *slog.Logger) {
+// waitAll waits up to RevokeTimeout for the in-flight handlers of states
+// and reports whether they all returned. It never cancels them.
+func (c *Consumer) waitAll(states []*partitionState) bool {
 	done := make(chan struct{})
 	go func() {
 		for _, st := range states {
@@ -684,13 +721,13 @@ func waitAll(states []*partitionState, d time.Duration, log *slog.Logger) {
 		}
 		close(done)
 	}()
+	t := time.NewTimer(c.cfg.RevokeTimeout)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(d):
-		log.Warn("revoke: in-flight handlers did not finish in time; cancelling them", "timeout", d.String())
-	}
-	for _, st := range states {
-		st.cancel()
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -726,17 +763,17 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// sleep waits d, or until ctx ends or Stop begins; it reports whether the
-// full wait elapsed.
-func (c *Consumer) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until the consumer stops or st is handed back; it
+// reports whether the full wait elapsed.
+func (c *Consumer) sleep(st *partitionState, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-ctx.Done():
+	case <-c.run.Soft().Done():
 		return false
-	case <-c.stopping:
+	case <-st.released:
 		return false
 	}
 }

@@ -450,7 +450,8 @@ func TestConsumerDeadLettersToTopic(t *testing.T) {
 	for _, x := range recs[0].Headers {
 		h[x.Key] = string(x.Value)
 	}
-	if h["dlq-topic"] != topic || h["dlq-offset"] != "1" || !strings.Contains(h["dlq-error"], "malformed") {
+	if h[streams.HeaderDLQTopic] != topic || h[streams.HeaderDLQOffset] != "1" || !strings.Contains(h[streams.HeaderDLQError], "malformed") ||
+		h[streams.HeaderDLQReason] != streams.ReasonMalformed {
 		t.Fatalf("dead letter headers %v", h)
 	}
 }

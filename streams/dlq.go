@@ -168,8 +168,25 @@ func DecodeDeadLetter(r *kgo.Record) (DeadLetter, error) {
 
 // ProduceDeadLetter writes d to the DLQ topic and waits for the broker's
 // acknowledgement, so a caller can commit the source offset right after.
+//
+// It returns when ctx ends even if the broker has not answered: franz-go
+// refuses to fail an idempotent record it has already sent (it cannot know
+// whether the broker wrote it) and would wait for that broker however long
+// it is down (see kgo.AllowIdempotentProduceCancellation), holding up a
+// consumer's Stop past any timeout. Returning is safe: the source record
+// stays uncommitted, so it is dead-lettered again by its next owner — a
+// dead letter may be duplicated, never lost. The produce goroutine ends when
+// the broker answers or the client is closed.
 func ProduceDeadLetter(ctx context.Context, cl *kgo.Client, dlqTopic string, d DeadLetter) error {
-	if err := cl.ProduceSync(ctx, d.Record(dlqTopic)).FirstErr(); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- cl.ProduceSync(ctx, d.Record(dlqTopic)).FirstErr() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("produce dead letter for %s[%d]@%d: %w", d.Topic, d.Partition, d.Offset, err)
 	}
 	return nil

@@ -88,8 +88,29 @@ func DecodeSliceCommand(b []byte) (SliceCommand, error) {
 	return c, nil
 }
 
+// MaxNotBeforeAhead is how far in the future DecodePushCommand lets a
+// command's NotBefore be. Retries are due within minutes (backoff, or a push
+// service's Retry-After); a NotBefore beyond this — a clock gone wrong, a
+// hostile Retry-After, garbage on the topic — would otherwise make the
+// worker hold and re-queue the command through the outbox every HoldMax
+// until that date. Bounded, it is sent at the latest this long from now.
+const MaxNotBeforeAhead = time.Hour
+
+// BoundNotBefore moves NotBefore back to now+max when it lies further
+// ahead, and reports whether it did.
+func (c *PushCommand) BoundNotBefore(now time.Time, max time.Duration) bool {
+	if c.NotBefore == nil || !c.NotBefore.After(now.Add(max)) {
+		return false
+	}
+	nb := now.Add(max)
+	c.NotBefore = &nb
+	return true
+}
+
 // DecodePushCommand parses and validates a push command; its user bounds
-// come back in lower case.
+// come back in lower case. A NotBefore more than MaxNotBeforeAhead ahead is
+// bounded to that (see BoundNotBefore); a worker that re-queues the command
+// writes the bounded value, so the command comes due.
 func DecodePushCommand(b []byte) (PushCommand, error) {
 	var c PushCommand
 	if err := json.Unmarshal(b, &c); err != nil {
@@ -117,6 +138,7 @@ func DecodePushCommand(b []byte) (PushCommand, error) {
 	if c.Attempt > 1 && len(c.SubscriptionIDs) == 0 {
 		return c, fmt.Errorf("%w: push command attempt %d names no subscriptions", ErrMalformed, c.Attempt)
 	}
+	c.BoundNotBefore(time.Now(), MaxNotBeforeAhead)
 	return c, nil
 }
 

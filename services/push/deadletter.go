@@ -10,8 +10,8 @@ import (
 
 // deadLetterMalformed is the consumer's OnMalformed hook.
 func (w *Worker) deadLetterMalformed(ctx context.Context, r *kgo.Record, cause error) error {
-	w.log.Warn("malformed push command dead-lettered", "partition", r.Partition, "offset", r.Offset, "err", cause)
-	d := streams.NewDeadLetter(r, streams.ReasonMalformed, cause, 0, time.Now())
+	w.log.Warn("push command dead-lettered", "partition", r.Partition, "offset", r.Offset, "reason", streams.ReasonOf(cause), "err", cause)
+	d := streams.NewDeadLetter(r, streams.ReasonOf(cause), cause, 0, time.Now())
 	return w.produceDeadLetter(ctx, d)
 }
 
