@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -98,7 +99,7 @@ func TestRecordMatchesContract(t *testing.T) {
 		kcat, err := exec.LookPath("kcat")
 		if err != nil {
 			if kcat, err = exec.LookPath("kafkacat"); err != nil {
-				t.Skip("kcat is not installed (Debian package kcat; infra/local/test.sh installs it)")
+				localtest.Missing(t, "kcat is not installed (Debian package kcat; infra/local/test.sh installs it)")
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)

@@ -20,6 +20,10 @@ export NOTIFY_TEST_KAFKA_BROKERS="$KAFKA_HOST:$KAFKA_PORT"
 export NOTIFY_DATABASE_URL="$NOTIFY_TEST_DATABASE_URL" NOTIFY_KAFKA_BROKERS="$NOTIFY_TEST_KAFKA_BROKERS"
 
 t0="$(now)"
+# The log directory first: on a fresh clone nothing has created it yet, and
+# the kcat install below writes its log there (a failed redirect would skip
+# the install, and with it the contract test that needs kcat).
+ensure_local_dirs
 # kcat is a Kafka client that is not ours: the connector tests read its
 # records with it to prove other teams' consumers can.
 if ! command -v kcat >/dev/null 2>&1; then
@@ -28,7 +32,7 @@ if ! command -v kcat >/dev/null 2>&1; then
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } >"$LOG_DIR/apt-kcat.log" 2>&1 ||
 			warn "could not install kcat (see $LOG_DIR/apt-kcat.log); the test that needs it will fail"
 	else
-		warn "kcat is not installed and cannot be installed here (needs root + apt-get)"
+		warn "kcat is not installed and cannot be installed here (needs root + apt-get); with CI set the connector's kcat test fails"
 	fi
 fi
 

@@ -5,12 +5,29 @@
 package localtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
 )
+
+// Missing skips t because something it needs is not there (a tool such as
+// kcat, a server) — on a laptop. When the environment variable CI is set
+// (to anything) it fails t instead: a CI run must never pass by skipping a
+// test it was meant to run. Every test that skips for a missing dependency
+// calls this, never t.Skip directly. Tests that are opt-in by design
+// (Disruptive, -short) are not missing anything and skip as they did.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set, so this fails instead of skipping)", msg)
+		return
+	}
+	t.Skip(msg)
+}
 
 // Disruptive skips t unless NOTIFY_DISRUPTIVE_TESTS=1.
 func Disruptive(t testing.TB) {
