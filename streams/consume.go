@@ -76,8 +76,8 @@ type ConsumerConfig struct {
 	// failure that says a server is unreachable (a network error, a
 	// retriable Kafka error, SQLSTATE class 08, 40, 53, 57 or 58, a
 	// deadline) does not count: an outage of any length is waited out.
-	// With the default backoff, 20 attempts take about two and a half
-	// minutes. Default 20; -1 retries forever.
+	// With the default backoff, 20 attempts take about two minutes.
+	// Default 20; -1 retries forever.
 	MaxAttempts int
 	// RevokeTimeout bounds how long a revoke or a lost partition waits for
 	// the partition's in-flight handlers before handing it back (committing
