@@ -467,11 +467,28 @@ func (c *Consumer) dispatch(st *partitionState, r *kgo.Record) {
 	})
 }
 
+type releasedKey struct{}
+
+// PartitionReleased returns, for the ctx a Handler receives, a channel that
+// is closed once the record's partition is revoked or lost. The handler's
+// ctx stays live then (see Handler); a handler made of many steps (a push
+// command's sends) starts no new step once it is closed, lets the steps
+// under way finish, records their outcomes and returns an error, so the
+// record is left to the partition's next owner with as little as possible
+// to redo. For any other ctx it returns nil (never ready).
+func PartitionReleased(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(releasedKey{}).(chan struct{})
+	if ch == nil {
+		return nil
+	}
+	return ch
+}
+
 // process runs the handler until it succeeds, the record is dead-lettered,
 // the partition is handed back, the consumer stops or its hard context ends.
 // It reports whether the record is done.
 func (c *Consumer) process(st *partitionState, r *kgo.Record) bool {
-	ctx := c.run.Hard()
+	ctx := context.WithValue(c.run.Hard(), releasedKey{}, st.released)
 	failures := 0 // those that count towards MaxAttempts
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
@@ -487,7 +504,7 @@ func (c *Consumer) process(st *partitionState, r *kgo.Record) bool {
 		if !Unavailable(err) {
 			failures++
 		}
-		if cause := c.verdict(err, attempt, failures); cause != nil {
+		if cause := c.verdict(st, err, attempt, failures); cause != nil {
 			if c.deadLetter(ctx, st, r, cause) {
 				c.m.dead[ReasonOf(cause)].Inc()
 				return true
@@ -504,14 +521,15 @@ func (c *Consumer) process(st *partitionState, r *kgo.Record) bool {
 }
 
 // verdict returns the dead-letter cause when the record must not be tried
-// again, nil when it should be.
-func (c *Consumer) verdict(err error, attempt, failures int) error {
+// again, nil when it should be. A handler that gave up because its
+// partition was handed back is not out of attempts: its next owner tries.
+func (c *Consumer) verdict(st *partitionState, err error, attempt, failures int) error {
 	switch {
 	case errors.Is(err, ErrMalformed):
 		return err
 	case IsDataError(err):
 		return &poison{reason: ReasonDataError, attempts: attempt, err: err}
-	case c.cfg.MaxAttempts > 0 && failures >= c.cfg.MaxAttempts:
+	case c.cfg.MaxAttempts > 0 && failures >= c.cfg.MaxAttempts && !isClosed(st.released):
 		return &poison{reason: ReasonRetriesExhausted, attempts: attempt, err: err}
 	}
 	return nil
@@ -761,6 +779,15 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(d-half+1)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // sleep waits d, or until the consumer stops or st is handed back; it

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -165,6 +166,9 @@ func TestConsumerLostPartitionLetsHandlersFinish(t *testing.T) {
 		Handler: func(ctx context.Context, r *kgo.Record) error {
 			if calls.Add(1) == 1 {
 				close(inFlight)
+				// Told the partition is gone (start no new step), but
+				// not cancelled: the step under way finishes.
+				<-streams.PartitionReleased(ctx)
 				select {
 				case <-release:
 				case <-ctx.Done():
@@ -207,4 +211,70 @@ func TestConsumerLostPartitionLetsHandlersFinish(t *testing.T) {
 		t.Fatalf("%d calls, want 2 (the lost record redelivered)", calls.Load())
 	}
 	eventually(t, "offset 1 committed", func() bool { return b.committed(t, group, topic, 0) == 1 })
+}
+
+// TestConsumerRevokeTimeoutDoesNotCancel: a second member joins and takes a
+// partition whose record is still being handled by the first past
+// RevokeTimeout. The partition moves on time (the new owner gets the
+// record), but the first handler is only told (PartitionReleased), not
+// cancelled: work already started is never cut.
+func TestConsumerRevokeTimeoutDoesNotCancel(t *testing.T) {
+	t.Parallel()
+	b := fakeBroker(t)
+	topic := b.topic(t, 2)
+	group := "g"
+	b.produce(t, topic, 0, 0, 1)
+	b.produce(t, topic, 1, 0, 1)
+	var started atomic.Int32
+	release := make(chan struct{})
+	var releasedSeen, cancelled atomic.Int32
+	handlerA := func(ctx context.Context, r *kgo.Record) error {
+		started.Add(1)
+		select {
+		case <-streams.PartitionReleased(ctx):
+			releasedSeen.Add(1)
+		case <-release:
+			return nil
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			cancelled.Add(1)
+		}
+		return nil
+	}
+	var once sync.Once
+	var cancelledAtHandover atomic.Int32
+	handlerB := func(ctx context.Context, r *kgo.Record) error {
+		once.Do(func() {
+			cancelledAtHandover.Store(cancelled.Load() + 1) // +1: recorded
+			close(release)
+		})
+		return nil
+	}
+	opts := []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}
+	a := newConsumer(t, streams.ConsumerConfig{Brokers: b.brokers, Group: group, Topics: []string{topic},
+		CommitInterval: 10 * time.Millisecond, RevokeTimeout: 300 * time.Millisecond, Handler: handlerA, ClientOpts: opts})
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both records in flight on the first member", func() bool { return started.Load() == 2 })
+	bc := newConsumer(t, streams.ConsumerConfig{Brokers: b.brokers, Group: group, Topics: []string{topic},
+		CommitInterval: 10 * time.Millisecond, Handler: handlerB, ClientOpts: opts})
+	if err := bc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second member to get a record", func() bool { return cancelledAtHandover.Load() != 0 })
+	if got := cancelledAtHandover.Load() - 1; got != 0 {
+		t.Fatalf("%d handlers cancelled by the revoke timeout, want 0", got)
+	}
+	if releasedSeen.Load() != 1 {
+		t.Fatalf("%d handlers told their partition was released, want 1", releasedSeen.Load())
+	}
+	eventually(t, "both partitions committed", func() bool {
+		return b.committed(t, group, topic, 0) == 1 && b.committed(t, group, topic, 1) == 1
+	})
+	if cancelled.Load() != 0 {
+		t.Fatal("a handler was cancelled")
+	}
 }

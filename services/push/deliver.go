@@ -27,13 +27,26 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	results := make(chan result, len(recips)) // never blocks a sender
 	var sends sync.WaitGroup
 	dispatched := make(chan int, 1)
+	// Once the command's partition is revoked or lost, no new send starts;
+	// those on the wire finish and are recorded (the give-up path below),
+	// and the next owner sends only the rest.
+	released := streams.PartitionReleased(ctx)
 	go func() {
 		n := 0
 		defer func() { dispatched <- n }()
 		send := func(rc recipient, origin string) bool {
 			select {
+			case <-released:
+				w.origins.release(origin)
+				return false
+			default:
+			}
+			select {
 			case w.tokens <- struct{}{}:
 			case <-sendCtx.Done():
+				w.origins.release(origin)
+				return false
+			case <-released:
 				w.origins.release(origin)
 				return false
 			}
@@ -103,6 +116,9 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 				select {
 				case <-freed:
 				case <-sendCtx.Done():
+					unwatch()
+					return
+				case <-released:
 					unwatch()
 					return
 				}
