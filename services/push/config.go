@@ -104,9 +104,11 @@ type Config struct {
 	// for longer. Keep it well under the consumer's revoke timeout.
 	// Default 5 s.
 	HoldMax time.Duration
-	// RevokeTimeout bounds how long a revoke (rebalance) or Stop waits for
-	// in-flight commands of the revoked partitions before cancelling them
-	// uncommitted. Default 15 s (the consumer's default).
+	// RevokeTimeout bounds how long a revoke (rebalance) or a lost
+	// partition waits for the partition's in-flight commands before handing
+	// it back; commands still sending then are not cancelled (they start no
+	// new send, finish and record those on the wire) and stay uncommitted.
+	// Default 15 s (the consumer's default).
 	RevokeTimeout time.Duration
 	// TTL is the push TTL header (how long the push service keeps a
 	// message for an offline browser). Default 0: the sender's default

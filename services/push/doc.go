@@ -87,9 +87,12 @@
 // # Rebalancing and stopping
 //
 // The group uses the cooperative-sticky balancer (streams.Consumer). On a
-// revoke, commands of the revoked partitions get RevokeTimeout to finish and
-// record; then they are cancelled, what is known is recorded on a short
-// deadline, and the rest stays uncommitted for the next owner. Stop hands
+// revoke or a lost partition (a broker restart), commands of the partition
+// start no new send (streams.PartitionReleased); sends on the wire finish
+// and are recorded, and the command returns uncommitted for the next owner,
+// which sends only what is not recorded. The partition is handed back when
+// its commands are done or after RevokeTimeout; a command still running
+// then is not cancelled, it finishes in the background. Stop hands
 // back held retries (re-queued) and commands that have not started, and lets
 // commands that are sending finish. The worker follows services/startstop:
 // Start once (a second Start fails with ErrAlreadyStarted), the end of the
