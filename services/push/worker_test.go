@@ -260,18 +260,20 @@ func TestGoneAndForeverFailing(t *testing.T) {
 	}
 }
 
-// TestRevokeCancelsSlowCommandsUncommitted: when a second worker joins,
+// TestRevokeHandsOverSlowCommandsUncommitted: when a second worker joins,
 // the first must hand over half its partitions; commands of those
-// partitions that cannot finish within RevokeTimeout are cancelled and left
-// uncommitted, and the new owner completes them. Nothing is lost, and what
-// is repeated is at most the first worker's in-flight sends.
-func TestRevokeCancelsSlowCommandsUncommitted(t *testing.T) {
+// partitions start no new send, and those whose sends on the wire outlast
+// RevokeTimeout (200 ms answers, a 100 ms timeout) are handed over
+// uncommitted — not cancelled: their sends finish and are recorded — and
+// the new owner completes them. Nothing is lost, and what is repeated is at
+// most the first worker's in-flight sends.
+func TestRevokeHandsOverSlowCommandsUncommitted(t *testing.T) {
 	t.Parallel()
 	const cap = 50
 	f := newFixture(t, fixtureOpts{users: 1500, subsRatio: 1.0, mock: pushmock.Config{Latency: 200 * time.Millisecond}})
 	logs := &logSink{}
 	f.newWorker(func(c *push.Config) {
-		c.MaxInFlight, c.BatchSize, c.RevokeTimeout, c.HoldMax = cap, 10, time.Second, 500*time.Millisecond
+		c.MaxInFlight, c.BatchSize, c.RevokeTimeout, c.HoldMax = cap, 10, 100*time.Millisecond, 50*time.Millisecond
 		c.Logger = logs.logger()
 	})
 	f.waitMembers(1, time.Minute)
