@@ -12,7 +12,7 @@ import (
 	"github.com/notify-dev/notify/streams/streamstest"
 )
 
-// TestConsumerTopicsCreatedAfterJoin is the evidence for issue 12 item 9
+// testTopicsCreatedAfterStart is the evidence for issue 12 item 9
 // (on a freshly formatted broker the first consumers were assigned
 // partitions but consumed nothing until restarted): a consumer starts
 // while none of its topics exist — as on a fresh broker before
@@ -22,10 +22,10 @@ import (
 // for a subscribed topic it does not know every MetadataMinAge (250 ms,
 // ClientOpts), the group rebalances when the topic appears, and a partition
 // with no committed offset starts at its beginning (ConsumeResetOffset), so
-// nothing produced before the assignment is skipped.
-func TestConsumerTopicsCreatedAfterJoin(t *testing.T) {
-	t.Parallel()
-	b := realBroker(t)
+// nothing produced before the assignment is skipped. It runs on the real
+// broker and on an empty in-process cluster (kfake: no topic, no group, no
+// __consumer_offsets — a freshly formatted broker).
+func testTopicsCreatedAfterStart(t *testing.T, b broker) {
 	topics := streams.Topics{MaterialPartitions: 2, FanoutPartitions: 3, PushPartitions: 4, DLQPartitions: 1}.WithPrefix(streamstest.Prefix())
 	group := topics.Group(streams.GroupPush)
 	var mu sync.Mutex
@@ -71,4 +71,14 @@ func TestConsumerTopicsCreatedAfterJoin(t *testing.T) {
 	for p := int32(0); p < topics.PushPartitions; p++ {
 		eventually(t, "offsets committed", func() bool { return b.committed(t, group, topics.Push(), p) == 3 })
 	}
+}
+
+func TestConsumerTopicsCreatedAfterStartKafka(t *testing.T) {
+	t.Parallel()
+	testTopicsCreatedAfterStart(t, realBroker(t))
+}
+
+func TestConsumerTopicsCreatedAfterStartFake(t *testing.T) {
+	t.Parallel()
+	testTopicsCreatedAfterStart(t, fakeBroker(t))
 }

@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// deadLetterMalformed is the consumer's OnMalformed hook.
+// deadLetterMalformed is the consumer's OnMalformed hook: malformed
+// commands, and commands the database refuses or that ran out of attempts.
+// The consumer logs each one.
 func (w *Worker) deadLetterMalformed(ctx context.Context, r *kgo.Record, cause error) error {
-	w.log.Warn("push command dead-lettered", "partition", r.Partition, "offset", r.Offset, "reason", streams.ReasonOf(cause), "err", cause)
 	d := streams.NewDeadLetter(r, streams.ReasonOf(cause), cause, 0, time.Now())
 	return w.produceDeadLetter(ctx, d)
 }
