@@ -65,6 +65,7 @@ func TestConsumerLifecycle(t *testing.T) {
 	}
 	<-started
 	endRun() // soft stop: record 0 is in flight
+	<-c.Stopping()
 	b.produce(t, topic, 0, 1, 1)
 	close(release)
 	eventually(t, "record 0 finished", func() bool { return handled.Load() == 1 })
