@@ -190,9 +190,7 @@ func (c *Connector) producerOpts() []kgo.Opt {
 		// MaxInFlight, reading) until it is created, instead of failing them.
 		kgo.UnknownTopicRetries(-1),
 		kgo.RetryBackoffFn(func(tries int) time.Duration {
-			d := 10 * time.Millisecond << min(tries, 10)
-			d = min(d, maxBackoff)
-			return d/2 + rand.N(d/2+1)
+			return streams.Backoff(20*time.Millisecond, maxBackoff, tries)
 		}),
 		// After a broker comes back, metadata must be refreshable right away
 		// (default minimum age 5s).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -512,7 +511,7 @@ func (c *Consumer) process(st *partitionState, r *kgo.Record) bool {
 			return false
 		}
 		c.m.retries.Inc()
-		d := backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
+		d := Backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
 		c.log.Warn("handler failed, retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", attempt, "retry_in", d.String(), "err", err)
 		if !c.sleep(st, d) {
 			return false
@@ -549,7 +548,7 @@ func (c *Consumer) deadLetter(ctx context.Context, st *partitionState, r *kgo.Re
 		if ctx.Err() != nil {
 			return false
 		}
-		d := backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
+		d := Backoff(c.cfg.RetryMin, c.cfg.RetryMax, attempt)
 		c.log.Warn("dead-lettering failed, retrying", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "retry_in", d.String(), "err", err)
 		if !c.sleep(st, d) {
 			return false
@@ -766,20 +765,6 @@ func formatAssignment(m map[string][]int32) string {
 	return s
 }
 
-// backoff returns the wait before retry number attempt (1-based): capped
-// exponential growth with jitter in the upper half, so retries of many
-// records spread out instead of arriving in lockstep.
-func backoff(min, max time.Duration, attempt int) time.Duration {
-	d := min
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
 
 func isClosed(ch <-chan struct{}) bool {
 	select {

@@ -5,6 +5,3 @@ import "context"
 // CommitNow commits every completed prefix at once, so tests can check
 // committed offsets without waiting for the commit interval.
 func (c *Consumer) CommitNow(ctx context.Context) error { return c.commit(ctx, nil) }
-
-// Backoff exposes the retry schedule to tests.
-var Backoff = backoff

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -101,7 +100,9 @@ func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Lo
 		if ctx.Err() == nil && !transient(err) {
 			return err
 		}
-		pause := infraBackoff(attempt)
+		// From 250 ms doubling to 5 s, jittered so services restarted
+		// together spread out.
+		pause := streams.Backoff(250*time.Millisecond, 5*time.Second, attempt)
 		if ctx.Err() == nil {
 			log.Warn("waiting for "+what, "err", err, "attempt", attempt,
 				"waited", time.Since(t0).Round(time.Millisecond).String(), "retry_in", pause.Round(time.Millisecond).String())
@@ -118,13 +119,6 @@ func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Lo
 	}
 }
 
-// infraBackoff is the pause before attempt+1: from 250 ms doubling to 5 s,
-// jittered in its upper half so services restarted together spread out.
-func infraBackoff(attempt int) time.Duration {
-	d := 250 * time.Millisecond << min(attempt-1, 5)
-	d = min(d, 5*time.Second)
-	return d/2 + rand.N(d/2+1)
-}
 
 // transient reports whether err looks like a dependency that is not (yet)
 // reachable — the network, a server starting up, a retriable Kafka error —

@@ -286,7 +286,7 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 		}
 		if len(b.retry) > 0 {
 			c := cmd
-			nb := now.Add(max(jittered(w.cfg.BackoffBase, w.cfg.BackoffMax, cmd.Attempt), b.retryWait))
+			nb := now.Add(max(streams.Backoff(w.cfg.BackoffBase, w.cfg.BackoffMax, cmd.Attempt), b.retryWait))
 			c.Attempt, c.NotBefore, c.SubscriptionIDs = cmd.Attempt+1, &nb, b.retry
 			cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
 		}
@@ -335,14 +335,3 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 // every worker evenly.
 func (w *Worker) spread() int32 { return rand.Int32N(w.cfg.Topics.PushPartitions) }
 
-// jittered is the wait before retry number attempt+1: capped exponential
-// growth, uniformly jittered in its upper half.
-func jittered(base, limit time.Duration, attempt int) time.Duration {
-	d := base
-	for i := 1; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	half := d / 2
-	return half + rand.N(d-half+1)
-}

@@ -91,7 +91,7 @@ func TestBackoffGrowsWithJitterAndCap(t *testing.T) {
 		d := time.Second << (attempt - 1)
 		d = min(d, time.Minute)
 		for i := 0; i < 50; i++ {
-			got := jittered(time.Second, time.Minute, attempt)
+			got := streams.Backoff(time.Second, time.Minute, attempt)
 			if got < d/2 || got > d {
 				t.Fatalf("attempt %d: %s outside [%s, %s]", attempt, got, d/2, d)
 			}
