@@ -10,8 +10,6 @@ import (
 	"net/http"
 	_ "net/http/pprof" // served only when NOTIFY_PPROF_ADDR is set
 	"os"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -70,35 +68,18 @@ type serviceDef struct {
 	flags func(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*hosted, error)
 }
 
-var services = map[string]serviceDef{}
+var services = newRegistry[serviceDef]("service")
 
-func registerService(d serviceDef) {
-	if _, dup := services[d.name]; dup {
-		panic("duplicate service " + d.name)
-	}
-	services[d.name] = d
-}
+func registerService(d serviceDef) { services.add(d.name, d.summary, d) }
 
 func init() {
 	register(command{name: "run", summary: "run a service: " + "api | cdc | fanout | push | pushmock", run: runService})
 }
 
-func serviceNames() string {
-	names := make([]string, 0, len(services))
-	for n := range services {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, " | ")
-}
-
 func runService(ctx context.Context, args []string) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return usageError{msg: "which service? one of: " + serviceNames()}
-	}
-	def, ok := services[args[0]]
-	if !ok {
-		return usageError{msg: fmt.Sprintf("unknown service %q; one of: %s", args[0], serviceNames())}
+	_, def, err := services.pick(args)
+	if err != nil {
+		return err
 	}
 	fs := newFlagSet("run "+def.name, "[flags]")
 	stopTimeout := fs.Duration("stop-timeout", 30*time.Second, "how long a graceful stop may take before in-flight work is abandoned uncommitted")

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 )
@@ -29,14 +28,9 @@ type command struct {
 	run func(ctx context.Context, args []string) error
 }
 
-var commands = map[string]command{}
+var commands = newRegistry[command]("command")
 
-func register(c command) {
-	if _, dup := commands[c.name]; dup {
-		panic("duplicate command " + c.name)
-	}
-	commands[c.name] = c
-}
+func register(c command) { commands.add(c.name, c.summary, c) }
 
 // usageError is a bad invocation: exit code 2 and a hint.
 type usageError struct{ msg string }
@@ -63,7 +57,7 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	c, ok := commands[args[0]]
+	c, ok := commands.entries[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "notify: unknown command %q\n\n", args[0])
 		printHelp(stderr)
@@ -102,13 +96,8 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "notify — fan one committed event out to a million in-app notifications and Web Pushes.")
 	fmt.Fprintln(w, "\nUsage: notify <command> [flags]\n\nCommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	for _, n := range commands.names() {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands.summary[n])
 	}
 	fmt.Fprintln(w, "\nEnvironment (flags override):")
 	fmt.Fprintf(w, "  %-22s %s (default %s)\n", envDatabaseURL, "Postgres connection URL", defaultDatabaseURL)
