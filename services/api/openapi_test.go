@@ -7,11 +7,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -248,4 +254,83 @@ func TestContractCatchesDrift(t *testing.T) {
 	if err := contractError(ok, nil, 200, h, []byte(`{"items":[]}`)); err != nil {
 		t.Errorf("a documented answer was refused: %v", err)
 	}
+}
+
+// TestOpenAPIErrorCodes: the document's ErrorCode enum is exactly the codes the code can
+// answer — the package's err* constants and the push-endpoint policy's reasons (each
+// also an API code) — so a new code cannot ship undocumented, even one no test triggers.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	t.Parallel()
+	doc, _, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, v := range doc.Components.Schemas["ErrorCode"].Value.Enum {
+		documented = append(documented, v.(string))
+	}
+	code := stringConsts(t, ".", "err")
+	code = append(code, stringConsts(t, "../push/endpoint", "Reason")...)
+	sort.Strings(documented)
+	sort.Strings(code)
+	code = slices.Compact(code) // endpoint.ReasonInvalid is errInvalidEndpoint
+	if !slices.Equal(documented, code) {
+		t.Errorf("ErrorCode enum differs from the code's error codes:\n  only documented: %v\n  only in code:    %v",
+			minus(documented, code), minus(code, documented))
+	}
+}
+
+// stringConsts returns the string constants named prefix* in the non-test Go files of dir.
+func stringConsts(t *testing.T, dir, prefix string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range af.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if !strings.HasPrefix(n.Name, prefix) || i >= len(vs.Values) {
+						continue
+					}
+					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						v, err := strconv.Unquote(lit.Value)
+						if err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, v)
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no %s* string constants in %s", prefix, dir)
+	}
+	return out
+}
+
+func minus(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
