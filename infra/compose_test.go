@@ -233,22 +233,23 @@ func TestComposeStrict(t *testing.T) {
 // notifyService is what each notify container must look like.
 type notifyService struct {
 	args []string // the command
-	// listen is the port of its one HTTP listener; probe the endpoints it serves there.
-	listen   string
-	probe    []string
-	requires []string // beyond NOTIFY_DATABASE_URL
-	oneShot  bool
+	// listen is the port of the HTTP listener the healthcheck asks, probe the endpoints
+	// it serves there; metrics the port of /metrics (Prometheus scrapes it).
+	listen, metrics string
+	probe           []string
+	requires        []string // beyond NOTIFY_DATABASE_URL
+	oneShot         bool
 }
 
 var notifyServices = map[string]notifyService{
 	"migrate": {args: []string{"migrate"}, requires: []string{"NOTIFY_KAFKA_BROKERS"}, oneShot: true},
-	"api": {args: []string{"run", "api"}, listen: "8080", probe: []string{"/healthz", "/readyz"},
-		requires: []string{"NOTIFY_API_ADDR", "NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PRIVATE_KEY"}},
-	"cdc": {args: []string{"run", "cdc", "--metrics-addr", ":9101"}, listen: "9101", probe: []string{"/metrics"},
+	"api": {args: []string{"run", "api"}, listen: "8080", metrics: "9104", probe: []string{"/healthz", "/readyz"},
+		requires: []string{"NOTIFY_API_ADDR", "NOTIFY_API_METRICS_ADDR", "NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PRIVATE_KEY"}},
+	"cdc": {args: []string{"run", "cdc", "--metrics-addr", ":9101"}, listen: "9101", metrics: "9101", probe: []string{"/metrics"},
 		requires: []string{"NOTIFY_KAFKA_BROKERS"}},
-	"fanout": {args: []string{"run", "fanout", "--metrics-addr", ":9102"}, listen: "9102", probe: []string{"/metrics"},
+	"fanout": {args: []string{"run", "fanout", "--metrics-addr", ":9102"}, listen: "9102", metrics: "9102", probe: []string{"/metrics"},
 		requires: []string{"NOTIFY_KAFKA_BROKERS"}},
-	"push": {args: []string{"run", "push", "--metrics-addr", ":9103"}, listen: "9103", probe: []string{"/metrics"},
+	"push": {args: []string{"run", "push", "--metrics-addr", ":9103"}, listen: "9103", metrics: "9103", probe: []string{"/metrics"},
 		requires: []string{"NOTIFY_KAFKA_BROKERS", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT"}},
 }
 
@@ -405,15 +406,21 @@ func checkNotifyService(t *testing.T, f *composeFile, s composeService, ns notif
 	if g, err := time.ParseDuration(s.StopGracePeriod); err != nil || g <= 30*time.Second {
 		t.Errorf("stop_grace_period %q must exceed --stop-timeout (30s), or compose kills in-flight work", s.StopGracePeriod)
 	}
-	// The listen address: beyond loopback (other containers and the host reach it), on
-	// the port the healthcheck asks.
-	addr := env["NOTIFY_API_ADDR"]
+	// The listen addresses: beyond loopback (other containers and the host reach them),
+	// the API's where the healthcheck asks, the metrics' where Prometheus scrapes.
+	metricsAddr := env["NOTIFY_API_METRICS_ADDR"]
 	if i := slices.Index(s.Command, "--metrics-addr"); i >= 0 && i+1 < len(s.Command) {
-		addr = s.Command[i+1]
+		metricsAddr = s.Command[i+1]
 	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || port != ns.listen || (host != "" && host != "0.0.0.0") {
-		t.Errorf("listens on %q, want :%s", addr, ns.listen)
+	apiAddr := metricsAddr
+	if a, ok := env["NOTIFY_API_ADDR"]; ok {
+		apiAddr = a
+	}
+	for _, l := range []struct{ addr, port string }{{apiAddr, ns.listen}, {metricsAddr, ns.metrics}} {
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil || port != l.port || (host != "" && host != "0.0.0.0") {
+			t.Errorf("listens on %q, want :%s", l.addr, l.port)
+		}
 	}
 	h := s.Healthcheck
 	if h == nil {
@@ -522,7 +529,7 @@ func checkPrometheus(t *testing.T, f *composeFile) {
 		for _, d := range sc.DNSSDConfigs {
 			for _, n := range d.Names {
 				ns, ok := notifyServices[n]
-				if !ok || fmt.Sprint(d.Port) != ns.listen || d.Type != "A" {
+				if !ok || fmt.Sprint(d.Port) != ns.metrics || d.Type != "A" {
 					t.Errorf("job %s scrapes %s:%d (%s)", sc.JobName, n, d.Port, d.Type)
 				}
 				scraped[n] = true

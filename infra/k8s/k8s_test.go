@@ -236,20 +236,21 @@ type service struct {
 	args       []string // the container's args start with these
 	// probe paths: the endpoints that binary serves on that port.
 	liveness, readiness string
-	port                int32
+	port                int32 // the probes'
+	metricsPort         int32 // Prometheus scrapes /metrics here
 	// env the component refuses to start without (beyond NOTIFY_DATABASE_URL).
 	requires []string
 	pdb      bool
 }
 
 var components = []service{
-	{"notify-api", []string{"run", "api", "--addr", ":8080"}, "/healthz", "/readyz", 8080,
+	{"notify-api", []string{"run", "api", "--addr", ":8080", "--metrics-addr", ":9104"}, "/healthz", "/readyz", 8080, 9104,
 		[]string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PRIVATE_KEY"}, true},
-	{"notify-cdc", []string{"run", "cdc", "--metrics-addr", ":9101"}, "/metrics", "/metrics", 9101,
+	{"notify-cdc", []string{"run", "cdc", "--metrics-addr", ":9101"}, "/metrics", "/metrics", 9101, 9101,
 		[]string{"NOTIFY_KAFKA_BROKERS"}, false},
-	{"notify-fanout", []string{"run", "fanout", "--metrics-addr", ":9102"}, "/metrics", "/metrics", 9102,
+	{"notify-fanout", []string{"run", "fanout", "--metrics-addr", ":9102"}, "/metrics", "/metrics", 9102, 9102,
 		[]string{"NOTIFY_KAFKA_BROKERS"}, true},
-	{"notify-push", []string{"run", "push", "--metrics-addr", ":9103"}, "/metrics", "/metrics", 9103,
+	{"notify-push", []string{"run", "push", "--metrics-addr", ":9103"}, "/metrics", "/metrics", 9103, 9103,
 		[]string{"NOTIFY_KAFKA_BROKERS", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT"}, true},
 }
 
@@ -280,8 +281,11 @@ func TestDeployments(t *testing.T) {
 			}{{"startup", c.liveness, ctr.StartupProbe}, {"liveness", c.liveness, ctr.LivenessProbe}, {"readiness", c.readiness, ctr.ReadinessProbe}} {
 				checkProbe(t, p.name, p.probe, p.path, ctr, c.port)
 			}
-			if annotation := d.Spec.Template.Annotations["prometheus.io/port"]; annotation != fmt.Sprint(c.port) {
-				t.Errorf("prometheus.io/port %q, the metrics are on %d", annotation, c.port)
+			if annotation := d.Spec.Template.Annotations["prometheus.io/port"]; annotation != fmt.Sprint(c.metricsPort) {
+				t.Errorf("prometheus.io/port %q, the metrics are on %d", annotation, c.metricsPort)
+			}
+			if containerPort(ctr, intstr.FromInt32(c.metricsPort)) == 0 {
+				t.Errorf("no containerPort %d for the metrics", c.metricsPort)
 			}
 			if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= 30 {
 				t.Errorf("terminationGracePeriodSeconds must exceed --stop-timeout (30s), or the kubelet kills in-flight work")
