@@ -61,6 +61,12 @@ func loadContract() (*openapi3.T, routers.Router, error) {
 			contract.err = fmt.Errorf("openapi.json is not a valid OpenAPI document: %w", err)
 			return
 		}
+		// The web app's files are text; validate their bodies as strings.
+		for _, ct := range []string{"text/html", "text/javascript"} {
+			if openapi3filter.RegisteredBodyDecoder(ct) == nil {
+				openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+			}
+		}
 		r, err := legacy.NewRouter(doc)
 		if err != nil {
 			contract.err = fmt.Errorf("route openapi.json: %w", err)
@@ -333,4 +339,22 @@ func minus(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// TestWebAppContract: the browser integration's files are answered as the document
+// says (the rest of the suite never asks for them).
+func TestWebAppContract(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, c := range []struct {
+		path   string
+		status int
+	}{{"/app/", 200}, {"/app/app.js", 200}, {"/app/sw.js", 200}, {"/app/index.html", 301}, {"/app/nope.js", 404}} {
+		if r := e.do(req{method: "GET", path: c.path}); r.status != c.status {
+			t.Errorf("GET %s: %d, want %d", c.path, r.status, c.status)
+		}
+	}
+	if r := e.do(req{method: "POST", path: "/app/sw.js", body: "{}"}); r.status != http.StatusMethodNotAllowed {
+		t.Errorf("POST /app/sw.js: %d", r.status)
+	}
 }
