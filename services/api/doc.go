@@ -146,4 +146,16 @@
 // short timeout (200 or 503). Metrics (Prometheus text) are served by
 // MetricsHandler, not on the public port: `notify run api` serves them on
 // --metrics-addr (127.0.0.1:9104 by default).
+//
+// # Contract
+//
+// openapi.json (embedded, served at GET /openapi.json) is the OpenAPI 3.1
+// document of every route: auth, request schemas, every response and its
+// error codes. The package's tests hold the code to it: testEnv.do
+// validates each request and response against it (kin-openapi), a request
+// the document refuses must be refused by the server (4xx) so the document
+// is never stricter than the code, the ErrorCode enum must equal the
+// package's error constants, and a full run must see a 2xx answer from
+// every documented operation. A change to a route, a field or an error
+// code therefore changes openapi.json in the same commit.
 package api

@@ -152,6 +152,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/events/{event_id}", s.authed(s.handleEvent))
 	m.HandleFunc("GET /healthz", s.handleHealthz)
 	m.HandleFunc("GET /readyz", s.handleReadyz)
+	m.HandleFunc("GET /openapi.json", s.handleOpenAPI)
 	// The reference browser integration (page + service worker), see
 	// package webapp. Metrics are not here: see MetricsHandler.
 	m.Handle(webapp.Prefix, webapp.Handler())
