@@ -50,6 +50,18 @@ func Handler() http.Handler {
 			w.Write([]byte(`{"error":{"code":"method_not_allowed","message":"the web app is read-only: GET or HEAD"}}` + "\n"))
 			return
 		}
+		// Only the shipped files exist; anything else is the API's JSON 404
+		// (FileServer's own is plain text, and would list directories).
+		name := strings.TrimPrefix(r.URL.Path, Prefix)
+		if name == "" {
+			name = "index.html"
+		}
+		if st, err := fs.Stat(sub, name); err != nil || st.IsDir() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":{"code":"not_found","message":"no such file in the web app: its files are index.html, app.js and sw.js"}}` + "\n"))
+			return
+		}
 		h := w.Header()
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
