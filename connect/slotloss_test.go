@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,12 +140,7 @@ func TestSlotRecreatedWhileStopped(t *testing.T) {
 
 	before := len(ids)
 	add(200) // the stopped connector's slot holds these
-	if _, err := e.db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, e.slot); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.db.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot); err != nil {
-		t.Fatal(err)
-	}
+	recreateSlot(t, e)
 	add(50) // the new slot streams these
 	third := e.start(t, e.config(t))
 	c.waitFor(t, ids, time.Minute)
@@ -186,6 +182,16 @@ func loseSlot(t *testing.T, e *env) {
 	t.Fatalf("could not drop slot %s", e.slot)
 }
 
+// recreateSlot drops the test's slot and creates it again by hand, as an
+// operator or a failover tool would: the new slot starts at the WAL's end.
+func recreateSlot(t *testing.T, e *env) {
+	t.Helper()
+	loseSlot(t, e)
+	if _, err := e.db.Pool.Exec(t.Context(), `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // metricSum adds up every series of the connector's metric name.
 func metricSum(c *connect.Connector, name string) float64 {
 	var b bytes.Buffer
@@ -202,4 +208,78 @@ func metricSum(c *connect.Connector, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestSlotRecoveryKeepsWalsenderAlive: a re-send that waits for Kafka (here
+// on a row whose topic does not exist, with MaxInFlight 1) takes longer than
+// wal_sender_timeout; the connector keeps the walsender alive meanwhile,
+// or every timeout would end the session and start the re-send over.
+func TestSlotRecoveryKeepsWalsenderAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	cfg := e.config(t)
+	u, err := url.Parse(e.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Spaces as %20: pgx reads a + literally.
+	u.RawQuery += "&options=-c%20wal_sender_timeout%3D1500ms"
+	cfg.DatabaseURL = u.String()
+	cfg.MaxInFlight = 1
+	cfg.StatusInterval = 200 * time.Millisecond
+
+	first := e.start(t, cfg)
+	c := consume(t, e, e.topics.Material())
+	ev := newEvent(newUUID())
+	if err := insert(ctx, e.db.Pool, ev); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, []string{ev.id}, time.Minute)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := first.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two rows: the second waits for the first's acknowledgement.
+	for range 2 {
+		if _, err := e.db.Pool.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+			VALUES ($1, 'nosuchtopic', 'k', 'Nothing', '{}')`, newUUID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recreateSlot(t, e)
+	second, err := connect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+	waitUntil(t, "the re-send waiting for Kafka", func() bool {
+		return metric(second, "notify_cdc_inflight_records", e.slot) == "1"
+	})
+	var pid int
+	if err := e.db.Pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // more than three walsender timeouts
+	var now *int
+	if err := e.db.Pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if now == nil || *now != pid {
+		t.Errorf("walsender %d gone during the re-send (now %v)", pid, now)
+	}
+	if n := metricSum(second, "notify_cdc_reconnects_total"); n != 0 {
+		t.Errorf("%v reconnects during the re-send", n)
+	}
+	if n := metricSum(second, "notify_cdc_slot_recoveries_total"); n != 1 {
+		t.Errorf("%v slot recoveries, want 1", n)
+	}
+	hctx, hcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer hcancel()
+	_ = second.Stop(hctx) // the row's topic never appears
 }
