@@ -62,9 +62,10 @@ type Connector struct {
 	// Used by the session goroutine only: the server history (system id
 	// and timeline) the tracker's positions were reached on, and the
 	// position last written to the slot record, and when.
-	history    string
-	recorded   pglogrepl.LSN
-	recordedAt time.Time
+	history        string
+	recorded       pglogrepl.LSN
+	recordedAt     time.Time
+	recordWarnedAt time.Time
 }
 
 // New validates cfg, fills in defaults and returns a connector that does

@@ -14,10 +14,11 @@ import (
 
 // Postgres error codes the connector acts on.
 const (
-	codeDuplicateObject = "42710" // publication or slot already exists
-	codeObjectInUse     = "55006" // slot active for another process
-	codeDuplicateTable  = "42P07"
-	codeUniqueViolation = "23505"
+	codeDuplicateObject       = "42710" // publication or slot already exists
+	codeObjectInUse           = "55006" // slot active for another process
+	codeDuplicateTable        = "42P07"
+	codeUniqueViolation       = "23505"
+	codeInsufficientPrivilege = "42501"
 )
 
 func pgCode(err error) string {
@@ -285,20 +286,46 @@ func (c *Connector) recordTable() string {
 	return pgx.Identifier{c.cfg.Schema, recordTableName}.Sanitize()
 }
 
-// ensureRecordTable creates the record table unless it exists.
+// recordTableSQL creates the record table (README says so to operators
+// who create it beforehand).
+const recordTableSQL = `CREATE TABLE IF NOT EXISTS %s (
+	slot_name     text PRIMARY KEY,
+	confirmed_lsn pg_lsn NOT NULL,
+	recorded_at   timestamptz NOT NULL DEFAULT now()
+)`
+
+// ensureRecordTable creates the record table unless it exists, and checks
+// that the role can write it.
 func (c *Connector) ensureRecordTable(ctx context.Context) error {
-	_, err := c.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+c.recordTable()+` (
-		slot_name     text PRIMARY KEY,
-		confirmed_lsn pg_lsn NOT NULL,
-		recorded_at   timestamptz NOT NULL DEFAULT now()
-	)`)
-	switch pgCode(err) {
-	case codeDuplicateTable, codeUniqueViolation:
-		// Two connectors created it at the same moment.
-		return nil
+	t := c.recordTable()
+	var exists bool
+	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t).Scan(&exists); err != nil {
+		return fmt.Errorf("look up %s: %w", t, err)
 	}
-	if err != nil {
-		return fmt.Errorf("create %s: %w", c.recordTable(), err)
+	if !exists {
+		// Asked only when missing: CREATE TABLE IF NOT EXISTS wants the
+		// CREATE privilege on the schema even when the table exists.
+		_, err := c.pool.Exec(ctx, fmt.Sprintf(recordTableSQL, t))
+		switch {
+		case err == nil, pgCode(err) == codeDuplicateTable, pgCode(err) == codeUniqueViolation:
+			// (Two connectors created it at the same moment.)
+		case pgCode(err) == codeInsufficientPrivilege:
+			return fmt.Errorf("connect: the role may not create %s, where the connector records what it confirmed on slot %s: grant it CREATE on the schema, or create the table: %s: %w",
+				t, c.cfg.Slot, fmt.Sprintf(recordTableSQL, t), err)
+		default:
+			return fmt.Errorf("create %s: %w", t, err)
+		}
+	}
+	// Without the record the slot is never confirmed (see confirmable):
+	// refuse to start rather than pin WAL.
+	var ok bool
+	if err := c.pool.QueryRow(ctx, `SELECT has_table_privilege($1, 'SELECT') AND has_table_privilege($1, 'INSERT') AND has_table_privilege($1, 'UPDATE')`,
+		c.recordTable()).Scan(&ok); err != nil {
+		return fmt.Errorf("check privileges on %s: %w", c.recordTable(), err)
+	}
+	if !ok {
+		return fmt.Errorf("connect: the role needs SELECT, INSERT and UPDATE on %s, where the connector records what it confirmed on slot %s (GRANT SELECT, INSERT, UPDATE ON %s TO the role)",
+			c.recordTable(), c.cfg.Slot, c.recordTable())
 	}
 	return nil
 }

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/notify-dev/notify/connect"
+	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -282,4 +285,61 @@ func TestSlotRecoveryKeepsWalsenderAlive(t *testing.T) {
 	hctx, hcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer hcancel()
 	_ = second.Stop(hctx) // the row's topic never appears
+}
+
+// TestRecordTablePrivilegesRequired: a role that cannot write the slot
+// record would never confirm the slot (and pin WAL); Start refuses it,
+// saying which grant is missing.
+func TestRecordTablePrivilegesRequired(t *testing.T) {
+	t.Parallel()
+	role := "t_role_" + strings.ReplaceAll(newUUID()[:13], "-", "")
+	// Roles are server-wide.
+	admin := func(ctx context.Context, q string) error {
+		conn, err := pgx.Connect(ctx, schematest.ServerURL())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(ctx, q)
+		return err
+	}
+	// Registered before the database's clean-up, so it runs after it.
+	t.Cleanup(func() { _ = admin(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	e := newEnv(t)
+	ctx := t.Context()
+	if err := admin(ctx, `CREATE ROLE `+role+` LOGIN REPLICATION`); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE PUBLICATION ` + e.slot + ` FOR TABLE outbox WITH (publish = 'insert')`,
+		`CREATE TABLE notify_cdc_slots (slot_name text PRIMARY KEY, confirmed_lsn pg_lsn NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now())`,
+		`GRANT SELECT ON outbox, notify_cdc_slots TO ` + role,
+	} {
+		if _, err := e.db.Pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := url.Parse(e.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	cfg := e.config(t)
+	cfg.DatabaseURL = u.String()
+	c, err := connect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Start(ctx)
+	if err == nil {
+		_ = c.Stop(ctx)
+		t.Fatal("Start with a role that cannot write notify_cdc_slots succeeded")
+	}
+	if !strings.Contains(err.Error(), "GRANT SELECT, INSERT, UPDATE ON") {
+		t.Fatalf("Start: %v, want the missing grant named", err)
+	}
+	var slots int
+	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("a slot was created before the refusal (%d, %v)", slots, err)
+	}
 }

@@ -316,7 +316,10 @@ func (c *Connector) confirmable(final bool) pglogrepl.LSN {
 	if final || since >= idleRecordInterval || (since >= statusEager && c.tr.ackedPosition() > c.recorded) {
 		if err := c.writeRecord(pos); err != nil {
 			// The slot is not confirmed further until the record is.
-			c.log.Warn("record the confirmed position", "err", err)
+			if time.Since(c.recordWarnedAt) >= idleRecordInterval {
+				c.log.Warn("record the confirmed position; the slot is not confirmed further until it is", "err", err)
+				c.recordWarnedAt = time.Now()
+			}
 		} else {
 			c.recorded, c.recordedAt = pos, time.Now()
 		}
