@@ -126,12 +126,15 @@
 // confirmed, nor streamed from, a position of another history.
 //
 // Order: the re-sent rows come before every row the new slot streams, by
-// the same producer, so per partition (and so per key) the first copy of
-// every row arrives in order, the re-sent ones by created_at then id (the
-// order their transactions began, which is commit order unless two
-// transactions writing the same key overlapped), the streamed ones in
-// commit order. A duplicate may arrive after later rows of its key; it
-// carries the same id header, key, value and partition as its first copy.
+// the same producer, so per partition (and so per key) every row delivered
+// before the loss, then the re-sent rows, then the streamed ones arrive in
+// that order. The re-sent rows follow created_at then id: created_at is the
+// start of the inserting transaction, so that is commit order for
+// transactions that did not overlap, and rows of one transaction come in id
+// order rather than the order they were inserted (notify's consumers are
+// idempotent and need neither). A duplicate may arrive after later rows of
+// its key; it carries the same id header, key, value and partition as its
+// first copy.
 //
 // What an operator does on a failover: point DatabaseURL at the new
 // primary (a name or address that follows it, or a multi-host URL such as
@@ -145,7 +148,9 @@
 //
 // A second connector on the same slot never re-creates nor re-sends while
 // the first holds the slot; both may try to create a missing slot, one
-// succeeds, and whichever holds it afterwards judges it as above. With
+// succeeds, and whichever holds it afterwards judges it as above (if the
+// second takes a slot the first created at Start while the first still
+// publishes its initial snapshot, both re-send: duplicates, never a loss). With
 // KeepRows the outbox holds every row ever published, and a recovery
 // re-sends all of them.
 //
