@@ -49,6 +49,11 @@ type Config struct {
 	// Slot is the logical replication slot, created if missing. Slot names
 	// are cluster-wide: two databases on one server need different slots.
 	// Default "notify_outbox". Lower-case letters, digits and underscores.
+	// What the connector confirmed on it is kept in the table
+	// Schema.notify_cdc_slots, created on the first Start (the role needs
+	// CREATE on Schema then, or create the table beforehand), so that a
+	// lost or recreated slot is noticed and the outbox re-sent (package doc,
+	// "A lost slot").
 	Slot string
 	// Publication is the publication on the outbox table, created if
 	// missing with publish = 'insert'. Default "notify_outbox".

@@ -20,8 +20,15 @@ import (
 )
 
 // statusEager is the shortest gap between two standby status updates sent
-// because the flush position moved.
+// because the flush position moved, and between two writes of the slot
+// record for acknowledged transactions.
 const statusEager = 100 * time.Millisecond
+
+// idleRecordInterval is the shortest gap between two writes of the slot
+// record when only WAL that held nothing for the connector passed: each
+// write is such WAL itself, so an idle connector writes every 10s and an
+// idle slot keeps at most that much WAL.
+const idleRecordInterval = 10 * time.Second
 
 // errStopped ends a session because Stop was called.
 var errStopped = errors.New("connector stopped")
@@ -48,6 +55,17 @@ type Connector struct {
 	hardStop <-chan struct{}
 	failed   chan error
 	failOnce sync.Once
+
+	// snapshotAt is the consistent point of the slot Start created, whose
+	// rows Start published: the first session trusts a slot still there.
+	snapshotAt pglogrepl.LSN
+	// Used by the session goroutine only: the server history (system id
+	// and timeline) the tracker's positions were reached on, and the
+	// position last written to the slot record, and when.
+	history        string
+	recorded       pglogrepl.LSN
+	recordedAt     time.Time
+	recordWarnedAt time.Time
 }
 
 // New validates cfg, fills in defaults and returns a connector that does
@@ -142,7 +160,16 @@ func (c *Connector) setup(ctx context.Context) error {
 	if err := c.ensurePublication(ctx); err != nil {
 		return fail(err)
 	}
+	if err := c.ensureRecordTable(ctx); err != nil {
+		return fail(err)
+	}
 	exists, err := c.checkSlot(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	// A record of a slot that is missing: the slot was lost while no
+	// connector ran (dropped, or Postgres failed over).
+	_, recovery, err := c.readRecord(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -159,7 +186,7 @@ func (c *Connector) setup(ctx context.Context) error {
 		// Created here rather than in the background so that every row
 		// committed after Start returns is streamed, and every row before
 		// it is in the slot's snapshot.
-		if err := c.createSlotNow(ctx); err != nil {
+		if err := c.createSlotNow(ctx, recovery); err != nil {
 			c.kc.Close() // fails what is still buffered; nothing was flushed
 			return fail(err)
 		}
@@ -308,14 +335,20 @@ func (c *Connector) waitDrained() bool {
 	return true
 }
 
-// waitCapacity blocks while MaxInFlight records await acknowledgement.
-func (c *Connector) waitCapacity(ctx context.Context) error {
+// waitCapacity blocks while MaxInFlight records await acknowledgement,
+// calling alive (when set) at least every StatusInterval meanwhile.
+func (c *Connector) waitCapacity(ctx context.Context, alive func() error) error {
 	for c.tr.inFlight() >= c.cfg.MaxInFlight {
 		select {
 		case <-c.tr.changed:
-		case <-time.After(time.Second):
+		case <-time.After(min(time.Second, c.cfg.StatusInterval)):
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if alive != nil {
+			if err := alive(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -346,13 +379,13 @@ func (c *Connector) produce(x *txn, id string, r *kgo.Record) {
 
 // createSlotNow creates the slot and publishes its snapshot on a
 // replication connection of its own.
-func (c *Connector) createSlotNow(ctx context.Context) error {
+func (c *Connector) createSlotNow(ctx context.Context, recovery bool) error {
 	conn, err := c.connectReplication(ctx)
 	if err != nil {
 		return fmt.Errorf("connect for replication: %w", err)
 	}
 	defer conn.Close(context.Background())
-	_, err = c.createSlot(ctx, conn)
+	_, err = c.createSlot(ctx, conn, recovery)
 	return err
 }
 
@@ -374,6 +407,13 @@ func (c *Connector) connectReplication(ctx context.Context) (*pgconn.PgConn, err
 
 // session runs one replication connection until it fails or the connector
 // stops. streamed reports whether it got as far as streaming.
+//
+// Once it holds the slot it judges it (judgeSlot): a slot that is missing,
+// or whose confirmed position is past the last one this connector recorded,
+// is not the slot the connector confirmed, and the rows committed before it
+// began would never be streamed. The session then re-sends every outbox row
+// before streaming (recoverSlot). Only the process holding the slot does
+// that; a second connector finds it in use and stands by, as always.
 func (c *Connector) session() (streamed bool, err error) {
 	ctx := c.readCtx
 	conn, err := c.connectReplication(ctx)
@@ -389,19 +429,40 @@ func (c *Connector) session() (streamed bool, err error) {
 	// session ends will be sent again by the next one.
 	defer c.tr.abandonOpen()
 
+	// A promoted standby goes on from the old primary's LSNs on a new
+	// timeline, with WAL of its own where the old primary's was lost:
+	// positions reached on another history mean nothing here.
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return false, fmt.Errorf("identify system: %w", err)
+	}
+	if h := fmt.Sprintf("%s/%d", sys.SystemID, sys.Timeline); h != c.history {
+		c.tr.reset()
+		c.history = h
+	}
 	exists, err := c.checkSlot(ctx)
 	if err != nil {
 		return false, err
 	}
+	created := false
 	if !exists {
-		if _, err := c.createSlot(ctx, conn); err != nil {
+		if created, err = c.recreateSlot(ctx, conn); err != nil {
 			return false, err
 		}
 	}
-	// 0 on the first session: continue from the slot's confirmed position.
-	// Later sessions start after the last transaction this process saw
-	// acknowledged, which may be ahead of what the slot confirmed.
-	start := c.tr.position()
+	// Start after the last transaction this process saw acknowledged,
+	// which may be ahead of what the slot confirmed, only on the slot it
+	// was acknowledged on; otherwise (0) where the slot says.
+	var start pglogrepl.LSN
+	if !created {
+		pre, err := c.judgeSlot(ctx, false)
+		if err != nil {
+			return false, err
+		}
+		if pre.reason == "" {
+			start = c.tr.position()
+		}
+	}
 	err = pglogrepl.StartReplication(ctx, conn, c.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
 		PluginArgs: []string{
@@ -415,14 +476,24 @@ func (c *Connector) session() (streamed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("start replication on slot %s: %w", c.cfg.Slot, err)
 	}
-	confirmed, err := c.slotConfirmed(ctx)
+	// The slot is ours now: no longer standing by, even if we were a
+	// moment ago, and only we move its confirmed position.
+	c.m.standby.Set(0)
+	v, err := c.judgeSlot(ctx, created)
 	if err != nil {
 		return true, err
 	}
-	c.tr.raiseFloor(confirmed)
-	// The slot is ours now: no longer standing by, even if we were a
-	// moment ago.
-	c.m.standby.Set(0)
-	c.log.Info("streaming", "publication", c.cfg.Publication, "from", c.tr.position().String())
+	c.recorded = v.recorded
+	if v.reason != "" {
+		// Nothing may be confirmed on this slot before the re-sent rows are
+		// acknowledged.
+		c.tr.reset()
+		if err := c.recoverSlot(ctx, conn, v); err != nil {
+			return true, err
+		}
+	} else {
+		c.tr.raiseFloor(v.confirmed)
+	}
+	c.log.Info("streaming", "publication", c.cfg.Publication, "from", max(start, v.confirmed).String())
 	return true, c.stream(conn)
 }

@@ -7,9 +7,11 @@
 //
 // The connector owns a publication on the outbox table and a persistent
 // logical replication slot decoded with pgoutput (protocol version 1), both
-// created idempotently on Start. Each replication connection starts where
+// created idempotently on Start, and a row per slot in notify_cdc_slots
+// (see "A lost slot"). Each replication connection starts where
 // the slot's confirmed position says (or, after a reconnect within one
-// process, at the end of the last transaction Kafka acknowledged), decodes
+// process to the same slot on the same timeline, at the end of the last
+// transaction Kafka acknowledged), decodes
 // Begin/Relation/Insert/Commit messages, and turns every inserted outbox row
 // into one Kafka record. Updates, deletes, truncates and rows of other
 // tables are skipped, as Debezium does. The relation cache is rebuilt on
@@ -78,6 +80,80 @@
 // snapshot it starts at (Debezium's "initial" snapshot), so events written
 // before the connector first ran are not skipped.
 //
+// # A lost slot
+//
+// Postgres 15 and 16 do not carry logical slots to a standby: after a
+// failover the promoted server has no slot, and one created there (or a
+// slot dropped and created again by hand) starts at the end of the WAL, past
+// every outbox row not yet streamed. The connector finds that out by itself
+// and re-sends every row still in the outbox, which are exactly the rows
+// Kafka has not acknowledged (plus some it has, whose delete had not
+// happened yet), so nothing is lost; consumers see the rest again under the
+// same "id" header.
+//
+// The rule: per slot, the connector keeps the last flush position it
+// confirmed in the table notify_cdc_slots (created next to the outbox, in
+// Config.Schema), written before the standby status update that carries it.
+// The slot it confirmed therefore never has a confirmed_flush_lsn past that
+// record, while any new slot does: its consistent point is beyond the WAL
+// of the record's last write. So a session that holds the slot (only one
+// process can) re-sends the outbox when the slot is missing (it creates it
+// first), when the slot's confirmed_flush_lsn is past the record (dropped
+// and recreated, created on a promoted standby, advanced by hand), or when
+// there is no record for an existing slot (the first start of this version,
+// or the row was deleted). The record reaches a standby with the WAL, never
+// ahead of it; when it is behind, rows that were delivered are re-sent,
+// which costs duplicates, never a loss. Simpler rules fail: "re-send when
+// this process created the slot" misses a slot created by hand or by a
+// failover tool, "re-send on every start" sends the whole backlog twice
+// after every restart, and comparing rows with the slot's position needs a
+// commit LSN per row that Postgres does not keep. Writing the record costs
+// one upsert per 100ms while transactions are acknowledged, one per 10s when
+// idle (each write is WAL the slot then passes, so an idle slot keeps at
+// most 10s of WAL).
+//
+// The re-send reads the outbox from a snapshot taken after the session holds
+// the slot, once every transaction marked committed is visible in it (a
+// commit is marked before its rows become visible, after waiting for a
+// synchronous standby), and produces it before any streamed transaction, as
+// one transaction ending at the slot's confirmed position: the slot is
+// confirmed past it only once Kafka acknowledged every re-sent row, so a
+// crash during the re-send repeats it. Rows committed after the slot's
+// position but before the snapshot are both re-sent and streamed. The flush
+// position this process reached before is forgotten when the slot is not
+// the one it was reached on and when the server's timeline changes (a
+// promoted standby reuses LSNs for its own WAL), so a new slot is never
+// confirmed, nor streamed from, a position of another history.
+//
+// Order: the re-sent rows come before every row the new slot streams, by
+// the same producer, so per partition (and so per key) every row delivered
+// before the loss, then the re-sent rows, then the streamed ones arrive in
+// that order. The re-sent rows follow created_at then id: created_at is the
+// start of the inserting transaction, so that is commit order for
+// transactions that did not overlap, and rows of one transaction come in id
+// order rather than the order they were inserted (notify's consumers are
+// idempotent and need neither). A duplicate may arrive after later rows of
+// its key; it carries the same id header, key, value and partition as its
+// first copy.
+//
+// What an operator does on a failover: point DatabaseURL at the new
+// primary (a name or address that follows it, or a multi-host URL such as
+// postgres://notify@pg-a,pg-b/notify?target_session_attrs=read-write), watch
+// the ERROR logs "replication slot missing: created it again" and
+// "replication slot recovered: ..." (with rows=N) and the recoveries
+// counter, and drop the stale slot on the old primary if it is kept
+// (SELECT pg_drop_replication_slot('notify_outbox')). To re-send the outbox
+// by hand: stop the connector, DELETE FROM notify_cdc_slots WHERE slot_name
+// = 'notify_outbox', start it. README's Operations section has the runbook.
+//
+// A second connector on the same slot never re-creates nor re-sends while
+// the first holds the slot; both may try to create a missing slot, one
+// succeeds, and whichever holds it afterwards judges it as above (if the
+// second takes a slot the first created at Start while the first still
+// publishes its initial snapshot, both re-send: duplicates, never a loss). With
+// KeepRows the outbox holds every row ever published, and a recovery
+// re-sends all of them.
+//
 // # Metrics
 //
 // In Config.Metrics (VictoriaMetrics), labelled slot="<slot>":
@@ -90,6 +166,9 @@
 // notify_cdc_flushed_lsn, notify_cdc_standby (1 while another process holds
 // the slot), notify_cdc_outbox_rows_deleted_total,
 // notify_cdc_outbox_deletes_deferred_total (rows whose delete waited for
-// their transaction to become visible, counted per retry) and
-// notify_cdc_changes_skipped_total{kind=update|delete|truncate|other_table}.
+// their transaction to become visible, counted per retry),
+// notify_cdc_changes_skipped_total{kind=update|delete|truncate|other_table},
+// notify_cdc_slot_recoveries_total{reason=missing|moved|unrecorded} (the
+// outbox re-sent because the slot was lost, see above; alert on any
+// increase) and notify_cdc_slot_recovery_rows_resent_total.
 package connect

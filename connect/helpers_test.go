@@ -1,6 +1,7 @@
 package connect_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -146,9 +148,12 @@ type consumer struct {
 	arrived map[string]time.Time
 	recs    map[string]*kgo.Record
 	total   int
-	cl      *kgo.Client
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// differ holds the ids of records whose key, value or partition is
+	// not that of the first record with the same id header.
+	differ []string
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func consume(t *testing.T, e *env, topic string) *consumer {
@@ -177,9 +182,11 @@ func consume(t *testing.T, e *env, topic string) *consumer {
 				}
 				c.seen[id]++
 				c.total++
-				if _, ok := c.arrived[id]; !ok {
+				if first, ok := c.recs[id]; !ok {
 					c.arrived[id] = now
 					c.recs[id] = r
+				} else if !bytes.Equal(first.Key, r.Key) || !bytes.Equal(first.Value, r.Value) || first.Partition != r.Partition {
+					c.differ = append(c.differ, id)
 				}
 			})
 			c.mu.Unlock()
@@ -222,6 +229,13 @@ func (c *consumer) count() (distinct, total int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.seen), c.total
+}
+
+// differing returns the ids whose duplicates differ from their first record.
+func (c *consumer) differing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.differ)
 }
 
 func (c *consumer) record(id string) *kgo.Record {

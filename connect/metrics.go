@@ -21,6 +21,8 @@ type connectorMetrics struct {
 	skipTrunc  *metrics.Counter
 	skipOther  *metrics.Counter
 	standby    *metrics.Gauge
+	recoveries map[string]*metrics.Counter // by reason
+	resent     *metrics.Counter
 }
 
 func newConnectorMetrics(s *metrics.Set, slot string, t *tracker) *connectorMetrics {
@@ -55,6 +57,16 @@ func newConnectorMetrics(s *metrics.Set, slot string, t *tracker) *connectorMetr
 		// notify_cdc_standby is 1 while another process holds the slot.
 		standby: s.GetOrCreateGauge(name("notify_cdc_standby"), nil),
 	}
+	// notify_cdc_slot_recoveries_total counts the times the connector found
+	// its slot missing or not the one it confirmed and re-sent the outbox;
+	// reason is missing, moved or unrecorded (see slotVerdict).
+	m.recoveries = map[string]*metrics.Counter{}
+	for _, r := range []string{reasonMissing, reasonMoved, reasonUnrecorded} {
+		m.recoveries[r] = s.GetOrCreateCounter(name("notify_cdc_slot_recoveries_total", "reason", r))
+	}
+	// notify_cdc_slot_recovery_rows_resent_total counts the outbox rows
+	// those recoveries handed to Kafka again.
+	m.resent = s.GetOrCreateCounter(name("notify_cdc_slot_recovery_rows_resent_total"))
 	s.GetOrCreateGauge(name("notify_cdc_inflight_records"), func() float64 { return float64(t.inFlight()) })
 	s.GetOrCreateGauge(name("notify_cdc_flushed_lsn"), func() float64 { return float64(t.position()) })
 	return m

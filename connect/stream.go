@@ -88,7 +88,7 @@ func (s *walReader) status() error {
 	s.nextStatus = time.Now().Add(s.c.cfg.StatusInterval)
 	s.sentAt = time.Now()
 	s.sentFlush = s.c.tr.position()
-	return s.c.sendStatus(s.conn, s.received)
+	return s.c.sendStatus(s.conn, s.received, false)
 }
 
 // pause waits while Kafka is behind or away: no reading (the slot keeps
@@ -266,15 +266,15 @@ func (c *Connector) drain(conn *pgconn.PgConn, received pglogrepl.LSN) error {
 		select {
 		case <-c.tr.changed:
 		case <-t.C:
-			if err := c.sendStatus(conn, received); err != nil {
+			if err := c.sendStatus(conn, received, false); err != nil {
 				return fmt.Errorf("send standby status: %w", err)
 			}
 		case <-c.hardStop:
-			_ = c.sendStatus(conn, received)
+			_ = c.sendStatus(conn, received, true)
 			return errStopped
 		}
 	}
-	if err := c.sendStatus(conn, received); err != nil {
+	if err := c.sendStatus(conn, received, true); err != nil {
 		return fmt.Errorf("send final standby status: %w", err)
 	}
 	c.log.Info("stopped streaming", "flushed", c.tr.position().String())
@@ -284,9 +284,10 @@ func (c *Connector) drain(conn *pgconn.PgConn, received pglogrepl.LSN) error {
 // sendStatus reports the flush position explicitly. pglogrepl would copy
 // the write position into a zero flush position, confirming WAL Kafka never
 // saw; a zero flush (nothing known yet) is therefore sent with a zero write
-// position too, which the server ignores.
-func (c *Connector) sendStatus(conn *pgconn.PgConn, received pglogrepl.LSN) error {
-	flush := c.tr.position()
+// position too, which the server ignores. final (stopping) writes the slot
+// record whatever the time since the last write.
+func (c *Connector) sendStatus(conn *pgconn.PgConn, received pglogrepl.LSN, final bool) error {
+	flush := c.confirmable(final)
 	write := max(received, flush)
 	if flush == 0 {
 		write = 0
@@ -297,4 +298,31 @@ func (c *Connector) sendStatus(conn *pgconn.PgConn, received pglogrepl.LSN) erro
 		WALApplyPosition: flush,
 		ClientTime:       time.Now(),
 	})
+}
+
+// confirmable returns the flush position a status update may carry: the
+// tracker's once it is in the slot record, else the one last recorded.
+// Written before it is sent, the record is never behind the slot's
+// confirmed_flush_lsn, which is what tells a slot this connector confirmed
+// from a new one (see judgeSlot). Progress over acknowledged transactions is
+// written at most every statusEager, progress over WAL that held nothing for
+// the connector at most every idleRecordInterval, the final position always.
+func (c *Connector) confirmable(final bool) pglogrepl.LSN {
+	pos := c.tr.position()
+	if pos <= c.recorded {
+		return pos
+	}
+	since := time.Since(c.recordedAt)
+	if final || since >= idleRecordInterval || (since >= statusEager && c.tr.ackedPosition() > c.recorded) {
+		if err := c.writeRecord(pos); err != nil {
+			// The slot is not confirmed further until the record is.
+			if time.Since(c.recordWarnedAt) >= idleRecordInterval {
+				c.log.Warn("record the confirmed position; the slot is not confirmed further until it is", "err", err)
+				c.recordWarnedAt = time.Now()
+			}
+		} else {
+			c.recorded, c.recordedAt = pos, time.Now()
+		}
+	}
+	return min(pos, c.recorded)
 }

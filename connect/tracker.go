@@ -20,6 +20,11 @@ type tracker struct {
 	mu      sync.Mutex
 	queue   []*txn
 	flushed pglogrepl.LSN
+	// acked is the commit end of the last transaction the flush position
+	// passed because Kafka acknowledged it (idle and raiseFloor leave it):
+	// the connector records progress that came from data sooner than
+	// progress over WAL that held nothing for it.
+	acked   pglogrepl.LSN
 	pending int // records produced and not yet acknowledged
 	failed  error
 
@@ -153,6 +158,24 @@ func (t *tracker) raiseFloor(lsn pglogrepl.LSN) {
 	t.mu.Unlock()
 }
 
+// reset forgets the flush position, for a slot that is not the one it was
+// reached on (recreated, or on a promoted standby whose WAL is another
+// history): nothing may be confirmed on the new slot until its own
+// transactions are acknowledged. Called with nothing in flight.
+func (t *tracker) reset() {
+	t.mu.Lock()
+	t.flushed, t.acked = 0, 0
+	t.mu.Unlock()
+}
+
+// ackedPosition returns the commit end of the last acknowledged
+// transaction the flush position passed.
+func (t *tracker) ackedPosition() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.acked
+}
+
 // position returns the flush position.
 func (t *tracker) position() pglogrepl.LSN {
 	t.mu.Lock()
@@ -201,6 +224,7 @@ func (t *tracker) advanceLocked() []*txn {
 		if h.end > t.flushed {
 			t.flushed = h.end
 		}
+		t.acked = max(t.acked, h.end)
 		if len(h.ids) > 0 {
 			done = append(done, h)
 		}

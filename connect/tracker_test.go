@@ -159,6 +159,45 @@ func TestTrackerIdle(t *testing.T) {
 // TestTrackerConcurrentAcks acknowledges records of many transactions in
 // random order from several goroutines and checks, after every ack, that
 // the flush position never passes a transaction with a record unacked.
+// TestTrackerResetAndAcked: acked follows acknowledged transactions only
+// (not idle WAL or the slot's floor), and reset forgets both positions, as
+// for a slot that is not the one they were reached on.
+func TestTrackerResetAndAcked(t *testing.T) {
+	tr := newTracker(false, nil)
+	tr.raiseFloor(100)
+	if tr.ackedPosition() != 0 {
+		t.Fatalf("raiseFloor moved acked to %v", tr.ackedPosition())
+	}
+	x := tr.begin(5, time.Now())
+	tr.add(x, "r")
+	tr.commit(x, 200)
+	if tr.ackedPosition() != 0 {
+		t.Fatalf("acked %v before Kafka acknowledged", tr.ackedPosition())
+	}
+	tr.ack(x, nil)
+	if tr.position() != 200 || tr.ackedPosition() != 200 {
+		t.Fatalf("flush %v acked %v, want 200 200", tr.position(), tr.ackedPosition())
+	}
+	if !tr.idle(300) || tr.position() != 300 || tr.ackedPosition() != 200 {
+		t.Fatalf("after idle: flush %v acked %v, want 300 200", tr.position(), tr.ackedPosition())
+	}
+	tr.reset()
+	if tr.position() != 0 || tr.ackedPosition() != 0 {
+		t.Fatalf("after reset: flush %v acked %v, want 0 0", tr.position(), tr.ackedPosition())
+	}
+	// A re-send ending at a new slot's position lower than the old one.
+	y := tr.begin(0, time.Time{})
+	tr.add(y, "r")
+	tr.commit(y, 150)
+	if tr.position() != 0 {
+		t.Fatalf("flush %v before the re-send was acknowledged", tr.position())
+	}
+	tr.ack(y, nil)
+	if tr.position() != 150 || tr.ackedPosition() != 150 {
+		t.Fatalf("flush %v acked %v, want 150 150", tr.position(), tr.ackedPosition())
+	}
+}
+
 func TestTrackerConcurrentAcks(t *testing.T) {
 	const txns = 300
 	tr := newTracker(false, nil)
