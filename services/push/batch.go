@@ -334,4 +334,3 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 // spread picks a partition for a retry command, uniformly, so retries load
 // every worker evenly.
 func (w *Worker) spread() int32 { return rand.Int32N(w.cfg.Topics.PushPartitions) }
-

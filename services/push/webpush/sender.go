@@ -20,6 +20,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	endpointpolicy "github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/push/outcome"
 )
 
 // Urgency is the RFC 8030 §5.3 Urgency header.
@@ -82,51 +83,20 @@ type Message struct {
 	Topic string
 }
 
-// Kind is what became of a send.
-type Kind uint8
-
-const (
-	// Delivered: the push service accepted the message (2xx, normally 201).
-	Delivered Kind = iota + 1
-	// Gone: 404 or 410, the subscription no longer exists. Delete it and
-	// never retry.
-	Gone
-	// PermanentFailure: the message can never be delivered as it is (400,
-	// 401, 403, 413, other 4xx, invalid subscription keys, payload too
-	// large). Record it; do not retry.
-	PermanentFailure
-	// Retryable: 429, 408, 5xx, a timeout, a connection error, a paused
-	// origin or a cancelled context. Try again no sooner than RetryAfter.
-	Retryable
+// Kind and Outcome are the platform-neutral result of a send (package
+// outcome); the names stay here so Web Push callers read naturally.
+type (
+	Kind    = outcome.Kind
+	Outcome = outcome.Outcome
 )
 
-func (k Kind) String() string {
-	switch k {
-	case Delivered:
-		return "delivered"
-	case Gone:
-		return "gone"
-	case PermanentFailure:
-		return "permanent_failure"
-	case Retryable:
-		return "retryable"
-	}
-	return "unknown"
-}
-
-// Outcome is the typed result of Send.
-type Outcome struct {
-	Kind Kind
-	// Status is the push service's HTTP status, 0 when there was no answer.
-	Status int
-	// RetryAfter is, for Retryable outcomes, the least time to wait before
-	// sending this message again: the push service's Retry-After, or what
-	// is left of its pause of the origin. Zero means no hint was given and
-	// the caller's own backoff applies.
-	RetryAfter time.Duration
-	// Err says why the message was not delivered; nil when delivered.
-	Err error
-}
+// The kinds of Outcome, see package outcome.
+const (
+	Delivered        = outcome.Delivered
+	Gone             = outcome.Gone
+	PermanentFailure = outcome.PermanentFailure
+	Retryable        = outcome.Retryable
+)
 
 // ErrOriginPaused is wrapped by the Err of a Retryable outcome returned
 // without sending because the origin's Retry-After has not yet passed.

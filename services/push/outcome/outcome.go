@@ -1,0 +1,55 @@
+// Package outcome is what became of one send to one device, whatever its
+// platform: the Web Push sender, the FCM and APNs providers and the push
+// worker that records it all speak this type, so the worker's accounting
+// (delivered, gone, failed, retrying) is written once for every platform.
+package outcome
+
+import "time"
+
+// Kind is what became of a send.
+type Kind uint8
+
+const (
+	// Delivered: the push service accepted the message (2xx).
+	Delivered Kind = iota + 1
+	// Gone: the device no longer exists at the push service (Web Push 404
+	// or 410, FCM UNREGISTERED, APNs Unregistered / BadDeviceToken).
+	// Delete it and never retry.
+	Gone
+	// PermanentFailure: the message can never be delivered as it is
+	// (other 4xx, invalid keys or token, payload too large, a platform
+	// without credentials). Record it; do not retry.
+	PermanentFailure
+	// Retryable: 429, 408, 5xx, a timeout, a connection error, a paused
+	// origin or project, or a cancelled context. Try again no sooner than
+	// RetryAfter.
+	Retryable
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Delivered:
+		return "delivered"
+	case Gone:
+		return "gone"
+	case PermanentFailure:
+		return "permanent_failure"
+	case Retryable:
+		return "retryable"
+	}
+	return "unknown"
+}
+
+// Outcome is the typed result of one send.
+type Outcome struct {
+	Kind Kind
+	// Status is the push service's HTTP status, 0 when there was no answer.
+	Status int
+	// RetryAfter is, for Retryable outcomes, the least time to wait before
+	// sending this message again: the push service's Retry-After, or what
+	// is left of a pause of its origin or project. Zero means no hint was
+	// given and the caller's own backoff applies.
+	RetryAfter time.Duration
+	// Err says why the message was not delivered; nil when delivered.
+	Err error
+}
