@@ -13,12 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/notify/notifytest"
@@ -75,13 +75,13 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 
 	dir := t.TempDir()
 	cert := filepath.Join(dir, "pushmock-cert.pem")
-	env := append(os.Environ(),
-		"NOTIFY_DATABASE_URL="+db.URL,
-		"NOTIFY_KAFKA_BROKERS="+strings.Join(brokers, ","),
-		"NOTIFY_TOPIC_PREFIX="+topics.Prefix,
+	env := []string{
+		"NOTIFY_DATABASE_URL=" + db.URL,
+		"NOTIFY_KAFKA_BROKERS=" + strings.Join(brokers, ","),
+		"NOTIFY_TOPIC_PREFIX=" + topics.Prefix,
 		"NOTIFY_DEV=1", // the public dev JWT secret and VAPID key, on loopback only
-		"NOTIFY_PUSH_CA_FILE="+cert,
-	)
+		"NOTIFY_PUSH_CA_FILE=" + cert,
+	}
 	procs := &processes{t: t, bin: bin, env: env, dir: dir}
 	defer procs.stopAll()
 
@@ -255,46 +255,23 @@ func publish(t *testing.T, apiURL, token, course, title, link string) string {
 	return out.EventID
 }
 
-// processes runs notify services as real processes, logging each to a
-// file that is printed when the test fails.
+// processes runs notify services as real processes (benchkit's runner),
+// logging each to a file whose tail is printed when the test fails.
 type processes struct {
 	t     *testing.T
 	bin   string
-	env   []string
+	env   []string // added to ours
 	dir   string
 	mu    sync.Mutex
-	procs []*proc
-}
-
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{} // closed when the process exited
+	procs []*benchkit.Proc
 }
 
 func (p *processes) start(name string, args ...string) {
 	p.t.Helper()
-	p.launch(name, exec.Command(p.bin, args...))
-}
-
-func (p *processes) launch(name string, cmd *exec.Cmd) {
-	p.t.Helper()
-	logPath := filepath.Join(p.dir, name+".log")
-	f, err := os.Create(logPath)
+	pr, err := benchkit.StartProc(p.bin, p.dir, name, p.env, args...)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if cmd.Env == nil {
-		cmd.Env = p.env
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("start %s: %v", name, err)
-	}
-	pr := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { cmd.Wait(); f.Close(); close(pr.done) }()
 	p.mu.Lock()
 	p.procs = append(p.procs, pr)
 	p.mu.Unlock()
@@ -306,10 +283,8 @@ func (p *processes) exited() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pr := range p.procs {
-		select {
-		case <-pr.done:
-			return pr.name
-		default:
+		if pr.Exited() {
+			return pr.Name
 		}
 	}
 	return ""
@@ -319,7 +294,7 @@ func (p *processes) exited() string {
 func (p *processes) output(args ...string) string {
 	p.t.Helper()
 	cmd := exec.Command(p.bin, args...)
-	cmd.Env = p.env
+	cmd.Env = append(os.Environ(), p.env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -329,29 +304,18 @@ func (p *processes) output(args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// stopAll stops every process (SIGTERM, then SIGKILL) and prints the logs
-// of a failed test.
+// stopAll stops every process, last started first, and prints the logs'
+// tails when the test failed.
 func (p *processes) stopAll() {
 	p.mu.Lock()
 	procs := p.procs
 	p.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
-		pr := procs[i]
-		syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-pr.done:
-		case <-time.After(15 * time.Second):
-			syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
-			<-pr.done
-		}
+		_ = procs[i].Stop(15 * time.Second)
 	}
 	if p.t.Failed() {
 		for _, pr := range procs {
-			b, _ := os.ReadFile(pr.log)
-			if len(b) > 8000 {
-				b = b[len(b)-8000:]
-			}
-			p.t.Logf("--- %s log (tail) ---\n%s", pr.name, b)
+			p.t.Logf("--- %s log (tail) ---\n%s", pr.Name, pr.LogTail(60))
 		}
 	}
 }
