@@ -3,14 +3,9 @@ package push_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +17,12 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/notify/notifytest"
@@ -96,69 +93,39 @@ func startMock(t testing.TB, ctx context.Context, mc pushmock.Config) *pushmock.
 	return m
 }
 
-// mockProc is `notify run pushmock` in its own process.
+// mockProc is `notify run pushmock` in its own process (benchkit's).
 type mockProc struct {
-	t        testing.TB
-	url      string
-	certFile string
-	client   *http.Client
+	t testing.TB
+	m *benchkit.Mock
 }
 
 func startMockProcess(t testing.TB, mc pushmock.Config) *mockProc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	m := &mockProc{t: t, url: "https://" + addr, certFile: filepath.Join(t.TempDir(), "pushmock-cert.pem")}
 	latency := mc.Latency
 	if latency == 0 {
 		latency = 10 * time.Millisecond
 	}
-	cmd := exec.Command(notifyBinary(t), "run", "pushmock", "--addr", addr, "--cert-file", m.certFile,
-		"--latency", latency.String(), "--seed", "1")
-	cmd.Env = append(os.Environ(), "NOTIFY_LOG_FORMAT=json")
-	if err := cmd.Start(); err != nil {
+	m, err := benchkit.StartMock(context.Background(), benchkit.MockConfig{Binary: notifyBinary(t), Dir: t.TempDir(),
+		Latency: latency, Seed: 1, Env: []string{"NOTIFY_LOG_FORMAT=json"}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if pool, err := webpush.LoadCAFile(m.certFile); err == nil {
-			m.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-			if _, err := m.stats(); err == nil {
-				return m
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("mock push service process did not come up")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (m *mockProc) stats() (pushmock.Stats, error) {
-	var st pushmock.Stats
-	resp, err := m.client.Get(m.url + "/stats")
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	t.Cleanup(func() { _ = m.Stop(30 * time.Second) })
+	return &mockProc{t: t, m: m}
 }
 
 func (m *mockProc) Stats() pushmock.Stats {
-	st, err := m.stats()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := m.m.Stats(ctx)
 	if err != nil {
 		m.t.Fatalf("mock stats: %v", err)
 	}
 	return st
 }
 
-func (m *mockProc) CertFile() string { return m.certFile }
-func (m *mockProc) URL() string      { return m.url }
+func (m *mockProc) CertFile() string { return m.m.CertFile }
+func (m *mockProc) URL() string      { return m.m.URL }
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	t.Helper()
@@ -216,14 +183,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func newUUID() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func newUUID() string { return uuid.NewString() }
 
 // commands splits the notified students into n push commands, as the
 // fan-out would.
