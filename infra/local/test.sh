@@ -50,6 +50,25 @@ if ! command -v firefox-esr >/dev/null 2>&1 && ! command -v firefox >/dev/null 2
 	fi
 fi
 
+# Prometheus (Debian's package: prometheus and promtool) checks infra/prometheus and the
+# Grafana dashboard against real scrapes (infra/prometheus). The test starts its own server
+# on a free port; the package's service is stopped so nothing else holds port 9090.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+	if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		info "installing prometheus (Debian package) for the alerts and dashboard test"
+		mkdir -p "$LOG_DIR"
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } >"$LOG_DIR/apt-prometheus.log" 2>&1 ||
+			warn "could not install prometheus (see $LOG_DIR/apt-prometheus.log); the alerts and dashboard test will fail"
+		if [[ -d /run/systemd/system ]]; then
+			systemctl disable --now prometheus >>"$LOG_DIR/apt-prometheus.log" 2>&1 || true
+		elif [[ -x /etc/init.d/prometheus ]]; then
+			/etc/init.d/prometheus stop >>"$LOG_DIR/apt-prometheus.log" 2>&1 || true
+		fi
+	else
+		warn "Prometheus is not installed and cannot be installed here (needs root + apt-get)"
+	fi
+fi
+
 bash "$INFRA_DIR/up.sh"
 
 info "go vet ./..."

@@ -38,6 +38,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
+	"github.com/notify-dev/notify/infra/prometheus"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/seed"
@@ -95,7 +96,7 @@ func TestAlertRulesFireOnSyntheticSeries(t *testing.T) {
 	promtool := tool(t, "promtool")
 	rules := loadRules(t)
 	dir := t.TempDir()
-	for _, r := range rules.alerts() {
+	for _, r := range rules.Alerts() {
 		if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 			t.Errorf("alert %s needs a summary and a description saying what to do", r.Alert)
 		}
@@ -130,7 +131,7 @@ func TestAlertRulesFireOnSyntheticSeries(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range rules.alerts() {
+	for _, r := range rules.Alerts() {
 		if !fires[r.Alert] {
 			t.Errorf("alerts_test.yml never expects %s to fire", r.Alert)
 		}
@@ -140,7 +141,7 @@ func TestAlertRulesFireOnSyntheticSeries(t *testing.T) {
 // TestDashboardAndAlertsOnARealPipeline scrapes a real pipeline run.
 //
 // The rules Prometheus loads here are alerts.yml with every `for` set to
-// 0s: the expressions (and their rate windows) are exactly the shipped
+// 0s (prometheus.Options.NoHold): the expressions (and their rate windows) are exactly the shipped
 // ones, but a test cannot wait the 1 to 15 minutes an alert holds before
 // firing. The holds are exercised by TestAlertRulesFireOnSyntheticSeries.
 func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
@@ -210,11 +211,18 @@ func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
 	start("fanout", bin, "run", "fanout", "--metrics-addr", fanoutAddr)
 	start("push", bin, "run", "push", "--metrics-addr", pushAddr, "--worker-id", "push-1")
 	start("api", bin, "run", "api", "--addr", apiAddr)
-	targets := map[string]string{"notify-api": apiAddr, "notify-cdc": cdcAddr, "notify-fanout": fanoutAddr, "notify-push": pushAddr}
+	targets := map[string][]string{prometheus.JobAPI: {apiAddr}, prometheus.JobCDC: {cdcAddr}, prometheus.JobFanout: {fanoutAddr}, prometheus.JobPush: {pushAddr}}
 
 	// Prometheus, on the shipped configuration with the run's targets.
 	promAddr := freeAddr(t)
-	cfg := testConfig(t, dir, targets)
+	promDir := filepath.Join(dir, "prometheus")
+	if err := os.Mkdir(promDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := prometheus.Write(promDir, prometheus.Options{Targets: targets, Interval: time.Second, NoHold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	start("prometheus", promBin, "--config.file="+cfg, "--storage.tsdb.path="+t.TempDir(),
 		"--web.listen-address="+promAddr, "--log.level=warn")
 	prom := promClient{t: t, base: "http://" + promAddr}
@@ -274,7 +282,7 @@ func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
 
 	// Every alert's expression evaluates (an empty answer is a quiet alert).
 	rules := loadRules(t)
-	for _, r := range rules.alerts() {
+	for _, r := range rules.Alerts() {
 		if _, err := prom.query(r.Expr); err != nil {
 			t.Errorf("alert %s: %v", r.Alert, err)
 		}
@@ -287,7 +295,7 @@ func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
 	for _, q := range panels {
 		exprs = append(exprs, q.expr)
 	}
-	for _, r := range rules.alerts() {
+	for _, r := range rules.Alerts() {
 		exprs = append(exprs, r.Expr)
 	}
 	for _, e := range exprs {
@@ -325,7 +333,7 @@ func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
 		return nil
 	})
 	for _, a := range down {
-		if a.Labels["job"] != "notify-push" || a.Labels["instance"] != pushAddr {
+		if a.Labels["job"] != prometheus.JobPush || a.Labels["instance"] != pushAddr {
 			t.Errorf("NotifyServiceDown fires for %v; only the push worker (%s) stopped", a.Labels, pushAddr)
 		}
 		for k, v := range a.Annotations {
@@ -337,55 +345,13 @@ func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
 	t.Logf("NotifyServiceDown: %s", down[0].Annotations["summary"])
 }
 
-// ruleFile is the shape of alerts.yml.
-type ruleFile struct {
-	Groups []struct {
-		Name     string  `yaml:"name"`
-		Interval string  `yaml:"interval,omitempty"`
-		Rules    []*rule `yaml:"rules"`
-	} `yaml:"groups"`
-}
-
-type rule struct {
-	Alert       string            `yaml:"alert,omitempty"`
-	Record      string            `yaml:"record,omitempty"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for,omitempty"`
-	Labels      map[string]string `yaml:"labels,omitempty"`
-	Annotations map[string]string `yaml:"annotations,omitempty"`
-}
-
-func (f *ruleFile) alerts() []*rule {
-	var out []*rule
-	for _, g := range f.Groups {
-		for _, r := range g.Rules {
-			if r.Alert != "" {
-				out = append(out, r)
-			}
-		}
-	}
-	return out
-}
-
-// loadRules reads alerts.yml strictly: a field this test does not know
-// would be dropped from the copies it writes.
-func loadRules(t *testing.T) *ruleFile {
+func loadRules(t *testing.T) *prometheus.RuleFile {
 	t.Helper()
-	f, err := os.Open("alerts.yml")
+	rf, err := prometheus.Rules()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
-	var rf ruleFile
-	if err := dec.Decode(&rf); err != nil {
-		t.Fatalf("alerts.yml: %v", err)
-	}
-	if len(rf.alerts()) == 0 {
-		t.Fatal("alerts.yml has no alerts")
-	}
-	return &rf
+	return rf
 }
 
 func writeYAML(t *testing.T, path string, v any) {
@@ -397,54 +363,6 @@ func writeYAML(t *testing.T, path string, v any) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// testConfig writes prometheus.yml with the run's targets (one per job;
-// every job of the shipped file must have one, and no other job may
-// appear), scraping and evaluating every second, loading alerts.yml with
-// every `for` at 0s. It returns the config's path.
-func testConfig(t *testing.T, dir string, targets map[string]string) string {
-	t.Helper()
-	raw, err := os.ReadFile("prometheus.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["global"] = map[string]any{"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
-	if rf, _ := cfg["rule_files"].([]any); !slices.Equal(rf, []any{"alerts.yml"}) {
-		t.Fatalf("prometheus.yml loads rule files %v, want [alerts.yml]", cfg["rule_files"])
-	}
-	rules := loadRules(t)
-	for _, r := range rules.alerts() {
-		r.For = "0s"
-	}
-	rulesPath := filepath.Join(dir, "alerts.yml")
-	writeYAML(t, rulesPath, rules)
-	cfg["rule_files"] = []any{rulesPath}
-
-	scrapes, _ := cfg["scrape_configs"].([]any)
-	seen := map[string]bool{}
-	for _, s := range scrapes {
-		sc := s.(map[string]any)
-		job, _ := sc["job_name"].(string)
-		target, ok := targets[job]
-		if !ok {
-			t.Fatalf("prometheus.yml scrapes job %q, which this test does not run", job)
-		}
-		seen[job] = true
-		sc["static_configs"] = []any{map[string]any{"targets": []any{target}}}
-	}
-	for job := range targets {
-		if !seen[job] {
-			t.Fatalf("prometheus.yml does not scrape %s", job)
-		}
-	}
-	path := filepath.Join(dir, "prometheus.yml")
-	writeYAML(t, path, cfg)
-	return path
 }
 
 type panelQuery struct{ panel, expr string }
