@@ -62,6 +62,14 @@ type Config struct {
 	// subscribes (one subscription more to deliver), and after the run it
 	// waits for the push to be shown there (Result.Browser).
 	Browser *BrowserConfig
+	// Ready, when set, is called once every service is ready and before
+	// the publish, with the run's log directory and Result.Metrics (service
+	// name → /metrics URL): `notify demo --prometheus` starts Prometheus
+	// there. An error ends the run.
+	Ready func(logDir string, metrics map[string]string) error
+	// Stopping, when set, is called before the services are stopped at
+	// the end of the run (Prometheus takes its last scrape then).
+	Stopping func()
 }
 
 // BrowserConfig is the real browser of a run.
@@ -259,6 +267,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}, cfg.ExtraEnv...)
 	var procs []*benchkit.Proc
 	defer func() {
+		if cfg.Stopping != nil {
+			cfg.Stopping()
+		}
 		for i := len(procs) - 1; i >= 0; i-- {
 			_ = procs[i].Stop(30 * time.Second)
 		}
@@ -329,6 +340,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if _, err := start("api", "run", "api", "--addr", res.APIAddr); err != nil {
 		return res, err
 	}
+	res.Metrics["api"] = "http://" + res.APIAddr + "/metrics" // the API serves /metrics beside itself
 	cfg.Say("waiting for every service to be ready")
 	if err := benchkit.WaitFor(ctx, "the api", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, "http://"+res.APIAddr+"/readyz")
@@ -370,6 +382,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		browser = b
 		res.Browser = &BrowserResult{Student: student, Endpoint: endpoint}
 		res.Subscriptions++ // the browser's, beside the seeded ones
+	}
+	if cfg.Ready != nil {
+		if err := cfg.Ready(cfg.LogDir, res.Metrics); err != nil {
+			return res, err
+		}
 	}
 
 	// 4. Publish one material through the API, as an instructor would.

@@ -64,6 +64,8 @@ func runDemo(ctx context.Context, args []string) error {
 	p.register(fs, 100_000)
 	inProcess := fs.String("kafka", "auto", "auto: use the configured broker, or an in-process Kafka-protocol broker when it is unreachable; external; in-process")
 	withBrowser := fs.Bool("browser", false, "also run a real headless Firefox on the web app (/app/) as one of the students and show what it received (needs firefox-esr)")
+	withProm := fs.Bool("prometheus", false, "also start Prometheus (the prometheus executable, infra/prometheus's config and alerts) scraping every service, and keep it after the run until Ctrl-C")
+	promAddr := fs.String("prometheus-addr", "127.0.0.1:9090", "Prometheus' listen address with --prometheus")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -83,6 +85,15 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	out := os.Stdout
+	var prom *demoPrometheus
+	if *withProm {
+		var err error
+		if prom, err = newDemoPrometheus(*promAddr, out); err != nil {
+			return err
+		}
+		defer prom.stop()
+		p.cfg.Ready, p.cfg.Stopping = prom.start, prom.lastScrape
+	}
 	if *inProcess == "in-process" || (*inProcess == "auto" && !reachable(p.cfg.Brokers[0])) {
 		cl, err := kfake.NewCluster(kfake.Ports(brokerPort(p.cfg.Brokers[0])), kfake.NumBrokers(1))
 		if err != nil {
@@ -104,7 +115,13 @@ func runDemo(ctx context.Context, args []string) error {
 	pipeline.Print(out, res)
 	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     notify status %s --verify --database-url %s\n  metrics                   each service serves /metrics while it runs (notify run … --metrics-addr)\n",
 		res.LogDir, res.EventID, strings.Replace(p.inf.databaseURL, "/notify?", "/"+res.Database+"?", 1))
-	return benchkit.WriteJSON(p.jsonPath, res)
+	if err := benchkit.WriteJSON(p.jsonPath, res); err != nil {
+		return err
+	}
+	if prom != nil {
+		prom.wait(ctx)
+	}
+	return nil
 }
 
 func runBenchE2E(ctx context.Context, args []string) error {
