@@ -337,10 +337,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return res, err
 		}
 	}
-	if _, err := start("api", "run", "api", "--addr", res.APIAddr); err != nil {
+	if addr, err = metrics("api"); err != nil {
 		return res, err
 	}
-	res.Metrics["api"] = "http://" + res.APIAddr + "/metrics" // the API serves /metrics beside itself
+	if _, err := start("api", "run", "api", "--addr", res.APIAddr, "--metrics-addr", addr); err != nil {
+		return res, err
+	}
 	cfg.Say("waiting for every service to be ready")
 	if err := benchkit.WaitFor(ctx, "the api", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, "http://"+res.APIAddr+"/readyz")

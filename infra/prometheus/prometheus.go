@@ -24,7 +24,7 @@ import (
 
 // The scrape jobs of prometheus.yml, one per service.
 const (
-	JobAPI    = "notify-api"    // `notify run api`: /metrics on its API address
+	JobAPI    = "notify-api"    // `notify run api --metrics-addr` (never the API port)
 	JobCDC    = "notify-cdc"    // `notify run cdc --metrics-addr`
 	JobFanout = "notify-fanout" // `notify run fanout --metrics-addr`
 	JobPush   = "notify-push"   // `notify run push --metrics-addr`, one target per worker
