@@ -623,3 +623,41 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestWriteNamesTheJobsItCannotFill checks Write refuses targets that do
+// not match prometheus.yml's jobs, rather than writing a config that
+// silently scrapes fewer services.
+func TestWriteNamesTheJobsItCannotFill(t *testing.T) {
+	all := map[string][]string{prometheus.JobAPI: {"a:1"}, prometheus.JobCDC: {"c:1"}, prometheus.JobFanout: {"f:1"}, prometheus.JobPush: {"p:1", "p:2"}}
+	for name, c := range map[string]struct {
+		drop, add string
+		want      string
+	}{
+		"missing job": {drop: prometheus.JobFanout, want: `no targets for job "notify-fanout"`},
+		"unknown job": {add: "notify-other", want: "prometheus.yml has no jobs [notify-other]"},
+	} {
+		targets := maps.Clone(all)
+		delete(targets, c.drop)
+		if c.add != "" {
+			targets[c.add] = []string{"o:1"}
+		}
+		if _, err := prometheus.Write(t.TempDir(), prometheus.Options{Targets: targets}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Write returned %v, want an error containing %q", name, err, c.want)
+		}
+	}
+	dir := t.TempDir()
+	path, err := prometheus.Write(dir, prometheus.Options{Targets: all, Interval: 2 * time.Second, NoHold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(path)
+	rules, _ := os.ReadFile(filepath.Join(dir, "alerts.yml"))
+	for _, want := range []string{"- p:1\n", "- p:2\n", "scrape_interval: 2s", "evaluation_interval: 2s", "- alerts.yml"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("written config lacks %q:\n%s", want, cfg)
+		}
+	}
+	if strings.Count(string(rules), "for: 0s") != len(loadRules(t).Alerts()) {
+		t.Errorf("NoHold: not every alert has for: 0s:\n%s", rules)
+	}
+}
