@@ -16,7 +16,6 @@ require (
 	github.com/twmb/franz-go/plugin/kslog v1.0.0
 	golang.org/x/net v0.62.0
 	golang.org/x/sync v0.24.0
-	gopkg.in/yaml.v3 v3.0.1
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0

@@ -10,7 +10,6 @@
 package prometheus
 
 import (
-	"bytes"
 	_ "embed"
 	"fmt"
 	"os"
@@ -19,7 +18,7 @@ import (
 	"sort"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"sigs.k8s.io/yaml"
 )
 
 // The scrape jobs of prometheus.yml, one per service.
@@ -39,24 +38,24 @@ var (
 
 // RuleFile is the shape of alerts.yml.
 type RuleFile struct {
-	Groups []RuleGroup `yaml:"groups"`
+	Groups []RuleGroup `json:"groups"`
 }
 
 // RuleGroup is one group of rules.
 type RuleGroup struct {
-	Name     string  `yaml:"name"`
-	Interval string  `yaml:"interval,omitempty"`
-	Rules    []*Rule `yaml:"rules"`
+	Name     string  `json:"name"`
+	Interval string  `json:"interval,omitempty"`
+	Rules    []*Rule `json:"rules"`
 }
 
 // Rule is an alerting (or recording) rule.
 type Rule struct {
-	Alert       string            `yaml:"alert,omitempty"`
-	Record      string            `yaml:"record,omitempty"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for,omitempty"`
-	Labels      map[string]string `yaml:"labels,omitempty"`
-	Annotations map[string]string `yaml:"annotations,omitempty"`
+	Alert       string            `json:"alert,omitempty"`
+	Record      string            `json:"record,omitempty"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Alerts returns the alerting rules of every group.
@@ -75,10 +74,8 @@ func (f *RuleFile) Alerts() []*Rule {
 // Rules decodes the shipped alerts.yml. It is strict: a field RuleFile
 // does not know would otherwise be dropped from the copies Write makes.
 func Rules() (*RuleFile, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(rulesYAML))
-	dec.KnownFields(true)
 	var rf RuleFile
-	if err := dec.Decode(&rf); err != nil {
+	if err := yaml.UnmarshalStrict(rulesYAML, &rf); err != nil {
 		return nil, fmt.Errorf("alerts.yml: %w", err)
 	}
 	if len(rf.Alerts()) == 0 {

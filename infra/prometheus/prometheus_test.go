@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"gopkg.in/yaml.v3"
+	"sigs.k8s.io/yaml"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/infra/local/localtest"
@@ -112,10 +112,10 @@ func TestAlertRulesFireOnSyntheticSeries(t *testing.T) {
 	var tests struct {
 		Tests []struct {
 			AlertRuleTest []struct {
-				Alertname string `yaml:"alertname"`
-				ExpAlerts []any  `yaml:"exp_alerts"`
-			} `yaml:"alert_rule_test"`
-		} `yaml:"tests"`
+				Alertname string `json:"alertname"`
+				ExpAlerts []any  `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		} `json:"tests"`
 	}
 	if err := yaml.Unmarshal(raw, &tests); err != nil {
 		t.Fatal(err)
@@ -404,9 +404,9 @@ func dashboardQueries(t *testing.T) []panelQuery {
 	}
 	var prov struct {
 		Datasources []struct {
-			UID  string `yaml:"uid"`
-			Type string `yaml:"type"`
-		} `yaml:"datasources"`
+			UID  string `json:"uid"`
+			Type string `json:"type"`
+		} `json:"datasources"`
 	}
 	praw, err := os.ReadFile(datasourcePath)
 	if err != nil {
