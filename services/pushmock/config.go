@@ -53,6 +53,8 @@ type Config struct {
 	// and pushes to their endpoints are forwarded to them (mozpush.go).
 	// Default empty: off.
 	WebSocketAddr string
+	// APNs turns on the APNs side (apns.go). Default: off.
+	APNs APNsConfig
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -79,6 +81,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.APNs = c.APNs.withDefaults()
 	return c
 }
 
@@ -105,5 +108,5 @@ func (c Config) validate() error {
 	case c.MaxStreams < 1:
 		return fmt.Errorf("pushmock: max-streams %d: want at least 1", c.MaxStreams)
 	}
-	return nil
+	return c.APNs.validate()
 }

@@ -54,6 +54,8 @@ type Stats struct {
 	// pushes forwarded to (or queued for) a connected Firefox, their acks,
 	// and pushes to unregistered channels (answered 410).
 	Browser BrowserStats `json:"browser"`
+	// APNs counts the APNs side (Config.APNs).
+	APNs APNsStats `json:"apns"`
 }
 
 // BrowserStats is the browser side of Stats.
@@ -98,6 +100,8 @@ type Server struct {
 	h2closing bool
 
 	moz *mozPush // nil unless Config.WebSocketAddr is set
+
+	apns *apnsMock // nil unless Config.APNs.KeyFile is set
 }
 
 // New validates cfg and returns a server; Start makes it listen.
@@ -110,6 +114,12 @@ func New(cfg Config) (*Server, error) {
 	s.bodyPool.New = func() any { b := make([]byte, maxBody+1); return &b }
 	if cfg.WebSocketAddr != "" {
 		s.moz = newMozPush(s.log, s.URL)
+	}
+	if cfg.APNs.KeyFile != "" {
+		var err error
+		if s.apns, err = newAPNsMock(cfg.APNs); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -160,6 +170,11 @@ func (s *Server) start(run *startstop.Run) error {
 	mux.HandleFunc("GET /stats", s.handleStats)
 	mux.HandleFunc("POST /stats/reset", s.handleReset)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	if s.apns != nil {
+		mux.HandleFunc("POST "+apnsPrefix+"{token}", s.handleAPNs)
+		s.log.Info("push mock: APNs side on", "url", s.url+apnsPrefix+"<hex token>", "key_id", s.cfg.APNs.KeyID,
+			"team_id", s.cfg.APNs.TeamID, "topic", s.cfg.APNs.Topic, "token_max_age", s.cfg.APNs.TokenMaxAge)
+	}
 	if s.moz != nil {
 		mux.HandleFunc("POST "+mozPrefix+"{channel}", s.moz.handlePush)
 		if err := s.moz.start(s.cfg.WebSocketAddr); err != nil {
@@ -274,6 +289,9 @@ func (s *Server) Stats() Stats {
 	if m := s.moz; m != nil {
 		st.Browser = BrowserStats{Forwarded: m.forwarded.Load(), Acked: m.acked.Load(), Gone: m.gone.Load()}
 	}
+	if s.apns != nil {
+		st.APNs = s.apns.stats()
+	}
 	for code := range s.byStatus {
 		if n := s.byStatus[code].Load(); n > 0 {
 			st.ByStatus[strconv.Itoa(code)] = n
@@ -293,6 +311,9 @@ func (s *Server) ResetStats() {
 	}
 	s.delivered.reset()
 	s.notBefore.Clear()
+	if s.apns != nil {
+		s.apns.reset()
+	}
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
