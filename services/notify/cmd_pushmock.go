@@ -33,11 +33,15 @@ func pushmockFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger)
 	fs.Int64Var(&c.Seed, "seed", 1, "seed the subscriptions were generated with (notify seed --seed)")
 	fs.IntVar(&c.MaxStreams, "max-streams", 1000, "HTTP/2 concurrent streams per connection")
 	fs.StringVar(&c.WebSocketAddr, "ws-addr", "", "also speak Mozilla's push protocol here (ws://; a Firefox's dom.push.serverURL), forwarding pushes to /moz/<channel> to the browser")
+	apnsDevFlag := apnsMockFlags(fs, &c.APNs)
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if c.Latency == 0 {
 			c.Latency = pushmock.NoLatency
 		}
 		c.Logger = log
+		if err := apnsMockCredentials(log, &c.APNs, apnsDevDir(*apnsDevFlag, c.CertFile)); err != nil {
+			return nil, err
+		}
 		m, err := pushmock.New(c)
 		if err != nil {
 			return nil, err

@@ -349,7 +349,13 @@ func New(cfg Config) (*Client, error) {
 			PingTimeout:     15 * time.Second,
 		},
 	}
-	c.http = &http.Client{Transport: c.tr, Timeout: cfg.Timeout}
+	c.http = &http.Client{
+		Transport: c.tr,
+		Timeout:   cfg.Timeout,
+		// APNs never redirects; a 3xx is answered as it is (a permanent
+		// failure), not followed somewhere else.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return c, nil
 }
 

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/google/uuid"
+
+	"github.com/notify-dev/notify/services/push/apns"
+	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/webpush"
+)
+
+// The APNs settings, read by `notify apns send` and (with the same
+// function) every other sender of APNs notifications.
+const (
+	envAPNsKeyFile  = "NOTIFY_APNS_KEY_FILE"
+	envAPNsKeyID    = "NOTIFY_APNS_KEY_ID"
+	envAPNsTeamID   = "NOTIFY_APNS_TEAM_ID"
+	envAPNsTopic    = "NOTIFY_APNS_TOPIC"
+	envAPNsEndpoint = "NOTIFY_APNS_ENDPOINT"
+)
+
+func init() {
+	register(command{name: "apns", summary: "APNs: send one alert to an iOS device token and print the outcome; make dev credentials", run: runAPNs})
+}
+
+const apnsUsage = "usage: notify apns send --token HEX --title S [--body S] [--ca FILE] [flags]\n       notify apns dev-key [--dir DIR]"
+
+func runAPNs(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError{msg: apnsUsage}
+	}
+	switch args[0] {
+	case "send":
+		return runAPNsSend(ctx, args[1:])
+	case "dev-key":
+		return runAPNsDevKey(args[1:])
+	}
+	return usageError{msg: apnsUsage}
+}
+
+func runAPNsSend(ctx context.Context, args []string) error {
+	fs := newFlagSet("apns send", "--token HEX --title S [--body S] [--ca FILE] [flags]\n\n"+
+		"Sends one alert and prints the outcome. Exit 0: delivered; 3: device gone (Unregistered or\n"+
+		"BadDeviceToken: delete it); 4: rejected permanently (the reason is printed); 5: retryable.\n"+
+		"Credentials: "+envAPNsKeyFile+" (the .p8), "+envAPNsKeyID+", "+envAPNsTeamID+"; "+envAPNsTopic+" is the\n"+
+		"bundle id; "+envAPNsEndpoint+" replaces Apple's endpoints (default https://api.push.apple.com, or the\n"+
+		"sandbox's with --environment sandbox). In dev mode, with none of the credentials set, the dev\n"+
+		"credentials under "+apns.DefaultDevKeyDir+" are used (made if missing), with a warning.")
+	token := fs.String("token", "", "device token, hex (required)")
+	title := fs.String("title", "", "alert title (required)")
+	body := fs.String("body", "", "alert body")
+	topic := fs.String("topic", os.Getenv(envAPNsTopic), "apns-topic, the app's bundle id ("+envAPNsTopic+")")
+	environment := fs.String("environment", "production", "the device token's APNs environment: production or sandbox (ignored when "+envAPNsEndpoint+" is set)")
+	eventID := fs.String("event-id", "", "event id: apns-collapse-id and \"event_id\" in the body (default: a new UUID)")
+	ttl := fs.Int("ttl", int(apns.DefaultTTL/time.Second), "seconds APNs keeps the alert for an offline device (0: deliver now or never)")
+	priority := fs.Int("priority", apns.DefaultPriority, "apns-priority: 10 (now) or 5 (power-conserving)")
+	caFile := fs.String("ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
+	timeout := fs.Duration("timeout", 30*time.Second, "request timeout")
+	dev := devFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	env, err := apns.ParseEnvironment(*environment)
+	switch {
+	case *token == "" || *title == "":
+		return usageError{msg: "--token and --title are required"}
+	case apns.ValidateDeviceToken(*token) != nil:
+		return usageError{msg: "--token: " + apns.ValidateDeviceToken(*token).Error()}
+	case err != nil:
+		return usageError{msg: "--environment: " + err.Error()}
+	case *ttl < 0:
+		return usageError{msg: "--ttl must be ≥ 0 seconds"}
+	case *priority != 10 && *priority != 5:
+		return usageError{msg: "--priority must be 10 or 5"}
+	case len(*eventID) > apns.MaxCollapseID:
+		return usageError{msg: fmt.Sprintf("--event-id is %d bytes; apns-collapse-id takes at most %d", len(*eventID), apns.MaxCollapseID)}
+	}
+	if *eventID == "" {
+		*eventID = uuid.NewString()
+	}
+	log := newLogger()
+	devMode, err := dev()
+	if err != nil {
+		return err
+	}
+	cfg, err := apnsConfigFromEnv(log, devMode)
+	if err != nil {
+		return err
+	}
+	if *caFile != "" {
+		var roots *x509.CertPool
+		if roots, err = webpush.LoadCAFile(*caFile); err != nil {
+			return fmt.Errorf("--ca: %w", err)
+		}
+		cfg.RootCAs = roots
+	}
+	if *topic != "" {
+		cfg.Topic = *topic
+	}
+	if cfg.Topic == "" {
+		return usageError{msg: "no topic: set " + envAPNsTopic + " or --topic to the app's bundle id"}
+	}
+	cfg.Timeout, cfg.DialTimeout, cfg.Logger, cfg.Metrics = *timeout, *timeout, log, metrics.NewSet()
+	client, err := apns.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	n := apns.Notification{
+		DeviceToken: *token, Environment: env, EventID: *eventID, Title: *title, Body: *body,
+		TTL: time.Duration(*ttl) * time.Second, Priority: *priority,
+	}
+	if *ttl == 0 {
+		n.TTL = apns.TTLOnce
+	}
+	origin := cfg.Endpoint
+	switch {
+	case origin != "":
+	case env == apns.Sandbox:
+		origin = apns.SandboxEndpoint
+	default:
+		origin = apns.ProductionEndpoint
+	}
+	start := time.Now()
+	out := client.Send(ctx, n)
+	elapsed := time.Since(start).Round(time.Millisecond)
+	var re *apns.ResponseError
+	reason := ""
+	if errors.As(out.Err, &re) {
+		reason = re.Reason
+	}
+	fmt.Printf("outcome   %s\nstatus    %s\n", out.Kind, statusText(out.Status))
+	if reason != "" {
+		fmt.Printf("reason    %s\n", reason)
+	}
+	fmt.Printf("endpoint  %s\ndevice    %s\nevent     %s\nelapsed   %s\n", origin, apns.ShortToken(*token), *eventID, elapsed)
+	if out.Err != nil {
+		fmt.Printf("error     %v\n", out.Err)
+	}
+	if out.RetryAfter > 0 {
+		fmt.Printf("retry     after %s\n", out.RetryAfter.Round(time.Second))
+	}
+	switch out.Kind {
+	case outcome.Delivered:
+		return nil
+	case outcome.Gone:
+		return exitError{code: exitGone, msg: "APNs no longer knows this device token (" + reason + "): delete it; the app registers again with a new one" +
+			" (BadDeviceToken can also mean a sandbox token sent to production: see --environment)"}
+	case outcome.PermanentFailure:
+		return exitError{code: exitPermanent, msg: apnsPermanentAdvice(out, reason)}
+	default:
+		return exitError{code: exitRetryable, msg: apnsRetryAdvice(out)}
+	}
+}
+
+func apnsPermanentAdvice(out outcome.Outcome, reason string) string {
+	switch {
+	case errors.Is(out.Err, pushendpoint.ErrRefused):
+		return "not sent: the dial guard refused the endpoint; a local mock needs dev mode (--dev or " + envDev + "=1), or " +
+			envAPNsEndpoint + " naming it by IP (https://127.0.0.1:PORT)"
+	case errors.Is(out.Err, apns.ErrInvalidNotification):
+		return "not sent: fix the input and try again"
+	case reason == "InvalidProviderToken" || reason == "ExpiredProviderToken" || reason == "MissingProviderToken":
+		return "APNs rejected the provider token: " + envAPNsKeyFile + ", " + envAPNsKeyID + " and " + envAPNsTeamID +
+			" must be the .p8, its key id and your team id, and this machine's clock must be right"
+	case reason == "DeviceTokenNotForTopic" || reason == "TopicDisallowed" || reason == "MissingTopic" || reason == "BadTopic":
+		return "APNs rejected the topic: " + envAPNsTopic + " (or --topic) must be the bundle id of the app the token belongs to"
+	}
+	return "APNs rejected the notification (" + reason + "); sending it again will not help"
+}
+
+func apnsRetryAdvice(out outcome.Outcome) string {
+	var uerr x509.UnknownAuthorityError
+	if errors.As(out.Err, &uerr) {
+		return "the endpoint's certificate is not trusted: pass its CA with --ca FILE (or " + envPushCAFile + "); for the mock that is its --cert-file"
+	}
+	switch {
+	case out.Status == 429:
+		return "APNs is throttling notifications to this device: try again after the delay above"
+	case out.Status == 403:
+		return "APNs finds the provider token expired while it is too young to replace: check this machine's clock"
+	case out.Status >= 500:
+		return "APNs failed: try again later"
+	case out.Status == 0:
+		return "no answer from APNs (is the endpoint running and reachable, and does it speak HTTP/2?): try again later"
+	}
+	return "try again later"
+}
+
+// apnsConfigFromEnv is the one reader of the APNs settings: the .p8
+// (NOTIFY_APNS_KEY_FILE), its ids (NOTIFY_APNS_KEY_ID, NOTIFY_APNS_TEAM_ID),
+// the default topic (NOTIFY_APNS_TOPIC) and an endpoint replacing Apple's
+// (NOTIFY_APNS_ENDPOINT). The credentials are all or nothing: a partial set
+// is an error naming what is missing, never a fallback. With none set,
+// dev mode uses the dev credentials under .local/apns (made on first use),
+// with a warning; outside dev mode that is an error. The dial guard is the
+// push-endpoint policy (NOTIFY_PUSH_ALLOWED_HOSTS, default Apple's hosts)
+// plus the configured endpoint as named — the operator chose it — and,
+// when that endpoint names this machine (localhost, a loopback IP),
+// loopback addresses.
+func apnsConfigFromEnv(log *slog.Logger, dev bool) (apns.Config, error) {
+	keyFile := strings.TrimSpace(os.Getenv(envAPNsKeyFile))
+	keyID := strings.TrimSpace(os.Getenv(envAPNsKeyID))
+	teamID := strings.TrimSpace(os.Getenv(envAPNsTeamID))
+	cfg := apns.Config{KeyID: keyID, TeamID: teamID, Topic: strings.TrimSpace(os.Getenv(envAPNsTopic))}
+	switch {
+	case keyFile == "" && keyID == "" && teamID == "" && !dev:
+		return cfg, fmt.Errorf("%s, %s and %s are not set: APNs needs the team's .p8 signing key, its key id and the team id; "+
+			"or run in dev mode (--dev or %s=1) against the local mock", envAPNsKeyFile, envAPNsKeyID, envAPNsTeamID, envDev)
+	case keyFile == "" && keyID == "" && teamID == "":
+		k, created, err := apns.EnsureDevKey(apns.DefaultDevKeyDir)
+		if err != nil {
+			return cfg, err
+		}
+		keyFile, cfg.KeyID, cfg.TeamID = k.KeyFile, k.KeyID, k.TeamID
+		if cfg.Topic == "" {
+			cfg.Topic = k.Topic
+		}
+		log.Warn("dev mode: "+envAPNsKeyFile+" is not set, using the APNs DEV credentials, which only the local mock trusts. "+
+			"Set real ones (the .p8 from Apple, its key id, your team id) for Apple's push service.",
+			"key_file", k.KeyFile, "key_id", k.KeyID, "team_id", k.TeamID, "generated_now", created)
+	case keyFile == "":
+		return cfg, fmt.Errorf("%s is not set but %s / %s are: set all three", envAPNsKeyFile, envAPNsKeyID, envAPNsTeamID)
+	case keyID == "":
+		return cfg, fmt.Errorf("%s is not set: the 10-character id of the key in %s", envAPNsKeyID, envAPNsKeyFile)
+	case teamID == "":
+		return cfg, fmt.Errorf("%s is not set: the developer team id the key belongs to", envAPNsTeamID)
+	}
+	key, err := apns.LoadPrivateKey(keyFile)
+	if err != nil {
+		return cfg, fmt.Errorf("invalid %s: %w", envAPNsKeyFile, err)
+	}
+	cfg.Key = key
+	hosts := pushendpoint.DefaultAllowedHosts
+	if v := strings.TrimSpace(os.Getenv(pushendpoint.EnvAllowedHosts)); v != "" {
+		if hosts, err = pushendpoint.ParseAllowedHosts(v); err != nil {
+			return cfg, fmt.Errorf("invalid %s: %w", pushendpoint.EnvAllowedHosts, err)
+		}
+	}
+	allowLoopback := dev
+	if raw := strings.TrimSpace(os.Getenv(envAPNsEndpoint)); raw != "" {
+		origin, err := apns.ParseEndpoint(raw)
+		if err != nil {
+			return cfg, fmt.Errorf("invalid %s: %w", envAPNsEndpoint, err)
+		}
+		cfg.Endpoint = origin
+		u, _ := url.Parse(origin)
+		hosts = append(append([]string(nil), hosts...), u.Host)
+		if h := u.Hostname(); h == "localhost" || net.ParseIP(h) != nil && net.ParseIP(h).IsLoopback() {
+			allowLoopback = true
+		}
+	}
+	policy, err := pushendpoint.New(pushendpoint.Options{AllowedHosts: hosts, Dev: allowLoopback})
+	if err != nil {
+		return cfg, fmt.Errorf("invalid %s / %s: %w", pushendpoint.EnvAllowedHosts, envAPNsEndpoint, err)
+	}
+	cfg.Dial = policy.Dialer(30 * time.Second)
+	return cfg, nil
+}
+
+func runAPNsDevKey(args []string) error {
+	fs := newFlagSet("apns dev-key", "[--dir DIR]\n\n"+
+		"Makes the local APNs dev credentials (a fresh P-256 .p8 with made-up key and team ids) once,\n"+
+		"and prints them as the settings that use them. Only the mock trusts them; Apple does not.")
+	dir := fs.String("dir", apns.DefaultDevKeyDir, "where the dev credentials live")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	k, created, err := apns.EnsureDevKey(*dir)
+	if err != nil {
+		return err
+	}
+	log := newLogger()
+	if created {
+		log.Warn("APNs DEV credentials generated: a fresh P-256 key that only the local mock trusts; never use them with Apple",
+			"key_file", k.KeyFile, "key_id", k.KeyID, "team_id", k.TeamID)
+	} else {
+		log.Warn("APNs DEV credentials (made earlier): only the local mock trusts them", "key_file", k.KeyFile)
+	}
+	fmt.Printf("# APNs dev credentials: for the local mock only (notify run pushmock trusts them by default)\n")
+	fmt.Printf("%s=%s\n%s=%s\n%s=%s\n%s=%s\n", envAPNsKeyFile, k.KeyFile, envAPNsKeyID, k.KeyID, envAPNsTeamID, k.TeamID, envAPNsTopic, k.Topic)
+	return nil
+}
