@@ -1,6 +1,7 @@
 package apns
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -274,7 +275,6 @@ var ErrClientClosed = errors.New("APNs client closed")
 type Client struct {
 	cfg    Config
 	signer *signer
-	http   *http.Client
 	tr     *http.Transport
 	// prod and sandbox are the origins per environment; both are
 	// Config.Endpoint when set.
@@ -349,13 +349,6 @@ func New(cfg Config) (*Client, error) {
 			PingTimeout:     15 * time.Second,
 		},
 	}
-	c.http = &http.Client{
-		Transport: c.tr,
-		Timeout:   cfg.Timeout,
-		// APNs never redirects; a 3xx is answered as it is (a permanent
-		// failure), not followed somewhere else.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 	return c, nil
 }
 
@@ -416,7 +409,7 @@ func (c *Client) send(ctx context.Context, n Notification) outcome.Outcome {
 
 // request is a validated notification, ready to send (again).
 type request struct {
-	url        string
+	host, path string
 	topic      string
 	priority   string
 	expiration string
@@ -473,21 +466,27 @@ func (c *Client) prepare(n Notification) (*request, error) {
 		return nil, invalid("environment %q: want sandbox or production", n.Environment)
 	}
 	return &request{
-		url: origin + "/3/device/" + n.DeviceToken, topic: topic, priority: strconv.Itoa(prio),
+		host: strings.TrimPrefix(origin, "https://"), path: "/3/device/" + n.DeviceToken, topic: topic, priority: strconv.Itoa(prio),
 		expiration: exp, collapseID: n.EventID, body: body,
 	}, nil
 }
 
 // do sends req once with tok and maps the answer; reason is APNs's.
 func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (outcome.Outcome, string) {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, nil)
-	if err != nil {
-		return outcome.Outcome{Kind: outcome.PermanentFailure, Err: fmt.Errorf("%w: %v", ErrInvalidNotification, err)}, ""
-	}
-	hr.Body = io.NopCloser(strings.NewReader(string(r.body)))
-	hr.ContentLength = int64(len(r.body))
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	// Built by hand, not by http.NewRequest: the URL's parts are known
+	// (the host from the validated endpoint, the path from a hex token),
+	// and parsing them back from a string per send is measurable.
+	hr := (&http.Request{
+		Method: http.MethodPost, URL: &url.URL{Scheme: "https", Host: r.host, Path: r.path},
+		Proto: "HTTP/2.0", ProtoMajor: 2, Host: r.host,
+		Body: io.NopCloser(bytes.NewReader(r.body)), ContentLength: int64(len(r.body)),
+	}).WithContext(ctx)
 	body := r.body
-	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(string(body))), nil }
+	// A stream the server refused before processing is retried by the
+	// transport on another connection, with a fresh body.
+	hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	// Canonical keys set directly: no canonicalisation per request.
 	hr.Header = http.Header{
 		bearerHeaderName:  {tok.bearer},
@@ -501,7 +500,10 @@ func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (outcom
 		hr.Header["Apns-Collapse-Id"] = []string{r.collapseID}
 	}
 	start := time.Now()
-	resp, err := c.http.Do(hr)
+	// The transport directly, not an http.Client: APNs never redirects (a
+	// 3xx is answered as it is, a permanent failure) and the deadline is
+	// the context's, so the client's per-request machinery is not needed.
+	resp, err := c.tr.RoundTrip(hr)
 	if err != nil {
 		if errors.Is(err, endpoint.ErrRefused) {
 			return outcome.Outcome{Kind: outcome.PermanentFailure, Err: fmt.Errorf("apns: %w", err)}, ""

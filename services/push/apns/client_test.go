@@ -3,6 +3,7 @@ package apns_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -522,4 +524,16 @@ func TestConfigValidation(t *testing.T) {
 	} else {
 		c.Close()
 	}
+}
+
+func loadPool(certFile string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no certificate", certFile)
+	}
+	return p, nil
 }
