@@ -28,6 +28,16 @@
 // answers by status, VAPID and decryption failures, and early retries:
 // requests for an id that arrive before the Retry-After it was given.
 //
+// With Config.APNs set it is also an APNs (apns.go): POST
+// /3/device/<hex token>, HTTP/2 only (505 for HTTP/1.1), checking the ES256
+// provider token (signature against the configured key, kid, iss, iat at
+// most an hour old — 403 ExpiredProviderToken beyond, configurable), the
+// headers (apns-topic, apns-push-type, apns-priority, apns-expiration,
+// apns-collapse-id ≤ 64 bytes) and the body (JSON with aps.alert, ≤ 4096
+// bytes), answering with APNs's statuses and {"reason"} bodies. The faults
+// apply to it too, with the gone and always-5xx sets chosen by device
+// token (APNsGoneToken, APNsAlways5xxToken); Stats.APNs counts it.
+//
 // Push resources are /wpush/<id> with <id> a decimal subscription id in
 // [1, 2^30). Use it in-process (New, Start, Stop) or as `notify run pushmock`.
 package pushmock
