@@ -65,7 +65,9 @@ func TestAPNsRejectsLikeAPNs(t *testing.T) {
 		{"no auth", base(func(r *req) { delete(r.headers, "authorization") }), 403, "MissingProviderToken"},
 		{"wrong kid", base(func(r *req) { r.headers["authorization"] = sign("OTHERKEY00", key.TeamID, time.Now()) }), 403, "InvalidProviderToken"},
 		{"wrong iss", base(func(r *req) { r.headers["authorization"] = sign(key.KeyID, "OTHERTEAM0", time.Now()) }), 403, "InvalidProviderToken"},
-		{"old token", base(func(r *req) { r.headers["authorization"] = sign(key.KeyID, key.TeamID, time.Now().Add(-31*time.Minute)) }), 403, "ExpiredProviderToken"},
+		{"old token", base(func(r *req) {
+			r.headers["authorization"] = sign(key.KeyID, key.TeamID, time.Now().Add(-31*time.Minute))
+		}), 403, "ExpiredProviderToken"},
 		{"future token", base(func(r *req) { r.headers["authorization"] = sign(key.KeyID, key.TeamID, time.Now().Add(time.Hour)) }), 403, "InvalidProviderToken"},
 		{"no topic", base(func(r *req) { delete(r.headers, "apns-topic") }), 400, "MissingTopic"},
 		{"no push type", base(func(r *req) { delete(r.headers, "apns-push-type") }), 400, "InvalidPushType"},
