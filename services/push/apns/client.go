@@ -390,7 +390,7 @@ func (c *Client) send(ctx context.Context, n Notification) outcome.Outcome {
 		if reason != "ExpiredProviderToken" || attempt > 0 {
 			return out
 		}
-		next, wait, err := c.signer.expired(tok)
+		next, wait, warn, err := c.signer.expired(tok)
 		switch {
 		case err != nil:
 			return outcome.Outcome{Kind: outcome.PermanentFailure, Status: out.Status, Err: err}
@@ -398,8 +398,10 @@ func (c *Client) send(ctx context.Context, n Notification) outcome.Outcome {
 			// Younger than Apple lets a token be replaced: the clocks
 			// disagree. Replacing it now would be refused too
 			// (TooManyProviderTokenUpdates); try again once allowed.
-			c.cfg.Logger.Warn("apns: ExpiredProviderToken for a token younger than 20 min: check this machine's clock",
-				"key_id", c.cfg.KeyID, "refresh_in", wait.Round(time.Second))
+			if warn {
+				c.cfg.Logger.Warn("apns: ExpiredProviderToken for a token younger than 20 min: check this machine's clock",
+					"key_id", c.cfg.KeyID, "refresh_in", wait.Round(time.Second))
+			}
 			out.Kind, out.RetryAfter = outcome.Retryable, wait
 			return out
 		}

@@ -42,6 +42,9 @@ type signer struct {
 type providerToken struct {
 	bearer string // "bearer <jwt>"
 	iat    time.Time
+	// clockWarned (under signer.mu): APNs called this token expired while
+	// it was too young to replace, and that was logged once.
+	clockWarned bool
 }
 
 // token returns the current token, signing a new one when there is none or
@@ -59,20 +62,23 @@ func (s *signer) token() (*providerToken, error) {
 // expired handles APNs saying tok is expired (403 ExpiredProviderToken).
 // When tok is still current and at least MinRefreshInterval old it is
 // replaced; when another send already replaced it, the newer one is
-// returned. A token younger than MinRefreshInterval is not replaced —
-// APNs would refuse the update — and ok is false: the clocks disagree,
-// and the caller is told when a refresh becomes allowed.
-func (s *signer) expired(tok *providerToken) (next *providerToken, wait time.Duration, err error) {
+// returned, so concurrent sends refused with one token sign one
+// replacement. A token younger than MinRefreshInterval is not replaced —
+// APNs would refuse the update (TooManyProviderTokenUpdates) — and next is
+// nil: the clocks disagree, wait is how long until a replacement is
+// allowed, and warn is true for the first send to learn it of this token.
+func (s *signer) expired(tok *providerToken) (next *providerToken, wait time.Duration, warn bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != tok {
-		return s.cur, 0, nil
+		return s.cur, 0, false, nil
 	}
 	if age := s.now().Sub(tok.iat); age < MinRefreshInterval {
-		return nil, MinRefreshInterval - age, nil
+		warn, tok.clockWarned = !tok.clockWarned, true
+		return nil, MinRefreshInterval - age, warn, nil
 	}
 	next, err = s.refreshLocked()
-	return next, 0, err
+	return next, 0, false, err
 }
 
 func (s *signer) refreshLocked() (*providerToken, error) {
