@@ -3,9 +3,11 @@
 #
 #   bash infra/local/down.sh              # both
 #   bash infra/local/down.sh kafka        # one (postgres | kafka)
+# Kafka: every node of the layout last started (see kafka.sh), or --brokers N.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-select_services "kafka postgres" "$@"
+parse_brokers_flag "$@"
+select_services "kafka postgres" "${args[@]}"
 for s in "${services[@]}"; do
 	bash "$INFRA_DIR/$s.sh" stop
 done

@@ -111,6 +111,29 @@ reserve_port() {
 		warn "could not reserve port $port in $f (ephemeral range $lo-$hi)"
 }
 
+# parse_brokers_flag ARG... takes --brokers N (or --brokers=N) out of the arguments, exporting
+# it as NOTIFY_LOCAL_KAFKA_NODES for kafka.sh, and leaves the rest in the array "args".
+parse_brokers_flag() {
+	args=()
+	while (($# > 0)); do
+		case "$1" in
+		--brokers)
+			(($# >= 2)) || die "--brokers needs a node count, e.g. --brokers 3"
+			export NOTIFY_LOCAL_KAFKA_NODES="$2"
+			shift 2
+			;;
+		--brokers=*)
+			export NOTIFY_LOCAL_KAFKA_NODES="${1#--brokers=}"
+			shift
+			;;
+		*)
+			args+=("$1")
+			shift
+			;;
+		esac
+	done
+}
+
 # select_services "DEFAULTS" ARG...: sets the array "services" to the
 # services named on the command line (postgres | kafka), or to DEFAULTS (a
 # space-separated list, in order) when none is named, and fails before
@@ -119,7 +142,7 @@ select_services() {
 	local defaults="$1"
 	shift
 	services=("$@")
-	if ((${#services[@]} == 0)); then
+	if (($# == 0)); then
 		read -r -a services <<<"$defaults"
 	fi
 	local s

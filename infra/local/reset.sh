@@ -6,9 +6,12 @@
 #
 #   bash infra/local/reset.sh              # both
 #   bash infra/local/reset.sh postgres     # one (postgres | kafka)
+# Kafka: the layout last started (one node or a cluster, see kafka.sh), or --brokers N; the
+# other layout's data is kept.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-select_services "kafka postgres" "$@"
+parse_brokers_flag "$@"
+select_services "kafka postgres" "${args[@]}"
 
 for s in "${services[@]}"; do
 	bash "$INFRA_DIR/$s.sh" stop
@@ -25,9 +28,15 @@ for s in "${services[@]}"; do
 		info "deleted the Postgres cluster"
 		;;
 	kafka)
-		rm -rf "$LOCAL_DIR/kafka/data" "$LOCAL_DIR/kafka/config" "$LOCAL_DIR/kafka/cluster-id" \
-			"$LOCAL_DIR/kafka/kafka.pid" "$LOG_DIR/kafka.log"
-		info "deleted the Kafka data (jars kept in $LOCAL_DIR/kafka/libs)"
+		nodes="${NOTIFY_LOCAL_KAFKA_NODES:-$(cat "$LOCAL_DIR/kafka/nodes" 2>/dev/null || echo 1)}"
+		if [[ "$nodes" == 1 ]]; then
+			rm -rf "$LOCAL_DIR/kafka/data" "$LOCAL_DIR/kafka/config" "$LOCAL_DIR/kafka/cluster-id" \
+				"$LOCAL_DIR/kafka/kafka.pid" "$LOG_DIR/kafka.log"
+			info "deleted the Kafka data (jars kept in $LOCAL_DIR/kafka/libs)"
+		else
+			rm -rf "$LOCAL_DIR/kafka/cluster" "$LOG_DIR"/kafka-[0-9].log
+			info "deleted the data of the $nodes-node Kafka cluster (jars kept in $LOCAL_DIR/kafka/libs)"
+		fi
 		;;
 	esac
 done

@@ -5,9 +5,14 @@
 #
 #   bash infra/local/up.sh              # both
 #   bash infra/local/up.sh postgres     # one (postgres | kafka)
+#   bash infra/local/up.sh --brokers 3 kafka   # a local Kafka cluster of 3 nodes (kafka.sh)
+#
+# --brokers N is NOTIFY_LOCAL_KAFKA_NODES=N: client ports 19092, 19094, 19096 (controllers
+# 19093, 19095, 19097), or NOTIFY_LOCAL_KAFKA_PORT / _CONTROLLER_PORT + 2(N-1).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-select_services "postgres kafka" "$@"
+parse_brokers_flag "$@"
+select_services "postgres kafka" "${args[@]}"
 
 t0="$(now)"
 # Both start at once: a first run spends most of its time fetching Kafka's jars, which
