@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/streams"
@@ -38,10 +42,22 @@ func runMigrate(ctx context.Context, args []string) error {
 	partFlag(&t.FanoutPartitions, "fanout-partitions", "outbox.event.fanout")
 	partFlag(&t.PushPartitions, "push-partitions", "outbox.event.push")
 	partFlag(&t.DLQPartitions, "dlq-partitions", "notify.push.dlq")
+	rf := fs.Int("replication-factor", 0, "replication factor of the topics created (default min(3, brokers in the cluster); at most the broker count)")
+	minISR := fs.Int("min-insync-replicas", 0, "min.insync.replicas of the topics created (default replication factor − 1, at least 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	t.Prefix = inf.topicPrefix
+	if *rf < 0 || *rf > 32767 {
+		return usageError{msg: fmt.Sprintf("--replication-factor must be ≥ 1 (0 or absent: min(3, brokers)), got %d", *rf)}
+	}
+	if *minISR < 0 {
+		return usageError{msg: fmt.Sprintf("--min-insync-replicas must be ≥ 1 (0 or absent: replication factor − 1), got %d", *minISR)}
+	}
+	t.ReplicationFactor, t.MinInsyncReplicas = int16(*rf), *minISR
+	if *rf > 0 && *minISR > *rf {
+		return usageError{msg: fmt.Sprintf("--min-insync-replicas %d exceeds --replication-factor %d: no write could ever succeed", *minISR, *rf)}
+	}
 	if err := t.Validate(); err != nil {
 		return usageError{msg: err.Error()}
 	}
@@ -52,6 +68,26 @@ func runMigrate(ctx context.Context, args []string) error {
 	var brokers []string
 	if !*noKafka {
 		if brokers, err = inf.brokerList(); err != nil {
+			return err
+		}
+	}
+
+	// Kafka's side is checked before the database is touched: a replication
+	// the cluster cannot hold fails the whole command, not half of it.
+	var adm *kadm.Client
+	if !*noKafka {
+		var cl *kgo.Client
+		if cl, adm, err = inf.kafkaAdmin("migrate"); err != nil {
+			return err
+		}
+		defer cl.Close()
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := streams.BrokerCount(kctx, adm)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w (is Kafka up at %v? start it with: bash infra/local/up.sh, or pass --no-kafka)", err, brokers)
+		}
+		if err := replicationFits(t, n, brokers); err != nil {
 			return err
 		}
 	}
@@ -72,23 +108,33 @@ func runMigrate(ctx context.Context, args []string) error {
 		Topics  []streams.EnsureResult `json:"topics,omitempty"`
 	}{Applied: applied}
 	if !*noKafka {
-		cl, adm, err := inf.kafkaAdmin("migrate")
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
 		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		out.Topics, err = streams.EnsureTopics(kctx, adm, t)
+		var re *streams.ReplicationError
+		if errors.As(err, &re) {
+			// The cluster shrank since the check above.
+			return replicationFits(t, re.Brokers, brokers)
+		}
 		if err != nil {
 			return fmt.Errorf("%w (is Kafka up at %v? start it with: bash infra/local/up.sh, or pass --no-kafka)", err, brokers)
 		}
+	}
+	// Existing topics keep their replicas (changing them is a partition
+	// reassignment); one that differs from what was asked fails the command
+	// after everything is printed, so it is not mistaken for done.
+	var mismatchErr error
+	if m := streams.Mismatches(out.Topics); len(m) > 0 {
+		mismatchErr = exitError{code: 1, msg: fmt.Sprintf("%d existing topic(s) differ from the replication asked for and were left as they are:\n  %s\nchange them with kafka-reassign-partitions / kafka-configs --alter, or create them afresh", len(m), strings.Join(m, "\n  "))}
 	}
 	if *asJSON {
 		if out.Applied == nil {
 			out.Applied = []schema.Applied{}
 		}
-		return json.NewEncoder(os.Stdout).Encode(out)
+		if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+			return err
+		}
+		return mismatchErr
 	}
 	if len(applied) == 0 {
 		fmt.Println("database: up to date, nothing to apply")
@@ -101,7 +147,29 @@ func runMigrate(ctx context.Context, args []string) error {
 		if r.Created {
 			state = "created"
 		}
-		fmt.Printf("kafka:    %-28s %3d partitions  %s\n", r.Topic, r.Partitions, state)
+		if r.Mismatch != "" {
+			state = "exists, DIFFERS: " + r.Mismatch
+		}
+		fmt.Printf("kafka:    %-28s %3d partitions  RF %d  min ISR %d  %s\n", r.Topic, r.Partitions, r.ReplicationFactor, r.MinInsyncReplicas, state)
 	}
-	return nil
+	return mismatchErr
+}
+
+// replicationFits checks t's replication against a cluster of n brokers,
+// naming the flag that asks too much and the broker count.
+func replicationFits(t streams.Topics, n int, brokers []string) error {
+	factor, minISR, err := t.Replication(n)
+	if err == nil {
+		return nil
+	}
+	var re *streams.ReplicationError
+	switch {
+	case errors.As(err, &re) && t.ReplicationFactor > 0:
+		return usageError{msg: fmt.Sprintf("--replication-factor %d: the Kafka cluster at %s has %d broker(s); a topic cannot have more replicas than there are brokers (give at most %d, or leave the flag out for min(3, brokers))",
+			factor, strings.Join(brokers, ","), n, n)}
+	case errors.As(err, &re):
+		return fmt.Errorf("the Kafka cluster at %s lists no brokers: %w", strings.Join(brokers, ","), err)
+	default:
+		return usageError{msg: fmt.Sprintf("--min-insync-replicas %d exceeds the replication factor %d (the cluster at %s has %d broker(s)): no write could ever succeed", minISR, factor, strings.Join(brokers, ","), n)}
+	}
 }

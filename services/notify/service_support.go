@@ -66,7 +66,10 @@ func (f *infraFlags) waitInfra(ctx context.Context, h *hosted, bound time.Durati
 			res, err := streams.EnsureTopics(ctx, adm, f.topics())
 			for _, r := range res {
 				if r.Created {
-					log.Info("created topic", "topic", r.Topic, "partitions", r.Partitions)
+					log.Info("created topic", "topic", r.Topic, "partitions", r.Partitions, "replication_factor", r.ReplicationFactor, "min_insync_replicas", r.MinInsyncReplicas)
+				}
+				if r.Mismatch != "" {
+					log.Warn("topic has less replication than the cluster could hold; left as it is (see notify migrate)", "topic", r.Topic, "mismatch", r.Mismatch)
 				}
 			}
 			return err
