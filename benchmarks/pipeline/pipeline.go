@@ -70,6 +70,11 @@ type Config struct {
 	// Stopping, when set, is called before the services are stopped at
 	// the end of the run (Prometheus takes its last scrape then).
 	Stopping func()
+	// During, when set, runs beside the wait for the last outcome, from
+	// the moment the material is published: fault injection
+	// (benchmarks/brokerfault) uses it. The run returns only after During
+	// has, and During's error fails the run.
+	During func(ctx context.Context, live Live) error
 }
 
 // BrowserConfig is the real browser of a run.
@@ -94,6 +99,20 @@ type BrowserResult struct {
 	// event (1: tag = event id).
 	Notifications int    `json:"notifications"`
 	Screenshot    string `json:"screenshot,omitempty"`
+}
+
+// Live is what During sees of a running pipeline.
+type Live struct {
+	// Topics are the run's topics, with an admin client.
+	Topics *benchkit.Topics
+	// Users and Subscriptions are the run's totals.
+	Users, Subscriptions int64
+	// PushWorkers is how many push worker processes run.
+	PushWorkers int
+	// Progress receives the snapshots (every 250 ms; one is dropped when
+	// During does not keep up). It is closed when the last outcome is
+	// recorded or the run fails.
+	Progress <-chan Snapshot
 }
 
 func (c *Config) defaults() error {
@@ -423,8 +442,26 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	res.EventID = pub.EventID
 
 	// 5. Watch until every subscription has a final outcome.
-	if err := watch(ctx, cfg, pool, mock, procs, &res, t0); err != nil {
-		return res, err
+	if cfg.During == nil {
+		if err := watch(ctx, cfg, pool, mock, procs, &res, t0, nil); err != nil {
+			return res, err
+		}
+	} else {
+		progress := make(chan Snapshot, 16)
+		duringErr := make(chan error, 1)
+		go func() {
+			duringErr <- cfg.During(ctx, Live{Topics: topics, Users: res.Users, Subscriptions: res.Subscriptions,
+				PushWorkers: cfg.PushWorkers, Progress: progress})
+		}()
+		werr := watch(ctx, cfg, pool, mock, procs, &res, t0, progress)
+		close(progress)
+		derr := <-duringErr
+		if werr != nil {
+			return res, werr
+		}
+		if derr != nil {
+			return res, derr
+		}
 	}
 
 	if browser != nil {
@@ -493,7 +530,7 @@ func Print(w io.Writer, r Result) {
 	}
 }
 
-func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time) error {
+func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time, progress chan<- Snapshot) error {
 	deadline := time.Now().Add(cfg.Timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -531,6 +568,12 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 		snap.Elapsed = time.Since(t0)
 		if cfg.Progress != nil {
 			cfg.Progress(snap)
+		}
+		if progress != nil {
+			select {
+			case progress <- snap:
+			default:
+			}
 		}
 		if snap.Recorded >= res.Subscriptions && snap.Notified >= res.Users {
 			return nil

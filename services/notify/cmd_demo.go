@@ -14,9 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
+	"github.com/notify-dev/notify/benchmarks/brokerfault"
 	"github.com/notify-dev/notify/benchmarks/pipeline"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/progress"
+	"github.com/notify-dev/notify/services/push"
 )
 
 func init() {
@@ -125,9 +127,14 @@ func runDemo(ctx context.Context, args []string) error {
 }
 
 func runBenchE2E(ctx context.Context, args []string) error {
-	fs := newFlagSet("bench e2e", "--users N [--push-workers K] [--latency 230ms] [--json FILE]")
+	fs := newFlagSet("bench e2e", "--users N [--push-workers K] [--latency 230ms] [--json FILE] [--fault kill-leader|rolling-restart]")
 	var p pipelineFlags
 	p.register(fs, 1_000_000)
+	var fc brokerfault.Config
+	fs.StringVar((*string)(&fc.Kind), "fault", "", "inject a Kafka broker fault on the local cluster (infra/local/kafka.sh): kill-leader or rolling-restart")
+	fs.Float64Var(&fc.At, "fault-at", 0.3, "start the fault when this fraction of the pushes has been sent")
+	fs.DurationVar(&fc.Down, "fault-down", 15*time.Second, "kill-leader: how long the killed node stays down")
+	fs.StringVar(&fc.Script, "kafka-script", "infra/local/kafka.sh", "the script that stops and starts one node (kafka.sh <cmd> --node N)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -136,13 +143,42 @@ func runBenchE2E(ctx context.Context, args []string) error {
 	}
 	p.cfg.Say = func(s string) { fmt.Fprintf(os.Stderr, "• %s\n", s) }
 	p.cfg.Progress = runProgressPrinter(os.Stderr)
+	var inj *brokerfault.Injector
+	if fc.Kind != "" {
+		fc.Say = p.cfg.Say
+		var err error
+		if inj, err = brokerfault.New(fc); err != nil {
+			return usageError{msg: err.Error()}
+		}
+		p.cfg.During = inj.Run
+	}
 	res, err := pipeline.Run(ctx, p.cfg)
 	fmt.Fprintln(os.Stderr)
 	if err != nil {
 		return err
 	}
 	pipeline.Print(os.Stdout, res)
-	if err := benchkit.WriteJSON(p.jsonPath, res); err != nil {
+	out := any(res)
+	if inj != nil {
+		rep := inj.Report()
+		brokerfault.Print(os.Stdout, rep)
+		// In-flight sends of a push worker are the duplicates a fault may
+		// cause (services/push doc): more means a lost acknowledgement was
+		// replayed wider than the contract allows.
+		bound := int64(res.PushWorkers) * int64(push.DefaultMaxInFlight)
+		fmt.Fprintf(os.Stdout, "  duplicates %d (bound: %d push worker(s) × %d in flight = %d)\n", res.Duplicates, res.PushWorkers, push.DefaultMaxInFlight, bound)
+		out = struct {
+			pipeline.Result
+			Fault          brokerfault.Report `json:"fault"`
+			DuplicateBound int64              `json:"duplicate_bound"`
+		}{res, rep, bound}
+		if err := benchkit.WriteJSON(p.jsonPath, out); err != nil {
+			return err
+		}
+		if res.Duplicates > bound || res.Notified != res.Users {
+			return exitError{code: 1, msg: fmt.Sprintf("after the fault: %d duplicates (bound %d), %d of %d notifications written, %d lost", res.Duplicates, bound, res.Notified, res.Users, res.Lost)}
+		}
+	} else if err := benchkit.WriteJSON(p.jsonPath, out); err != nil {
 		return err
 	}
 	if res.Lost != 0 {
