@@ -3,8 +3,12 @@
 // cluster of infra/local/kafka.sh, and measures how long each stage of the
 // pipeline stalled.
 //
-// The fault starts when the push service has received Config.At of the
-// run's subscriptions (default 30%):
+// The fault starts when Config.At of the run's work is done (default 30%):
+// of the students notified (Config.On "notified", the default: the fan-out,
+// the CDC connector producing its commands and the push workers consuming
+// them are all in flight), or of the subscriptions the push service has
+// received ("pushed": fan-out has usually finished, the push workers fetch,
+// commit and record).
 //
 //   - kill-leader: SIGKILL the node that leads most partitions of the push
 //     topic (`kafka.sh kill --node N`), keep it down for Config.Down, start
@@ -57,9 +61,12 @@ const (
 type Config struct {
 	// Kind is the fault. Required.
 	Kind Kind
-	// At is the fraction of subscriptions the push service has received
-	// when the fault starts. Default 0.3.
+	// At is the fraction of the work done when the fault starts.
+	// Default 0.3.
 	At float64
+	// On says what At counts: "notified" (students notified, the
+	// default) or "pushed" (subscriptions the push service received).
+	On string
 	// Down is how long kill-leader keeps the killed node down. Default 15 s.
 	Down time.Duration
 	// Script is infra/local/kafka.sh, run with this process's environment
@@ -78,6 +85,12 @@ func (c *Config) defaults() error {
 	}
 	if c.At == 0 {
 		c.At = 0.3
+	}
+	if c.On == "" {
+		c.On = "notified"
+	}
+	if c.On != "notified" && c.On != "pushed" {
+		return fmt.Errorf("fault-on must be notified or pushed, got %q", c.On)
 	}
 	if c.At <= 0 || c.At >= 1 {
 		return fmt.Errorf("fault-at must be a fraction between 0 and 1, got %g", c.At)
@@ -138,6 +151,7 @@ type Stall struct {
 type Report struct {
 	Kind              Kind    `json:"kind"`
 	At                float64 `json:"at_fraction"`
+	On                string  `json:"at_of"`
 	DownSeconds       float64 `json:"down_seconds,omitempty"`
 	Nodes             int     `json:"nodes"`
 	ReplicationFactor int     `json:"replication_factor"`
@@ -176,7 +190,7 @@ func New(cfg Config) (*Injector, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Injector{cfg: cfg, report: Report{Kind: cfg.Kind, At: cfg.At}}, nil
+	return &Injector{cfg: cfg, report: Report{Kind: cfg.Kind, At: cfg.At, On: cfg.On}}, nil
 }
 
 // Report returns what the run measured (complete once Run returned).
@@ -228,7 +242,11 @@ func (in *Injector) Run(ctx context.Context, live pipeline.Live) error {
 			smu.Lock()
 			last = s
 			smu.Unlock()
-			if !fired && float64(s.Pushed) >= in.cfg.At*float64(live.Subscriptions) {
+			done, total := s.Notified, live.Users
+			if in.cfg.On == "pushed" {
+				done, total = s.Pushed, live.Subscriptions
+			}
+			if !fired && float64(done) >= in.cfg.At*float64(total) {
 				fired = true
 				close(trigger)
 			}
@@ -487,7 +505,7 @@ func stalls(samples []sample, at, end float64, led map[tp]bool, t streams.Topics
 		{"cdc → " + shortTopic(t.Fanout(), t), t.Fanout(), func(k tp) string { return k.String() }, producedAt},
 		{"cdc → " + shortTopic(t.Push(), t), t.Push(), func(k tp) string { return k.String() }, producedAt},
 		{"fan-out consumer (committed)", t.Fanout(), func(k tp) string { return t.Group(streams.GroupFanout) + " " + k.String() }, consumedAt},
-		{"push consumer (committed)", t.Push(), func(k tp) string { return t.Group(streams.GroupPush) + " " + k.String() }, consumedAt},
+		{"push consumer (committed; moves when a whole command is done)", t.Push(), func(k tp) string { return t.Group(streams.GroupPush) + " " + k.String() }, consumedAt},
 	} {
 		worst, affected := 0.0, 0
 		for k := range led {
@@ -540,11 +558,11 @@ func consumedAt(s sample, key string) (int64, bool) {
 }
 
 // partitionStall: the value at the fault (the last reading at or before
-// it), and the first later reading above it. A partition whose final value
-// is no higher had no work left: not counted (ok false).
+// it; 0 when there was none yet: the run's topics are new), and the first
+// later reading above it. A partition whose final value is no higher had no
+// work left: not counted (ok false).
 func partitionStall(samples []sample, at, end float64, key string, read func(sample, string) (int64, bool)) (float64, bool) {
-	var before int64 = -1
-	var final int64 = -1
+	var before, final int64
 	for _, s := range samples {
 		if v, ok := read(s, key); ok {
 			if s.t <= at {
@@ -553,7 +571,7 @@ func partitionStall(samples []sample, at, end float64, key string, read func(sam
 			final = v
 		}
 	}
-	if before < 0 || final <= before {
+	if final <= before {
 		return 0, false
 	}
 	for _, s := range samples {
@@ -635,7 +653,7 @@ func round(s float64) float64 { return float64(int64(s*10+0.5)) / 10 }
 
 // Print writes the report as a table.
 func Print(w io.Writer, r Report) {
-	fmt.Fprintf(w, "\nfault %s at %.0f%% of the pushes, %d nodes, push topic RF %d", r.Kind, r.At*100, r.Nodes, r.ReplicationFactor)
+	fmt.Fprintf(w, "\nfault %s at %.0f%% %s, %d nodes, push topic RF %d", r.Kind, r.At*100, r.On, r.Nodes, r.ReplicationFactor)
 	if r.DownSeconds > 0 {
 		fmt.Fprintf(w, ", node down %.0fs", r.DownSeconds)
 	}

@@ -132,7 +132,8 @@ func runBenchE2E(ctx context.Context, args []string) error {
 	p.register(fs, 1_000_000)
 	var fc brokerfault.Config
 	fs.StringVar((*string)(&fc.Kind), "fault", "", "inject a Kafka broker fault on the local cluster (infra/local/kafka.sh): kill-leader or rolling-restart")
-	fs.Float64Var(&fc.At, "fault-at", 0.3, "start the fault when this fraction of the pushes has been sent")
+	fs.Float64Var(&fc.At, "fault-at", 0.3, "start the fault when this fraction of the work is done (see --fault-on)")
+	fs.StringVar(&fc.On, "fault-on", "notified", "what --fault-at counts: notified (students notified: every stage in flight) or pushed (pushes sent)")
 	fs.DurationVar(&fc.Down, "fault-down", 15*time.Second, "kill-leader: how long the killed node stays down")
 	fs.StringVar(&fc.Script, "kafka-script", "infra/local/kafka.sh", "the script that stops and starts one node (kafka.sh <cmd> --node N)")
 	if err := parseFlags(fs, args); err != nil {
