@@ -161,3 +161,25 @@ func TestUnknownServiceFails(t *testing.T) {
 		}
 	}
 }
+
+// TestBadNodeArgumentsFail checks that a node id or count the cluster cannot have fails,
+// naming the setting, before any server is touched (these exit before taking the lock).
+func TestBadNodeArgumentsFail(t *testing.T) {
+	t.Setenv("NOTIFY_LOCAL_KAFKA_NODES", "3")
+	for _, c := range []struct {
+		script string
+		args   []string
+		want   string
+	}{
+		{"kafka.sh", []string{"kill", "--node", "4"}, "--node must be a node id from 1 to 3"},
+		{"kafka.sh", []string{"stop", "--node", "x"}, "--node must be a node id from 1 to 3"},
+		{"kafka.sh", []string{"start", "--nodes", "2"}, "usage:"},
+		{"up.sh", []string{"--brokers", "0", "kafka"}, "NOTIFY_LOCAL_KAFKA_NODES (or --brokers) must be a node count from 1 to 9"},
+		{"down.sh", []string{"--brokers", "ten", "kafka"}, "NOTIFY_LOCAL_KAFKA_NODES (or --brokers) must be a node count from 1 to 9"},
+	} {
+		out, err := runScript(t, c.script, c.args...)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("%s %v: err %v, want a failure saying %q; output:\n%s", c.script, c.args, err, c.want, out)
+		}
+	}
+}
