@@ -40,7 +40,7 @@ func TestStallsMeasureFromTheFault(t *testing.T) {
 	if st := got["pushes received by the mock"]; st.Seconds != 2.8 || st.Note != "" {
 		t.Errorf("counter stall %+v, want 2.8 s", st)
 	}
-	if st := got["push consumer (committed; moves when a whole command is done)"]; st.Affected != 0 || st.Note == "" {
+	if st := got["fan-out consumer (committed)"]; st.Affected != 0 || st.Note == "" {
 		t.Errorf("a partition with no readings counted: %+v", st)
 	}
 }
