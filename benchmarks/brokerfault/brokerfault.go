@@ -131,9 +131,6 @@ type Event struct {
 	InSync float64 `json:"in_sync_seconds"`
 	// LedPush is how many push-topic partitions the node led at the fault.
 	LedPush int `json:"led_push_partitions"`
-	// Controller says the node was the active KRaft controller: its loss
-	// adds a controller election before the broker is fenced.
-	Controller bool `json:"was_controller"`
 	// DuringRun says the run was still going when the fault began.
 	DuringRun bool `json:"during_run"`
 	// Stalls is the per-stage stall after this fault.
@@ -304,7 +301,7 @@ func (in *Injector) Run(ctx context.Context, live pipeline.Live) error {
 	if faultErr == nil {
 		switch in.cfg.Kind {
 		case KillLeader:
-			lead, controller, err := partitionLeaders(ctx, adm, topics)
+			lead, err := partitionLeaders(ctx, adm, topics)
 			if err != nil {
 				faultErr = err
 				break
@@ -316,8 +313,8 @@ func (in *Injector) Run(ctx context.Context, live pipeline.Live) error {
 				}
 			}
 			leaders[victim] = lead[victim]
-			ev := Event{Node: victim, Action: "kill -9", At: since(), LedPush: most, Controller: victim == controller, DuringRun: !runEnded()}
-			in.cfg.Say(fmt.Sprintf("fault: kill -9 node %d (leads %d of %d push partitions; active controller: %v) at %.1fs", victim, most, topics.PushPartitions, ev.Controller, ev.At))
+			ev := Event{Node: victim, Action: "kill -9", At: since(), LedPush: most, DuringRun: !runEnded()}
+			in.cfg.Say(fmt.Sprintf("fault: kill -9 node %d (leads %d of %d push partitions) at %.1fs", victim, most, topics.PushPartitions, ev.At))
 			if err := in.script(ctx, "kill", victim); err != nil {
 				faultErr = err
 				break
@@ -345,13 +342,13 @@ func (in *Injector) Run(ctx context.Context, live pipeline.Live) error {
 				if ctx.Err() != nil || runEnded() {
 					break
 				}
-				lead, controller, err := partitionLeaders(ctx, adm, topics)
+				lead, err := partitionLeaders(ctx, adm, topics)
 				if err != nil {
 					faultErr = err
 					break
 				}
 				leaders[n] = lead[n]
-				ev := Event{Node: n, Action: "restart", At: since(), LedPush: countTopic(lead[n], topics.Push()), Controller: n == controller, DuringRun: !runEnded()}
+				ev := Event{Node: n, Action: "restart", At: since(), LedPush: countTopic(lead[n], topics.Push()), DuringRun: !runEnded()}
 				in.cfg.Say(fmt.Sprintf("fault: restarting node %d (leads %d push partitions) at %.1fs", n, ev.LedPush, ev.At))
 				if err := in.script(context.Background(), "restart", n); err != nil {
 					faultErr = err
@@ -409,12 +406,11 @@ func (in *Injector) script(ctx context.Context, cmd string, node int32) error {
 
 // partitionLeaders maps each node to the fan-out and push partitions it
 // leads.
-func partitionLeaders(ctx context.Context, adm *kadm.Client, t streams.Topics) (map[int32]map[tp]bool, int32, error) {
-	md, err := adm.Metadata(ctx, t.Fanout(), t.Push())
+func partitionLeaders(ctx context.Context, adm *kadm.Client, t streams.Topics) (map[int32]map[tp]bool, error) {
+	d, err := adm.ListTopics(ctx, t.Fanout(), t.Push())
 	if err != nil {
-		return nil, 0, fmt.Errorf("fault: partition leaders: %w", err)
+		return nil, fmt.Errorf("fault: partition leaders: %w", err)
 	}
-	d := md.Topics
 	out := map[int32]map[tp]bool{}
 	for name, td := range d {
 		for _, p := range td.Partitions {
@@ -424,7 +420,7 @@ func partitionLeaders(ctx context.Context, adm *kadm.Client, t streams.Topics) (
 			out[p.Leader][tp{name, p.Partition}] = true
 		}
 	}
-	return out, md.Controller, nil
+	return out, nil
 }
 
 func countTopic(parts map[tp]bool, topic string) int {
@@ -666,8 +662,8 @@ func Print(w io.Writer, r Report) {
 	}
 	fmt.Fprintln(w)
 	for _, e := range r.Events {
-		fmt.Fprintf(w, "  node %d %s at %.1fs (led %d push partitions; active controller: %v; run still going: %v), back at %.1fs, replicas in sync at %.1fs\n",
-			e.Node, e.Action, e.At, e.LedPush, e.Controller, e.DuringRun, e.Back, e.InSync)
+		fmt.Fprintf(w, "  node %d %s at %.1fs (led %d push partitions; run still going: %v), back at %.1fs, replicas in sync at %.1fs\n",
+			e.Node, e.Action, e.At, e.LedPush, e.DuringRun, e.Back, e.InSync)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, s := range e.Stalls {
 			extra := ""
