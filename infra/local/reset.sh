@@ -35,6 +35,10 @@ for s in "${services[@]}"; do
 			info "deleted the Kafka data (jars kept in $LOCAL_DIR/kafka/libs)"
 		else
 			rm -rf "$LOCAL_DIR/kafka/cluster" "$LOG_DIR"/kafka-[0-9].log
+			# Later commands without NOTIFY_LOCAL_KAFKA_NODES mean the single node again.
+			if [[ "$(cat "$LOCAL_DIR/kafka/nodes" 2>/dev/null)" == "$nodes" ]]; then
+				rm -f "$LOCAL_DIR/kafka/nodes"
+			fi
 			info "deleted the data of the $nodes-node Kafka cluster (jars kept in $LOCAL_DIR/kafka/libs)"
 		fi
 		;;
