@@ -765,7 +765,6 @@ func formatAssignment(m map[string][]int32) string {
 	return s
 }
 
-
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

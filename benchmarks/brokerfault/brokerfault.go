@@ -280,8 +280,7 @@ func (in *Injector) Run(ctx context.Context, live pipeline.Live) error {
 	}()
 
 	var events []Event
-	var leaders map[int32]map[tp]bool // node → partitions it led at its fault
-	leaders = map[int32]map[tp]bool{}
+	leaders := map[int32]map[tp]bool{} // node → partitions it led at its fault
 	runEnded := func() bool {
 		select {
 		case <-ended:

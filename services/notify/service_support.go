@@ -122,7 +122,6 @@ func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Lo
 	}
 }
 
-
 // transient reports whether err looks like a dependency that is not (yet)
 // reachable — the network, a server starting up, a retriable Kafka error —
 // rather than a setting that is wrong.
