@@ -55,6 +55,16 @@ type Config struct {
 	WebSocketAddr string
 	// APNs turns on the APNs side (apns.go). Default: off.
 	APNs APNsConfig
+	// FCMCredentialsFile turns on the FCM side (fcm.go): the
+	// service-account JSON whose public key verifies the token endpoint's
+	// assertions and whose project_id messages:send serves. A file that
+	// does not exist is created with fresh dev credentials whose token_uri
+	// is this mock. Default empty: no FCM side.
+	FCMCredentialsFile string
+	// FCMTokenLifetime is how long the access tokens the FCM side issues
+	// are valid (expires_in, whole seconds). Default 1 h, as Google's;
+	// under a second makes every token arrive expired.
+	FCMTokenLifetime time.Duration
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -77,6 +87,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStreams == 0 {
 		c.MaxStreams = 1000
+	}
+	if c.FCMTokenLifetime == 0 {
+		c.FCMTokenLifetime = time.Hour
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -105,6 +118,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("pushmock: jitter %s: must not be negative", c.Jitter)
 	case c.RetryAfter < 0:
 		return fmt.Errorf("pushmock: retry-after %s: must not be negative", c.RetryAfter)
+	case c.FCMTokenLifetime < 0:
+		return fmt.Errorf("pushmock: fcm-token-lifetime %s: must not be negative", c.FCMTokenLifetime)
 	case c.MaxStreams < 1:
 		return fmt.Errorf("pushmock: max-streams %d: want at least 1", c.MaxStreams)
 	}

@@ -56,6 +56,8 @@ type Stats struct {
 	Browser BrowserStats `json:"browser"`
 	// APNs counts the APNs side (Config.APNs).
 	APNs APNsStats `json:"apns"`
+	// FCM counts the FCM side (Config.FCMCredentialsFile).
+	FCM FCMStats `json:"fcm"`
 }
 
 // BrowserStats is the browser side of Stats.
@@ -102,6 +104,7 @@ type Server struct {
 	moz *mozPush // nil unless Config.WebSocketAddr is set
 
 	apns *apnsMock // nil unless Config.APNs.KeyFile is set
+	fcm  *fcmSide  // nil unless Config.FCMCredentialsFile is set
 }
 
 // New validates cfg and returns a server; Start makes it listen.
@@ -174,6 +177,13 @@ func (s *Server) start(run *startstop.Run) error {
 		mux.HandleFunc("POST "+apnsPrefix+"{token}", s.handleAPNs)
 		s.log.Info("push mock: APNs side on", "url", s.url+apnsPrefix+"<hex token>", "key_id", s.cfg.APNs.KeyID,
 			"team_id", s.cfg.APNs.TeamID, "topic", s.cfg.APNs.Topic, "token_max_age", s.cfg.APNs.TokenMaxAge)
+	}
+	if s.cfg.FCMCredentialsFile != "" {
+		if s.fcm, err = s.startFCM(); err != nil {
+			ln.Close()
+			return err
+		}
+		s.fcm.routes(mux)
 	}
 	if s.moz != nil {
 		mux.HandleFunc("POST "+mozPrefix+"{channel}", s.moz.handlePush)
@@ -297,6 +307,9 @@ func (s *Server) Stats() Stats {
 			st.ByStatus[strconv.Itoa(code)] = n
 		}
 	}
+	if s.fcm != nil {
+		st.FCM = s.fcm.stats()
+	}
 	return st
 }
 
@@ -313,6 +326,9 @@ func (s *Server) ResetStats() {
 	s.notBefore.Clear()
 	if s.apns != nil {
 		s.apns.reset()
+	}
+	if s.fcm != nil {
+		s.fcm.reset()
 	}
 }
 

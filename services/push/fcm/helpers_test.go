@@ -1,0 +1,72 @@
+package fcm_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/notify-dev/notify/services/push/fcm"
+	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// startMock runs the mock with its FCM side on dev credentials it writes
+// itself, answering at once unless cfg says otherwise.
+func startMock(t testing.TB, cfg pushmock.Config) (*pushmock.Server, *fcm.Credentials) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.CertFile = filepath.Join(dir, "cert.pem")
+	cfg.FCMCredentialsFile = filepath.Join(dir, "service-account.json")
+	if cfg.Latency == 0 {
+		cfg.Latency = pushmock.NoLatency
+	}
+	cfg.Logger = quiet
+	m, err := pushmock.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := m.Stop(ctx); err != nil {
+			t.Errorf("stop mock: %v", err)
+		}
+	})
+	creds, err := fcm.LoadCredentials(cfg.FCMCredentialsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, creds
+}
+
+func newClient(t testing.TB, m *pushmock.Server, creds *fcm.Credentials, mod func(*fcm.Config)) *fcm.Client {
+	t.Helper()
+	roots, err := webpush.LoadCAFile(m.CertFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fcm.Config{Credentials: creds, Endpoint: m.URL(), RootCAs: roots, Metrics: metrics.NewSet(), Logger: quiet}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := fcm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func msg(token string) fcm.Message {
+	return fcm.Message{Token: token, Title: "New lesson", Body: "Chapter 3 is up", EventID: "0193a5c4-7e1f-7000-8000-000000000001", CourseID: "42", URL: "https://learn.example/c/42"}
+}
