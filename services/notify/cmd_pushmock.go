@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"path/filepath"
+	"time"
 
 	"github.com/notify-dev/notify/services/pushmock"
 )
@@ -34,9 +36,18 @@ func pushmockFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger)
 	fs.IntVar(&c.MaxStreams, "max-streams", 1000, "HTTP/2 concurrent streams per connection")
 	fs.StringVar(&c.WebSocketAddr, "ws-addr", "", "also speak Mozilla's push protocol here (ws://; a Firefox's dom.push.serverURL), forwarding pushes to /moz/<channel> to the browser")
 	apnsDevFlag := apnsMockFlags(fs, &c.APNs)
+	fs.StringVar(&c.FCMCredentialsFile, "fcm-credentials", "",
+		"FCM side: service-account JSON whose key the token endpoint trusts, written with fresh dev credentials when missing; default fcm-service-account.json beside --cert-file ("+devFCMCredentialsFile+"), off for no FCM side")
+	fs.DurationVar(&c.FCMTokenLifetime, "fcm-token-lifetime", time.Hour, "FCM side: lifetime of the access tokens it issues")
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if c.Latency == 0 {
 			c.Latency = pushmock.NoLatency
+		}
+		switch c.FCMCredentialsFile {
+		case "":
+			c.FCMCredentialsFile = filepath.Join(filepath.Dir(c.CertFile), "fcm-service-account.json")
+		case "off":
+			c.FCMCredentialsFile = ""
 		}
 		c.Logger = log
 		if err := apnsMockCredentials(log, &c.APNs, apnsDevDir(*apnsDevFlag, c.CertFile)); err != nil {
