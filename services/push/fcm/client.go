@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -200,7 +199,6 @@ type Client struct {
 	// pausedUntil is the project's Retry-After deadline in Unix
 	// nanoseconds: no message is sent before it.
 	pausedUntil atomic.Int64
-	bufs        sync.Pool
 	h1Warned    atomic.Bool
 }
 
@@ -227,10 +225,13 @@ func New(cfg Config) (*Client, error) {
 		DialContext:         dial,
 		TLSClientConfig:     tlsCfg,
 		TLSHandshakeTimeout: cfg.DialTimeout,
-		ForceAttemptHTTP2:   true,
-		Protocols:           &protocols,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     2 * time.Minute,
+		// Bounds a send's wait for FCM's answer (the token exchange has
+		// the http.Client's Timeout too).
+		ResponseHeaderTimeout: cfg.Timeout,
+		ForceAttemptHTTP2:     true,
+		Protocols:             &protocols,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       2 * time.Minute,
 		// HTTP/2: many streams per connection; a new connection only when
 		// the server's SETTINGS_MAX_CONCURRENT_STREAMS are all in use.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
@@ -264,7 +265,6 @@ func New(cfg Config) (*Client, error) {
 			c.m.exchanges.Inc()
 		},
 	}
-	c.bufs.New = func() any { return new(bytes.Buffer) }
 	return c, nil
 }
 
@@ -342,10 +342,9 @@ func (c *Client) send(ctx context.Context, msg Message) outcome.Outcome {
 	c.m.inflight.Inc()
 	defer c.m.inflight.Dec()
 
-	buf := c.bufs.Get().(*bytes.Buffer)
-	defer c.bufs.Put(buf)
-	buf.Reset()
-	buf.Write(appendMessage(buf.AvailableBuffer(), &msg, int64(ttl/time.Second)))
+	// Not pooled: the transport may still be reading a request body when
+	// the answer is in (an early 4xx), so a body is never reused.
+	body := appendMessage(make([]byte, 0, 256+len(msg.Token)+len(msg.Title)+len(msg.Body)+len(msg.EventID)*2+len(msg.CourseID)+len(msg.URL)), &msg, int64(ttl/time.Second))
 
 	for attempt := 1; ; attempt++ {
 		tok, err := c.tokens.get(ctx)
@@ -356,7 +355,7 @@ func (c *Client) send(ctx context.Context, msg Message) outcome.Outcome {
 		if out, paused := c.paused(); paused {
 			return out
 		}
-		out := c.post(ctx, tok, buf.Bytes())
+		out := c.post(ctx, tok, body)
 		if out.Status == http.StatusUnauthorized && attempt == 1 {
 			c.m.unauthorized.Inc()
 			c.tokens.invalidate(tok)
@@ -425,7 +424,10 @@ func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcom
 		"Content-Type":  {"application/json; charset=utf-8"},
 	}
 	started := time.Now()
-	resp, err := c.http.Do(req)
+	// Straight to the transport: http.Client's per-request timeout costs a
+	// context, a timer and a body wrapper; Transport.ResponseHeaderTimeout
+	// bounds the wait instead, and FCM never redirects.
+	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
 		c.m.latency.UpdateDuration(started)
 		switch {

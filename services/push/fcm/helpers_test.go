@@ -51,13 +51,20 @@ func startMock(t testing.TB, cfg pushmock.Config) (*pushmock.Server, *fcm.Creden
 
 func newClient(t testing.TB, m *pushmock.Server, creds *fcm.Credentials, mod func(*fcm.Config)) *fcm.Client {
 	t.Helper()
-	roots, err := webpush.LoadCAFile(m.CertFile())
+	return newClientFor(t, m.URL(), m.CertFile(), creds, mod)
+}
+
+func newClientFor(t testing.TB, url, certFile string, creds *fcm.Credentials, mods ...func(*fcm.Config)) *fcm.Client {
+	t.Helper()
+	roots, err := webpush.LoadCAFile(certFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fcm.Config{Credentials: creds, Endpoint: m.URL(), RootCAs: roots, Metrics: metrics.NewSet(), Logger: quiet}
-	if mod != nil {
-		mod(&cfg)
+	cfg := fcm.Config{Credentials: creds, Endpoint: url, RootCAs: roots, Metrics: metrics.NewSet(), Logger: quiet}
+	for _, mod := range mods {
+		if mod != nil {
+			mod(&cfg)
+		}
 	}
 	c, err := fcm.New(cfg)
 	if err != nil {
