@@ -15,6 +15,7 @@ import (
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/outcome"
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock"
 )
 
 const (
@@ -214,7 +215,7 @@ func runFCMDevCredentials(args []string) error {
 			return fmt.Errorf("%s exists but is not usable (use --force to replace it): %w", *out, err)
 		}
 		log.Info("dev FCM credentials exist; kept", "file", *out, "project_id", creds.ProjectID, "token_uri", creds.TokenURI)
-		fmt.Printf("%s=%s\n", envFCMCredentials, *out)
+		printDevFCM(*out, creds)
 		return nil
 	}
 	creds, err := fcm.WriteDevCredentials(*out, *tokenURI)
@@ -223,6 +224,13 @@ func runFCMDevCredentials(args []string) error {
 	}
 	log.Warn("wrote NEW DEV FCM credentials: a fresh RSA key only the local mock trusts; never use them for a real project",
 		"file", *out, "project_id", creds.ProjectID, "token_uri", creds.TokenURI)
-	fmt.Printf("%s=%s\n", envFCMCredentials, *out)
+	printDevFCM(*out, creds)
 	return nil
+}
+
+// printDevFCM prints the setting and a registration token the mock
+// delivers to, for a first `notify fcm send`.
+func printDevFCM(path string, creds *fcm.Credentials) {
+	fmt.Printf("%s=%s\n", envFCMCredentials, path)
+	fmt.Printf("# a registration token the mock delivers to (device 1):\nFCM_TOKEN=%s\n", pushmock.FCMToken(creds.ProjectID, 1))
 }

@@ -38,6 +38,16 @@
 // apply to it too, with the gone and always-5xx sets chosen by device
 // token (APNsGoneToken, APNsAlways5xxToken); Stats.APNs counts it.
 //
+// With Config.FCMCredentialsFile it is also FCM HTTP v1 (fcm.go): a token
+// endpoint, POST /token, that verifies the service account's RS256
+// assertion and issues short-lived access tokens, and POST
+// /v1/projects/{project}/messages:send that checks the bearer token, the
+// project and the message schema strictly. Devices are registration
+// tokens made by FCMToken (carrying a device id and the project), and the
+// same faults apply by id: GoneFraction answers 404 UNREGISTERED,
+// Always5xxFraction 500, Rate429 429 QUOTA_EXCEEDED with Retry-After,
+// Rate5xx 503. Stats.FCM counts its side.
+//
 // Push resources are /wpush/<id> with <id> a decimal subscription id in
 // [1, 2^30). Use it in-process (New, Start, Stop) or as `notify run pushmock`.
 package pushmock
