@@ -189,7 +189,7 @@ const MaxTokenLen = 4096
 // service: it has Close rather than the startstop lifecycle.
 type Client struct {
 	cfg     Config
-	sendURL string
+	sendURL *url.URL
 	http    *http.Client
 	tr      *http.Transport
 	tokens  *tokenSource
@@ -245,7 +245,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg:     cfg,
-		sendURL: u.Scheme + "://" + u.Host + "/v1/projects/" + url.PathEscape(cfg.Credentials.ProjectID) + "/messages:send",
+		sendURL: &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/v1/projects/" + cfg.Credentials.ProjectID + "/messages:send"},
 		http:    hc,
 		tr:      tr,
 		sem:     make(chan struct{}, cfg.MaxInFlight),
@@ -415,14 +415,20 @@ func permanent(status int, err error) outcome.Outcome {
 }
 
 func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcome.Outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.sendURL, bytes.NewReader(body))
-	if err != nil {
-		return permanent(0, err)
-	}
-	req.Header = http.Header{
-		"Authorization": {tok.header},
-		"Content-Type":  {"application/json; charset=utf-8"},
-	}
+	// Built rather than parsed: the URL is the same for every message and
+	// shared read-only, like the header.
+	req := (&http.Request{
+		Method:        http.MethodPost,
+		URL:           c.sendURL,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        tok.sendHeader,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		ContentLength: int64(len(body)),
+		Host:          c.sendURL.Host,
+	}).WithContext(ctx)
 	started := time.Now()
 	// Straight to the transport: http.Client's per-request timeout costs a
 	// context, a timer and a body wrapper; Transport.ResponseHeaderTimeout

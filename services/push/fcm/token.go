@@ -16,9 +16,13 @@ import (
 
 // accessToken is an OAuth 2.0 access token and when to replace it.
 type accessToken struct {
-	header    string    // "Bearer …", the Authorization value
-	refreshAt time.Time // from here on one caller fetches the next while the rest keep using this one
-	expires   time.Time // from here on nobody uses it
+	header string // "Bearer …", the Authorization value
+	// sendHeader is the messages:send request header with this token,
+	// shared read-only by every request that uses it (a RoundTripper must
+	// not modify a request).
+	sendHeader http.Header
+	refreshAt  time.Time // from here on one caller fetches the next while the rest keep using this one
+	expires    time.Time // from here on nobody uses it
 }
 
 // refresh is one token exchange in progress; done closes when tok or err
@@ -190,10 +194,12 @@ func (ts *tokenSource) fetch(ctx context.Context) (*accessToken, error) {
 	// half the lifetime for short-lived tokens.
 	life := time.Duration(t.ExpiresIn) * time.Second
 	ahead := min(ts.refreshBefore, life/2)
+	header := "Bearer " + t.AccessToken
 	return &accessToken{
-		header:    "Bearer " + t.AccessToken,
-		expires:   now.Add(life),
-		refreshAt: now.Add(life - ahead),
+		header:     header,
+		sendHeader: http.Header{"Authorization": {header}, "Content-Type": {"application/json; charset=utf-8"}},
+		expires:    now.Add(life),
+		refreshAt:  now.Add(life - ahead),
 	}, nil
 }
 
