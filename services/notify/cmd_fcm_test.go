@@ -23,9 +23,16 @@ import (
 // NOTIFY_FCM_CREDENTIALS and NOTIFY_FCM_ENDPOINT, no dev mode.
 func runFCMCLI(t *testing.T, bin string, env []string, args ...string) cliResult {
 	t.Helper()
+	return runFCMCLIIn(t, "", bin, env, args...)
+}
+
+// runFCMCLIIn is runFCMCLI in working directory dir.
+func runFCMCLIIn(t *testing.T, dir, bin string, env []string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NOTIFY_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -108,8 +115,35 @@ func TestFCMCLI(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--token") {
 		t.Errorf("no --token: exit %d, stderr %s", r.code, r.stderr)
 	}
-	// okID was sent twice: one device, two deliveries, one exchange per process.
-	if m := pushmockStats(t, url, certFile); m.FCM.Unique != 1 || m.FCM.Duplicates != 1 || m.FCM.ByStatus["200"] != 2 || m.FCM.TokenExchanges != 5 {
+
+	// Dev mode without NOTIFY_FCM_CREDENTIALS takes the dev file, loudly;
+	// configured credentials win over it even in dev mode (these have a key
+	// the mock does not trust, so the exchange is refused).
+	wd := t.TempDir()
+	devFile := filepath.Join(wd, devFCMCredentialsFile)
+	os.MkdirAll(filepath.Dir(devFile), 0o700)
+	b, err := os.ReadFile(credsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(devFile, b, 0o600)
+	devEnv := []string{envDev + "=1", envFCMEndpoint + "=" + url, envPushCAFile + "=" + certFile}
+	r = runFCMCLIIn(t, wd, bin, devEnv, "fcm", "send", "--token", pushmock.FCMToken(creds.ProjectID, okID), "--title", "t")
+	if r.code != 0 || !strings.Contains(r.stderr, "DEV FCM credentials") {
+		t.Errorf("dev mode, credentials unset: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	other := filepath.Join(t.TempDir(), "other.json")
+	if _, err := fcm.WriteDevCredentials(other, url+"/token"); err != nil {
+		t.Fatal(err)
+	}
+	r = runFCMCLIIn(t, wd, bin, append(devEnv, envFCMCredentials+"="+other), "fcm", "send", "--token", pushmock.FCMToken(creds.ProjectID, okID), "--title", "t")
+	if r.code != exitPermanent || !strings.Contains(r.stdout, "invalid_grant") {
+		t.Errorf("dev mode, other credentials configured: exit %d\n%s%s; want them used (and refused)", r.code, r.stdout, r.stderr)
+	}
+
+	// okID was delivered three times: one device, two duplicates; one
+	// exchange per process that reached the mock with its key.
+	if m := pushmockStats(t, url, certFile); m.FCM.Unique != 1 || m.FCM.Duplicates != 2 || m.FCM.ByStatus["200"] != 3 || m.FCM.TokenExchanges != 6 || m.FCM.AssertionFailures != 1 {
 		t.Errorf("mock FCM stats %+v", m.FCM)
 	}
 
