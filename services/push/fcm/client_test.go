@@ -3,14 +3,18 @@ package fcm_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -333,5 +337,52 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// A failing token endpoint sees one exchange, not one per message: the
+// failure stands for the next sends for a moment, and they come back
+// Retryable.
+func TestFailingTokenEndpointOneExchange(t *testing.T) {
+	var exchanges atomic.Int64
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exchanges.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		http.Error(w, `{"error":"internal_failure"}`, http.StatusServiceUnavailable)
+	}))
+	defer ts.Close()
+	m, creds := startMock(t, pushmock.Config{})
+	broken := *creds
+	broken.TokenURI = ts.URL + "/token"
+	roots, err := webpush.LoadCAFile(m.CertFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AddCert(ts.Certificate())
+	c := newClient(t, m, &broken, func(cfg *fcm.Config) { cfg.RootCAs = roots })
+	var wg sync.WaitGroup
+	var retryable atomic.Int64
+	for id := int64(1); id <= 100; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, id)))
+			if out.Kind == outcome.Retryable && errors.Is(out.Err, fcm.ErrTokenExchange) {
+				retryable.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	for id := int64(101); id <= 120; id++ { // one after the other, each after the failure
+		out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, id)))
+		if out.Kind == outcome.Retryable && errors.Is(out.Err, fcm.ErrTokenExchange) {
+			retryable.Add(1)
+		}
+	}
+	if n := exchanges.Load(); n != 1 || retryable.Load() != 120 {
+		t.Fatalf("%d exchanges, %d of 120 sends retryable; want 1 and 120", n, retryable.Load())
+	}
+	if m.Stats().FCM.Received != 0 {
+		t.Fatal("messages were sent without a token")
 	}
 }

@@ -19,7 +19,9 @@
 // a second 401 is a PermanentFailure. The token endpoint refusing the
 // assertion (invalid_grant: wrong key, clock, issuer) is a
 // PermanentFailure wrapping ErrTokenExchange; it failing or being
-// unreachable is Retryable.
+// unreachable is Retryable. A failed exchange stands for a second: sends
+// meanwhile keep a token that has not yet expired or get the same
+// failure, so an outage costs one exchange a second, not one per message.
 //
 // GenerateDevCredentials makes a service account with a fresh key for the
 // local mock (package pushmock verifies assertions with VerifyAssertion).

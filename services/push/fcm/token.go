@@ -47,7 +47,16 @@ type tokenSource struct {
 	cur atomic.Pointer[accessToken]
 	mu  sync.Mutex
 	inf *refresh // the exchange in progress, nil when none
+	// After a failed exchange none is tried before failedUntil: sends
+	// keep the current token while it is valid, and get the failure
+	// otherwise, so an unreachable or refusing token endpoint sees one
+	// exchange per exchangeBackoff, not one per message.
+	failedUntil time.Time
+	failErr     error
 }
+
+// exchangeBackoff is how long a failed exchange stands for the next ones.
+const exchangeBackoff = time.Second
 
 // ErrTokenExchange is wrapped by the errors of sends whose access token
 // could not be obtained.
@@ -86,12 +95,23 @@ func (ts *tokenSource) get(ctx context.Context) (*accessToken, error) {
 			return t, nil
 		}
 		r := ts.inf
+		if r == nil && now.Before(ts.failedUntil) {
+			err := ts.failErr
+			ts.mu.Unlock()
+			if t != nil && now.Before(t.expires) {
+				return t, nil
+			}
+			return nil, err
+		}
 		if r == nil {
 			r = &refresh{done: make(chan struct{})}
 			ts.inf = r
 			ts.mu.Unlock()
 			ts.exchange(ctx, r)
 			if r.err != nil {
+				if t != nil && time.Now().Before(t.expires) {
+					return t, nil // renewal failed early: the current token still serves
+				}
 				return nil, r.err
 			}
 			return r.tok, nil
@@ -103,6 +123,9 @@ func (ts *tokenSource) get(ctx context.Context) (*accessToken, error) {
 		select {
 		case <-r.done:
 			if r.err != nil {
+				if t != nil && time.Now().Before(t.expires) {
+					return t, nil
+				}
 				return nil, r.err
 			}
 			// Fresh from the exchange: used even when its lifetime is so
@@ -136,6 +159,9 @@ func (ts *tokenSource) exchange(ctx context.Context, r *refresh) {
 	ts.mu.Lock()
 	if err == nil {
 		ts.cur.Store(tok)
+		ts.failedUntil, ts.failErr = time.Time{}, nil
+	} else {
+		ts.failedUntil, ts.failErr = time.Now().Add(exchangeBackoff), err
 	}
 	r.tok, r.err = tok, err
 	ts.inf = nil
