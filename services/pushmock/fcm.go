@@ -102,6 +102,8 @@ func (s *Server) startFCM() (*fcmSide, error) {
 		s.log.Warn("FCM mock: the credentials' token_uri is not this mock's token endpoint; clients using them will not exchange tokens here",
 			"file", path, "token_uri", creds.TokenURI, "mock_token_uri", tokenURI)
 	}
+	s.log.Info("FCM mock serving", "send", s.url+"/v1/projects/"+creds.ProjectID+"/messages:send", "token_uri", tokenURI,
+		"credentials", path, "access_token_lifetime", s.cfg.FCMTokenLifetime.String())
 	return &fcmSide{s: s, creds: creds, pub: creds.PublicKey(), lifetime: s.cfg.FCMTokenLifetime}, nil
 }
 

@@ -142,20 +142,39 @@ func errString(err error) string {
 }
 
 // An access token that expires mid-run is renewed once, by one caller,
-// before any send presents it expired.
+// while the others wait, before any send presents it expired.
 func TestTokenExpiresMidRun(t *testing.T) {
-	const lifetime = 2 * time.Second
+	const lifetime = 3 * time.Second
 	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, Latency: 10 * time.Millisecond})
-	c := newClient(t, m, creds, nil)
+	// Renewal as late as possible: the token is used until it expires.
+	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.RefreshBefore = time.Millisecond })
+	start := time.Now()
 	sendAll(t, c, creds, 1, 200)
 	if n := m.Stats().FCM.TokenExchanges; n != 1 {
 		t.Fatalf("%d exchanges before expiry, want 1", n)
 	}
-	time.Sleep(lifetime + 200*time.Millisecond)
+	time.Sleep(time.Until(start.Add(lifetime + 300*time.Millisecond)))
 	sendAll(t, c, creds, 201, 300)
 	st := m.Stats().FCM
 	if st.TokenExchanges != 2 || st.AuthFailures != 0 || st.Unique != 500 {
 		t.Fatalf("after expiry: %d exchanges, %d auth failures, %d delivered; want 2, 0, 500", st.TokenExchanges, st.AuthFailures, st.Unique)
+	}
+}
+
+// Inside the renewal window (Config.RefreshBefore, at most half the
+// lifetime) one caller renews while the others keep sending with the
+// current token.
+func TestTokenRenewedBeforeExpiry(t *testing.T) {
+	const lifetime = 4 * time.Second // renewal from 2 s on
+	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, Latency: 10 * time.Millisecond})
+	c := newClient(t, m, creds, nil)
+	start := time.Now()
+	sendAll(t, c, creds, 1, 200)
+	time.Sleep(time.Until(start.Add(lifetime/2 + 500*time.Millisecond)))
+	sendAll(t, c, creds, 201, 300)
+	st := m.Stats().FCM
+	if st.TokenExchanges != 2 || st.AuthFailures != 0 || st.Unique != 500 {
+		t.Fatalf("%d exchanges, %d auth failures, %d delivered; want 2, 0, 500", st.TokenExchanges, st.AuthFailures, st.Unique)
 	}
 }
 
