@@ -472,9 +472,15 @@ func (c *Client) classify(status int, retryAfterHeader string, body []byte, now 
 		}
 		return min(d, c.cfg.MaxRetryAfter)
 	}
+	// FCM names the code in details[].errorCode; a stand-in may put it in
+	// status instead. Either way it must be named: a bare 404 (a proxy, a
+	// wrong endpoint) must not delete devices.
+	names := func(code string) bool {
+		return fe.Code == code || bytes.Contains(body, []byte(`"`+code+`"`))
+	}
 	switch {
-	case status == http.StatusNotFound && fe.Code == "UNREGISTERED",
-		status == http.StatusForbidden && fe.Code == "SENDER_ID_MISMATCH":
+	case status == http.StatusNotFound && names("UNREGISTERED"),
+		status == http.StatusForbidden && names("SENDER_ID_MISMATCH"):
 		return outcome.Outcome{Kind: outcome.Gone, Status: status, Err: fe}
 	case status == http.StatusTooManyRequests:
 		d := retryAfter()

@@ -53,7 +53,7 @@ func ParseCredentials(b []byte) (*Credentials, error) {
 		return nil, fmt.Errorf("service-account JSON: %w", err)
 	}
 	switch {
-	case c.Type != "service_account":
+	case c.Type != "service_account" && c.Type != "": // Google's files always say it; a hand-made one may not
 		return nil, fmt.Errorf("service-account JSON: type %q, want \"service_account\"", c.Type)
 	case c.ProjectID == "" || strings.ContainsAny(c.ProjectID, "/?#% "):
 		return nil, fmt.Errorf("service-account JSON: project_id %q: want a Firebase project id", c.ProjectID)

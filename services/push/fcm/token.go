@@ -55,6 +55,10 @@ type tokenSource struct {
 	failErr     error
 }
 
+// defaultTokenLifetime is assumed when the token endpoint gives no
+// expires_in.
+const defaultTokenLifetime = time.Hour
+
 // exchangeBackoff is how long a failed exchange stands for the next ones.
 const exchangeBackoff = time.Second
 
@@ -205,9 +209,9 @@ func (ts *tokenSource) fetch(ctx context.Context) (*accessToken, error) {
 		return nil, &exchangeError{status: resp.StatusCode, msg: msg}
 	}
 	var t struct {
-		AccessToken string `json:"access_token"`
-		ExpiresIn   int64  `json:"expires_in"`
-		TokenType   string `json:"token_type"`
+		AccessToken string  `json:"access_token"`
+		ExpiresIn   float64 `json:"expires_in"`
+		TokenType   string  `json:"token_type"`
 	}
 	if err := json.Unmarshal(body, &t); err != nil || t.AccessToken == "" {
 		return nil, fmt.Errorf("%w: answer has no access_token", ErrTokenExchange)
@@ -218,7 +222,13 @@ func (ts *tokenSource) fetch(ctx context.Context) (*accessToken, error) {
 	// The lifetime counts from before the request, so the token is never
 	// used past its real expiry; renewal starts refreshBefore ahead, or at
 	// half the lifetime for short-lived tokens.
-	life := time.Duration(t.ExpiresIn) * time.Second
+	life := time.Duration(t.ExpiresIn * float64(time.Second))
+	if t.ExpiresIn <= 0 || t.ExpiresIn > 1e6 {
+		// Not said (it is only RECOMMENDED, RFC 6749 §5.1) or absurd:
+		// Google's hour, and a 401 renews it sooner if need be. Never a
+		// token per message.
+		life = defaultTokenLifetime
+	}
 	ahead := min(ts.refreshBefore, life/2)
 	header := "Bearer " + t.AccessToken
 	return &accessToken{
