@@ -78,6 +78,10 @@ type Config struct {
 	Endpoint string
 	// MaxInFlight caps concurrent requests. Default 5000.
 	MaxInFlight int
+	// MaxConnections caps the connections to the endpoint; one more is
+	// dialed only when every open one is at the server's stream limit.
+	// Default 64.
+	MaxConnections int
 	// Timeout bounds one request, and one token exchange. Default 30 s.
 	Timeout time.Duration
 	// DialTimeout bounds the TCP connect and the TLS handshake. Default 3 s.
@@ -122,6 +126,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 5000
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 64
+	}
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
 	}
@@ -152,6 +159,8 @@ func (c Config) validate() (endpointURL *url.URL, err error) {
 		return nil, errors.New("Credentials: required (a service-account JSON file)")
 	case c.MaxInFlight < 1:
 		return nil, fmt.Errorf("MaxInFlight %d: want at least 1", c.MaxInFlight)
+	case c.MaxConnections < 1:
+		return nil, fmt.Errorf("MaxConnections %d: want at least 1", c.MaxConnections)
 	case c.Timeout < 0 || c.DialTimeout < 0:
 		return nil, fmt.Errorf("Timeout %s / DialTimeout %s: must not be negative", c.Timeout, c.DialTimeout)
 	case c.TTL < time.Second || c.TTL > 28*24*time.Hour:
@@ -191,7 +200,8 @@ type Client struct {
 	cfg     Config
 	sendURL *url.URL
 	http    *http.Client
-	tr      *http.Transport
+	tr      *http.Transport // the token exchange's, and the pool's dialer
+	pool    *connPool
 	tokens  *tokenSource
 	sem     chan struct{}
 	closed  atomic.Bool
@@ -248,6 +258,7 @@ func New(cfg Config) (*Client, error) {
 		sendURL: &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/v1/projects/" + cfg.Credentials.ProjectID + "/messages:send"},
 		http:    hc,
 		tr:      tr,
+		pool:    &connPool{tr: tr, addr: hostPort(u), maxConns: cfg.MaxConnections, dialTimeout: cfg.DialTimeout},
 		sem:     make(chan struct{}, cfg.MaxInFlight),
 		m:       newClientMetrics(cfg.Metrics),
 	}
@@ -299,7 +310,18 @@ func (c *Client) ProjectID() string { return c.cfg.Credentials.ProjectID }
 // Sends in flight finish on their own.
 func (c *Client) Close() {
 	c.closed.Store(true)
+	c.pool.close()
 	c.tr.CloseIdleConnections()
+}
+
+// Connections is the number of connections open to the FCM endpoint.
+func (c *Client) Connections() int { return c.pool.size() }
+
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "443")
 }
 
 // PausedFor is what remains of the project's pause (zero when none).
@@ -430,20 +452,31 @@ func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcom
 		Host:          c.sendURL.Host,
 	}).WithContext(ctx)
 	started := time.Now()
-	// Straight to the transport: http.Client's per-request timeout costs a
-	// context, a timer and a body wrapper; Transport.ResponseHeaderTimeout
-	// bounds the wait instead, and FCM never redirects.
-	resp, err := c.tr.RoundTrip(req)
-	if err != nil {
-		c.m.latency.UpdateDuration(started)
-		switch {
-		case ctx.Err() != nil:
-			return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}
-		case errors.Is(err, endpoint.ErrRefused):
-			return permanent(0, fmt.Errorf("send to %s: %w", c.cfg.Endpoint, err))
+	// Straight to a connection of the pool (see connPool): no
+	// http.Client, whose per-request timeout costs a context, a timer and
+	// a body wrapper; Transport.ResponseHeaderTimeout bounds the wait
+	// instead, and FCM never redirects.
+	cc, err := c.pool.get(ctx)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = cc.RoundTrip(req); err == nil {
+			return c.answer(resp, started)
 		}
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("send to %s: %w", c.cfg.Endpoint, err)}
 	}
+	c.m.latency.UpdateDuration(started)
+	switch {
+	case ctx.Err() != nil:
+		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}
+	case errors.Is(err, ErrClosed):
+		return outcome.Outcome{Kind: outcome.Retryable, Err: ErrClosed}
+	case errors.Is(err, endpoint.ErrRefused):
+		return permanent(0, fmt.Errorf("send to %s: %w", c.cfg.Endpoint, err))
+	}
+	return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("send to %s: %w", c.cfg.Endpoint, err)}
+}
+
+// answer reads FCM's answer and classifies it.
+func (c *Client) answer(resp *http.Response, started time.Time) outcome.Outcome {
 	defer resp.Body.Close()
 	if resp.ProtoMajor < 2 && c.h1Warned.CompareAndSwap(false, true) {
 		c.cfg.Logger.Warn("FCM endpoint answers over HTTP/1.1, not HTTP/2: every request in flight takes a connection", "endpoint", c.cfg.Endpoint)

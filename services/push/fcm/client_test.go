@@ -405,3 +405,66 @@ func TestFailingTokenEndpointOneExchange(t *testing.T) {
 		t.Fatal("messages were sent without a token")
 	}
 }
+
+// Many streams on few connections: a first burst of concurrent sends to
+// an endpoint not yet connected (the token endpoint is another host)
+// shares HTTP/2 connections instead of dialing one per send. localhost
+// names loopback, so the default guard dials it without dev mode.
+func TestFewConnections(t *testing.T) {
+	m, creds := startMock(t, pushmock.Config{Latency: 20 * time.Millisecond})
+	endpoint := strings.Replace(m.URL(), "127.0.0.1", "localhost", 1)
+	c := newClientFor(t, endpoint, m.CertFile(), creds)
+	sendAll(t, c, creds, 1, 500)
+	// One for the token endpoint, one for the sends (500 streams fit).
+	if n, open := m.Stats().Connections, c.Connections(); n != 2 || open != 1 {
+		t.Fatalf("%d connections accepted, %d open to the endpoint, for 500 concurrent sends; want 2 and 1", n, open)
+	}
+}
+
+// A connection's streams at the server's limit: one more connection,
+// dialed by one caller, not one per waiting send.
+func TestConnectionAtStreamLimit(t *testing.T) {
+	m, creds := startMock(t, pushmock.Config{Latency: 50 * time.Millisecond, MaxStreams: 100})
+	c := newClient(t, m, creds, nil)
+	sendAll(t, c, creds, 1, 450)
+	if open := c.Connections(); open < 5 || open > 6 {
+		t.Fatalf("%d connections for 450 concurrent sends at 100 streams each, want 5 (6 if one was dialed early)", open)
+	}
+}
+
+// A send whose answer does not come within Config.Timeout is retryable.
+func TestTimeout(t *testing.T) {
+	m, creds := startMock(t, pushmock.Config{Latency: 3 * time.Second})
+	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.Timeout = 300 * time.Millisecond })
+	start := time.Now()
+	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 1)))
+	if out.Kind != outcome.Retryable || out.Status != 0 || time.Since(start) > 2*time.Second {
+		t.Fatalf("got %v %d %v after %s, want retryable without an answer after the timeout", out.Kind, out.Status, out.Err, time.Since(start))
+	}
+}
+
+// An endpoint without HTTP/2 (a stand-in) is still spoken to, over
+// HTTP/1.1, one request per connection at a time.
+func TestHTTP1Endpoint(t *testing.T) {
+	var got atomic.Int64
+	h1 := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 1 || r.URL.Path != "/v1/projects/"+fcm.DevProjectID+"/messages:send" || !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+			http.Error(w, "unexpected request", http.StatusBadRequest)
+			return
+		}
+		got.Add(1)
+		w.Write([]byte(`{"name":"projects/x/messages/1"}`))
+	}))
+	defer h1.Close()
+	m, creds := startMock(t, pushmock.Config{})
+	roots, err := webpush.LoadCAFile(m.CertFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AddCert(h1.Certificate())
+	c := newClientFor(t, h1.URL, m.CertFile(), creds, func(cfg *fcm.Config) { cfg.RootCAs = roots; cfg.MaxConnections = 4 })
+	sendAll(t, c, creds, 1, 20)
+	if got.Load() != 20 || c.Connections() > 4 {
+		t.Fatalf("%d delivered over %d connections, want 20 over at most 4", got.Load(), c.Connections())
+	}
+}

@@ -48,11 +48,14 @@
 //
 // # Connections
 //
-// Requests go through net/http's Transport with HTTP/2 negotiated by ALPN:
-// many streams share a connection, and a new one is dialed only when the
-// server's concurrent-stream limit is reached. A server without HTTP/2 (a
-// stand-in token endpoint) is spoken to over HTTP/1.1, with a warning when
-// it is the FCM endpoint. Every connection is dialed through an
+// Sends go over a small pool of net/http client connections
+// (http.ClientConn, HTTP/2 negotiated by ALPN): many streams share a
+// connection, and one more is dialed — by one caller while the others
+// wait — only when every open one is at the server's concurrent-stream
+// limit, up to Config.MaxConnections. (net/http's own pool dials one
+// connection per request when many arrive at once.) A server without
+// HTTP/2 is spoken to over HTTP/1.1, one request per connection at a
+// time, with a warning. The token exchange uses net/http's Transport. Every connection is dialed through an
 // endpoint.Policy (DialPolicy): exactly the hosts of Config.Endpoint and
 // the token_uri, and no loopback, private or metadata address unless the
 // operator named it as an IP literal or localhost, or Config.Dev is set.
