@@ -195,7 +195,8 @@ const MaxTokenLen = 4096
 
 // Client sends FCM HTTP v1 messages. It is safe for concurrent use; share
 // one per process and project. Like webpush.Sender it is a client, not a
-// service: it has Close rather than the startstop lifecycle.
+// service: it has Close rather than the startstop lifecycle (it takes no
+// work of its own; its goroutines are its connections').
 type Client struct {
 	cfg     Config
 	sendURL *url.URL
@@ -306,8 +307,9 @@ func DialPolicy(dev bool, urls ...string) (*endpoint.Policy, error) {
 // ProjectID is the project messages are sent for.
 func (c *Client) ProjectID() string { return c.cfg.Credentials.ProjectID }
 
-// Close drops idle connections and makes later sends fail with ErrClosed.
-// Sends in flight finish on their own.
+// Close closes the connections and makes later sends fail with ErrClosed.
+// Sends still in flight are interrupted and come back Retryable, so the
+// owner stops sending first (as the push worker does), then closes.
 func (c *Client) Close() {
 	c.closed.Store(true)
 	c.pool.close()
