@@ -16,12 +16,12 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/pushjson"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -566,12 +566,12 @@ func parseError(status int, body []byte) *Error {
 // most of the per-message work after TLS and HTTP/2.
 func appendMessage(b []byte, m *Message, ttlSecs int64) []byte {
 	b = append(b, `{"message":{"token":`...)
-	b = appendString(b, m.Token)
+	b = pushjson.AppendString(b, m.Token)
 	b = append(b, `,"notification":{"title":`...)
-	b = appendString(b, m.Title)
+	b = pushjson.AppendString(b, m.Title)
 	if m.Body != "" {
 		b = append(b, `,"body":`...)
-		b = appendString(b, m.Body)
+		b = pushjson.AppendString(b, m.Body)
 	}
 	b = append(b, '}')
 	if m.EventID != "" || m.CourseID != "" || m.URL != "" {
@@ -588,7 +588,7 @@ func appendMessage(b []byte, m *Message, ttlSecs int64) []byte {
 			b = append(b, '"')
 			b = append(b, kv.k...)
 			b = append(b, `":`...)
-			b = appendString(b, kv.v)
+			b = pushjson.AppendString(b, kv.v)
 		}
 		b = append(b, '}')
 	}
@@ -597,58 +597,7 @@ func appendMessage(b []byte, m *Message, ttlSecs int64) []byte {
 	b = append(b, `s"`...)
 	if m.EventID != "" {
 		b = append(b, `,"collapse_key":`...)
-		b = appendString(b, m.EventID)
+		b = pushjson.AppendString(b, m.EventID)
 	}
 	return append(b, "}}}"...)
-}
-
-// appendString appends s as a JSON string; invalid UTF-8 becomes U+FFFD,
-// as encoding/json does.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
