@@ -136,34 +136,17 @@ func runAPNsSend(ctx context.Context, args []string) error {
 	}
 	start := time.Now()
 	out := client.Send(ctx, n)
-	elapsed := time.Since(start).Round(time.Millisecond)
+	var reason string
 	var re *apns.ResponseError
-	reason := ""
 	if errors.As(out.Err, &re) {
 		reason = re.Reason
 	}
-	fmt.Printf("outcome   %s\nstatus    %s\n", out.Kind, statusText(out.Status))
-	if reason != "" {
-		fmt.Printf("reason    %s\n", reason)
-	}
-	fmt.Printf("endpoint  %s\ndevice    %s\nevent     %s\nelapsed   %s\n", origin, apns.ShortToken(*token), *eventID, elapsed)
-	if out.Err != nil {
-		fmt.Printf("error     %v\n", out.Err)
-	}
-	if out.RetryAfter > 0 {
-		fmt.Printf("retry     after %s\n", out.RetryAfter.Round(time.Second))
-	}
-	switch out.Kind {
-	case outcome.Delivered:
-		return nil
-	case outcome.Gone:
-		return exitError{code: exitGone, msg: "APNs no longer knows this device token (" + reason + "): delete it; the app registers again with a new one" +
-			" (BadDeviceToken can also mean a sandbox token sent to production: see --environment)"}
-	case outcome.PermanentFailure:
-		return exitError{code: exitPermanent, msg: apnsPermanentAdvice(out, reason)}
-	default:
-		return exitError{code: exitRetryable, msg: apnsRetryAdvice(out)}
-	}
+	return sendReport{out: out,
+		fields: [][2]string{{"reason", reason}, {"endpoint", origin}, {"device", apns.ShortToken(*token)}, {"event", *eventID}, {"elapsed", elapsedText(time.Since(start))}},
+		gone: "APNs no longer knows this device token (" + reason + "): delete it; the app registers again with a new one" +
+			" (BadDeviceToken can also mean a sandbox token sent to production: see --environment)",
+		permanent: apnsPermanentAdvice(out, reason), retry: apnsRetryAdvice(out),
+	}.finish()
 }
 
 func apnsPermanentAdvice(out outcome.Outcome, reason string) string {

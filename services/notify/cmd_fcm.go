@@ -113,28 +113,16 @@ func runFCMSend(ctx context.Context, args []string) error {
 
 	start := time.Now()
 	out := client.Send(ctx, fcm.Message{Token: *token, Title: *title, Body: *body, EventID: *eventID, CourseID: *courseID, URL: *link})
-	elapsed := time.Since(start).Round(time.Millisecond)
-	fmt.Printf("outcome   %s\nstatus    %s\nproject   %s\nendpoint  %s\nelapsed   %s\n", out.Kind, statusText(out.Status), creds.ProjectID, endpoint, elapsed)
+	var reason string
 	var fe *fcm.Error
-	if errors.As(out.Err, &fe) && fe.Code != "" {
-		fmt.Printf("reason    %s\n", fe.Code)
+	if errors.As(out.Err, &fe) {
+		reason = fe.Code
 	}
-	if out.Err != nil {
-		fmt.Printf("error     %v\n", out.Err)
-	}
-	if out.RetryAfter > 0 {
-		fmt.Printf("retry     after %s\n", out.RetryAfter.Round(time.Second))
-	}
-	switch out.Kind {
-	case outcome.Delivered:
-		return nil
-	case outcome.Gone:
-		return exitError{code: exitGone, msg: "the registration token is no longer valid for this project: delete it; the app registers a new one"}
-	case outcome.PermanentFailure:
-		return exitError{code: exitPermanent, msg: fcmPermanentAdvice(out)}
-	default:
-		return exitError{code: exitRetryable, msg: fcmRetryAdvice(out)}
-	}
+	return sendReport{out: out,
+		fields:    [][2]string{{"project", creds.ProjectID}, {"endpoint", endpoint}, {"elapsed", elapsedText(time.Since(start))}, {"reason", reason}},
+		gone:      "the registration token is no longer valid for this project: delete it; the app registers a new one",
+		permanent: fcmPermanentAdvice(out), retry: fcmRetryAdvice(out),
+	}.finish()
 }
 
 // fcmCredentialsFromEnv is the one reader of NOTIFY_FCM_CREDENTIALS. When

@@ -120,24 +120,11 @@ func runWebpush(ctx context.Context, args []string) error {
 		Urgency:      urg,
 		Topic:        *topic,
 	})
-	elapsed := time.Since(start).Round(time.Millisecond)
-	fmt.Printf("outcome   %s\nstatus    %s\norigin    %s\nelapsed   %s\n", out.Kind, statusText(out.Status), origin, elapsed)
-	if out.Err != nil {
-		fmt.Printf("error     %v\n", out.Err)
-	}
-	if out.RetryAfter > 0 {
-		fmt.Printf("retry     after %s\n", out.RetryAfter.Round(time.Second))
-	}
-	switch out.Kind {
-	case webpush.Delivered:
-		return nil
-	case webpush.Gone:
-		return exitError{code: exitGone, msg: "the subscription no longer exists: delete it; the browser has to subscribe again"}
-	case webpush.PermanentFailure:
-		return exitError{code: exitPermanent, msg: permanentAdvice(out)}
-	default:
-		return exitError{code: exitRetryable, msg: retryAdvice(out)}
-	}
+	return sendReport{out: out,
+		fields:    [][2]string{{"origin", origin}, {"elapsed", elapsedText(time.Since(start))}},
+		gone:      "the subscription no longer exists: delete it; the browser has to subscribe again",
+		permanent: permanentAdvice(out), retry: retryAdvice(out),
+	}.finish()
 }
 
 func statusText(code int) string {
