@@ -640,7 +640,7 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		// for this port.
 		if qerr == nil && users == int64(cfg.Users) && subs == want && strings.HasPrefix(endpoint, pushBaseURL(cfg)) {
 			cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
-			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
+			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, event_counters, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
 			if err != nil {
 				pool.Close()
 				return nil, "", 0, 0, fmt.Errorf("empty run tables: %w", err)

@@ -31,8 +31,7 @@ type Querier interface {
 type Report struct {
 	Fanout
 	PushCounts
-	// PushCountsAt is when the push counts were read; they cost a scan of
-	// the event's deliveries, so watchers refresh them less often.
+	// PushCountsAt is when the push counts were read.
 	PushCountsAt time.Time `json:"push_counts_at"`
 	// EventDone is Finished and no push pending.
 	EventDone bool `json:"done"`

@@ -1,0 +1,163 @@
+-- event_counters: the push accounting of each event, kept exact in the
+-- transactions that write the rows it counts, so that a status report reads
+-- a few rows whatever the audience size (before: a scan of the event's
+-- notifications, subscriptions and deliveries, ~2 s of Postgres CPU at a
+-- million students). The fan-out half needs no table of its own:
+-- fanout_ranges already is its counter (slices_done, notified, one row per
+-- range, written by primary key in the slice transaction).
+--
+-- Sharded: an event's counts are the SUM over its rows (at most 32). Each
+-- writer picks a shard: the slice worker 0–15 by its range index (so the
+-- ranges of one run, up to 16, never wait for one another), the push worker
+-- a random one of 16–31 per transaction and the subscription triggers
+-- 16 + subscription id mod 16 (so push batches of one event committing at
+-- the same time rarely wait for one another's row lock, and never for a
+-- slice's).
+--
+-- Every count moves only with a row that was actually written: INSERT … ON
+-- CONFLICT … RETURNING, never "rows attempted". A redelivered slice or a
+-- duplicate push outcome writes no row and so counts nothing.
+--
+-- Invariants (`notify status --verify` recomputes each from the tables):
+--   targeted = current subscriptions of notified students
+--              + outcomes whose subscription no longer exists
+--   delivered + gone + failed + retrying = push_deliveries rows of the event
+--   unsent = targeted − (delivered + gone + failed + retrying)
+CREATE TABLE event_counters (
+    event_id  uuid NOT NULL,
+    shard     smallint NOT NULL CHECK (shard BETWEEN 0 AND 31),
+    -- targeted: +1 per subscription of each student the slice transaction
+    -- newly notified (counted from the rows its INSERT … ON CONFLICT DO
+    -- NOTHING returned, so a redelivered slice adds 0); +1 per event a
+    -- student was notified of when that student adds a subscription
+    -- (push_subscriptions insert trigger: the recomputation counts it as
+    -- unsent from then on). A removed subscription keeps its place: the
+    -- delete trigger records it 'gone' where it had no outcome yet.
+    targeted  bigint NOT NULL DEFAULT 0,
+    -- delivered, gone, failed, retrying: the push_deliveries rows of the
+    -- event by status. The push worker's record statement counts the rows
+    -- its upsert returned: an inserted row +1 in its status; an updated row
+    -- was 'retrying' (the upsert's WHERE never touches a final row), so −1
+    -- retrying, +1 in its new status. The dead-letter redrive moves failed
+    -- back to retrying the same way (the rows its UPDATE returned). The
+    -- subscription delete trigger adds to gone the rows it inserted.
+    delivered bigint NOT NULL DEFAULT 0,
+    gone      bigint NOT NULL DEFAULT 0,
+    failed    bigint NOT NULL DEFAULT 0,
+    retrying  bigint NOT NULL DEFAULT 0,
+    -- cancelled, expired: reserved for event control (cancel, expires_at);
+    -- nothing writes them yet, so they stay 0 and the report carries them
+    -- for readers that already expect them.
+    cancelled bigint NOT NULL DEFAULT 0,
+    expired   bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (event_id, shard)
+);
+
+-- The open ranges of running fan-outs, for the triggers below (a handful of
+-- rows; done ranges leave the index).
+CREATE INDEX fanout_ranges_open ON fanout_ranges (lo, hi) WHERE done_at IS NULL;
+
+-- A subscription added by a student who was notified of events: each of
+-- those events now targets one more subscription (the recomputation counts
+-- it as unsent; the push worker sends it if its command has not run yet).
+-- Statement-level with a transition table, so a bulk load (COPY of a
+-- million seeded subscriptions) costs one join, not a million probes.
+CREATE FUNCTION event_counters_subscription_added() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Wait for the slice transactions of running fan-outs that may be
+    -- notifying these students right now (they hold their range FOR
+    -- UPDATE): after the wait, the next statement's snapshot sees their
+    -- notifications, and a slice that starts later sees this change. Without
+    -- it, a subscription changed in the same instant as its student's slice
+    -- would be counted by neither or both.
+    PERFORM 1 FROM fanout_ranges g
+    WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM added s WHERE s.user_id BETWEEN g.lo AND g.hi)
+    FOR SHARE OF g;
+    INSERT INTO event_counters AS c (event_id, shard, targeted)
+    SELECT n.event_id, (16 + s.id % 16)::smallint, count(*)
+    FROM added s JOIN notifications n ON n.user_id = s.user_id
+    GROUP BY n.event_id, (16 + s.id % 16)
+    ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER event_counters_subscription_added AFTER INSERT ON push_subscriptions
+REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+EXECUTE FUNCTION event_counters_subscription_added();
+
+-- A subscription removed (unsubscribed, or gone at the push service) before
+-- some event of its student reached it: that event records it 'gone' now,
+-- so it is never sent and its place in targeted gets its final outcome.
+-- ON CONFLICT DO NOTHING on push_deliveries' key decides against a push
+-- worker recording the same subscription concurrently: whichever row is
+-- written first wins, the other writes (and counts) nothing. Only rows this
+-- statement inserted are counted. The push worker's own gone deletions
+-- come after it recorded the outcome in the same transaction, so for that
+-- event the row already exists.
+CREATE FUNCTION event_counters_subscription_removed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Wait for the slice transactions of running fan-outs that may be
+    -- notifying these students right now (they hold their range FOR
+    -- UPDATE): after the wait, the next statement's snapshot sees their
+    -- notifications, and a slice that starts later sees this change. Without
+    -- it, a subscription changed in the same instant as its student's slice
+    -- would be counted by neither or both.
+    PERFORM 1 FROM fanout_ranges g
+    WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM removed s WHERE s.user_id BETWEEN g.lo AND g.hi)
+    FOR SHARE OF g;
+    WITH ins AS (
+        INSERT INTO push_deliveries (event_id, subscription_id, status, attempts, error)
+        SELECT n.event_id, s.id, 'gone', 0, 'subscription removed before it was sent'
+        FROM removed s JOIN notifications n ON n.user_id = s.user_id
+        ON CONFLICT (event_id, subscription_id) DO NOTHING
+        RETURNING event_id, subscription_id
+    )
+    INSERT INTO event_counters AS c (event_id, shard, gone)
+    SELECT event_id, (16 + subscription_id % 16)::smallint, count(*) FROM ins
+    GROUP BY event_id, (16 + subscription_id % 16)
+    ON CONFLICT (event_id, shard) DO UPDATE SET gone = c.gone + excluded.gone;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER event_counters_subscription_removed AFTER DELETE ON push_subscriptions
+REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
+EXECUTE FUNCTION event_counters_subscription_removed();
+
+-- A subscription never changes owner (the API's upsert refuses another
+-- user's endpoint); the counters rest on that, so it is enforced.
+CREATE FUNCTION push_subscriptions_owner_fixed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'push_subscriptions.user_id cannot change (subscription %): event_counters count subscriptions per notified student', OLD.id;
+END $$;
+
+CREATE TRIGGER push_subscriptions_owner_fixed BEFORE UPDATE OF user_id ON push_subscriptions
+FOR EACH ROW WHEN (OLD.user_id IS DISTINCT FROM NEW.user_id)
+EXECUTE FUNCTION push_subscriptions_owner_fixed();
+
+-- History: events recorded before this migration get their counters from
+-- the tables, once, here (shard 16), so every event is read the same way
+-- and no report needs a fallback to the recomputation. One pass over
+-- notifications and push_deliveries: a deployment with millions of rows
+-- should expect the migration to take that long.
+INSERT INTO event_counters (event_id, shard, targeted, delivered, gone, failed, retrying)
+SELECT coalesce(t.event_id, d.event_id), 16,
+       coalesce(t.current, 0) + coalesce(d.orphaned, 0),
+       coalesce(d.delivered, 0), coalesce(d.gone, 0), coalesce(d.failed, 0), coalesce(d.retrying, 0)
+FROM (
+    SELECT n.event_id, count(*) AS current
+    FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id
+    GROUP BY n.event_id
+) t
+FULL JOIN (
+    SELECT d.event_id,
+           count(*) FILTER (WHERE d.status = 'delivered') AS delivered,
+           count(*) FILTER (WHERE d.status = 'gone') AS gone,
+           count(*) FILTER (WHERE d.status = 'failed') AS failed,
+           count(*) FILTER (WHERE d.status = 'retrying') AS retrying,
+           count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM push_subscriptions s WHERE s.id = d.subscription_id)) AS orphaned
+    FROM push_deliveries d
+    GROUP BY d.event_id
+) d ON d.event_id = t.event_id;
