@@ -2,13 +2,14 @@
 -- transactions that write the rows it counts, so that a status report reads
 -- a few rows whatever the audience size (before: a scan of the event's
 -- notifications, subscriptions and deliveries, ~2 s of Postgres CPU at a
--- million students). The fan-out half needs no table of its own:
--- fanout_ranges already is its counter (slices_done, notified, one row per
--- range, written by primary key in the slice transaction).
+-- million students). Slices done/total stay in fanout_ranges, which
+-- already is the fan-out's counter (one row per range, written by primary
+-- key in the slice transaction).
 --
 -- Sharded: an event's counts are the SUM over its rows (at most 32). Each
--- writer picks a shard: the slice worker 0–15 by its range index (so the
--- ranges of one run, up to 16, never wait for one another), the push worker
+-- writer picks a shard: notifications inserts 0–15 by backend (so slice
+-- transactions of one run on different connections rarely wait for one
+-- another), the push worker
 -- a random one of 16–31 per transaction and the subscription triggers
 -- 16 + subscription id mod 16 (so push batches of one event committing at
 -- the same time rarely wait for one another's row lock, and never for a
@@ -26,9 +27,13 @@
 CREATE TABLE event_counters (
     event_id  uuid NOT NULL,
     shard     smallint NOT NULL CHECK (shard BETWEEN 0 AND 31),
-    -- targeted: +1 per subscription of each student the slice transaction
-    -- newly notified (counted from the rows its INSERT … ON CONFLICT DO
-    -- NOTHING returned, so a redelivered slice adds 0); +1 per event a
+    -- notified: +1 per notifications row inserted (statement trigger on
+    -- notifications: its transition table holds exactly the rows the slice
+    -- worker's INSERT … ON CONFLICT DO NOTHING inserted, so a redelivered
+    -- slice adds 0; it commits or rolls back with them).
+    notified  bigint NOT NULL DEFAULT 0,
+    -- targeted: +1 per current subscription of each student notified (same
+    -- trigger, same rows); +1 per event a
     -- student was notified of when that student adds a subscription
     -- (push_subscriptions insert trigger: the recomputation counts it as
     -- unsent from then on). A removed subscription keeps its place: the
@@ -52,6 +57,25 @@ CREATE TABLE event_counters (
     expired   bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (event_id, shard)
 );
+
+-- Notifications inserted: their students are notified, and each of their
+-- subscriptions is one more target of the event.
+CREATE FUNCTION event_counters_notified() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO event_counters AS c (event_id, shard, notified, targeted)
+    SELECT n.event_id, (pg_backend_pid() % 16)::smallint, count(*),
+           coalesce(sum((SELECT count(*) FROM push_subscriptions s WHERE s.user_id = n.user_id)), 0)
+    FROM notified n
+    GROUP BY n.event_id
+    ON CONFLICT (event_id, shard) DO UPDATE
+    SET notified = c.notified + excluded.notified, targeted = c.targeted + excluded.targeted;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER event_counters_notified AFTER INSERT ON notifications
+REFERENCING NEW TABLE AS notified FOR EACH STATEMENT
+EXECUTE FUNCTION event_counters_notified();
 
 -- The open ranges of running fan-outs, for the triggers below (a handful of
 -- rows; done ranges leave the index).
@@ -142,13 +166,13 @@ EXECUTE FUNCTION push_subscriptions_owner_fixed();
 -- and no report needs a fallback to the recomputation. One pass over
 -- notifications and push_deliveries: a deployment with millions of rows
 -- should expect the migration to take that long.
-INSERT INTO event_counters (event_id, shard, targeted, delivered, gone, failed, retrying)
+INSERT INTO event_counters (event_id, shard, notified, targeted, delivered, gone, failed, retrying)
 SELECT coalesce(t.event_id, d.event_id), 16,
-       coalesce(t.current, 0) + coalesce(d.orphaned, 0),
+       coalesce(t.notified, 0), coalesce(t.current, 0) + coalesce(d.orphaned, 0),
        coalesce(d.delivered, 0), coalesce(d.gone, 0), coalesce(d.failed, 0), coalesce(d.retrying, 0)
 FROM (
-    SELECT n.event_id, count(*) AS current
-    FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id
+    SELECT n.event_id, count(DISTINCT n.user_id) AS notified, count(s.id) AS current
+    FROM notifications n LEFT JOIN push_subscriptions s ON s.user_id = n.user_id
     GROUP BY n.event_id
 ) t
 FULL JOIN (

@@ -52,8 +52,7 @@ type Push struct {
 }
 
 // LoadPush returns the push accounting of eventID (a uuid) from its
-// counters: at most 32 event_counters rows and the run's fanout_ranges,
-// whatever the audience size, so it is cheap enough for every poll. An
+// counters: at most 32 event_counters rows, whatever the audience size, so it is cheap enough for every poll. An
 // unknown event has all counts zero.
 func LoadPush(ctx context.Context, q Querier, eventID string) (Push, error) {
 	s := Push{EventID: eventID}

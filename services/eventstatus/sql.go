@@ -36,11 +36,10 @@ FROM fanout_ranges WHERE event_id = $1`
 )
 
 // sqlPushCounters sums the event's counter shards (≤ 32 rows by primary
-// key prefix) and takes the notified students from the run's ranges (the
-// fan-out's own counters). One statement, hence one snapshot.
+// key prefix).
 const sqlPushCounters = `
 SELECT
-  (SELECT coalesce(sum(notified), 0) FROM fanout_ranges WHERE event_id = $1)::bigint,
+  coalesce(sum(notified), 0)::bigint,
   coalesce(sum(targeted), 0)::bigint, coalesce(sum(delivered), 0)::bigint, coalesce(sum(gone), 0)::bigint,
   coalesce(sum(failed), 0)::bigint, coalesce(sum(retrying), 0)::bigint,
   coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint

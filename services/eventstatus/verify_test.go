@@ -27,16 +27,15 @@ func execer(t *testing.T, db *schematest.Database) func(sql string, args ...any)
 	}
 }
 
-// recount writes the counters of ev from its rows, as the slice worker and
-// the push worker would have kept them (the tests here write rows by
-// hand; the writers' own counting is tested in services/fanout and
-// services/push). Notified comes from a fan-out range.
+// recount writes the counters of ev from its rows, as the push worker would
+// have kept them (the tests here write push_deliveries by hand; the
+// worker's own counting is tested in services/push).
 func recount(t *testing.T, db *schematest.Database, ev string) {
 	t.Helper()
 	exec := execer(t, db)
 	exec(`DELETE FROM event_counters WHERE event_id = $1`, ev)
-	exec(`INSERT INTO event_counters (event_id, shard, targeted, delivered, gone, failed, retrying)
-		SELECT $1, 16,
+	exec(`INSERT INTO event_counters (event_id, shard, notified, targeted, delivered, gone, failed, retrying)
+		SELECT $1, 16, (SELECT count(*) FROM notifications WHERE event_id = $1),
 		  (SELECT count(*) FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id WHERE n.event_id = $1)
 		  + (SELECT count(*) FROM push_deliveries d WHERE d.event_id = $1 AND NOT EXISTS (SELECT 1 FROM push_subscriptions s WHERE s.id = d.subscription_id)),
 		  count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'gone'),
@@ -134,7 +133,7 @@ func TestVerifyNamesCounterDrift(t *testing.T) {
 	}
 	recount(t, db, evA)
 	exec(`UPDATE event_counters SET cancelled = 1 WHERE event_id = $1`, evA)
-	exec(`UPDATE fanout_ranges SET notified = 3 WHERE event_id = $1`, evA)
+	exec(`UPDATE event_counters SET notified = notified + 1 WHERE event_id = $1`, evA)
 	if v, err = eventstatus.Verify(ctx, db.Pool, evA); err != nil {
 		t.Fatal(err)
 	}

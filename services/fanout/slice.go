@@ -170,7 +170,7 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		q, bound = SQLSliceNext, *cursor
 	}
 	var first, last *string
-	if err := tx.QueryRow(ctx, q, cmd.CourseID, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID, CounterShard(cmd.RangeIndex)).
+	if err := tx.QueryRow(ctx, q, cmd.CourseID, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).
 		Scan(&res.Students, &first, &last, &res.Inserted); err != nil {
 		return fmt.Errorf("insert notifications: %w", err)
 	}

@@ -46,16 +46,13 @@ FOR UPDATE OF g`
 // measured with EXPLAIN ANALYZE on the 1M-student benchmark database, next
 // to 40–50 ms for the insert itself.
 //
-// The counted CTE keeps event_counters.targeted exact with the rows: it
-// adds the subscriptions of the students whose notification rows this
-// statement actually inserted (RETURNING of ON CONFLICT DO NOTHING), so a
-// slice run twice adds nothing the second time — and it commits or rolls
-// back with them. Subscriptions changing meanwhile are the triggers' part
-// (migration 0006), serialised with this transaction by the range lock.
+// The insert moves event_counters (notified, targeted) in the same
+// statement through the statement trigger of migration 0006, which sees
+// exactly the rows ON CONFLICT DO NOTHING inserted: a slice run twice
+// counts nothing the second time.
 //
 // Parameters: $1 course, $2 lower bound, $3 upper bound (inclusive),
-// $4 publish time, $5 slice size, $6 event, $7 counter shard
-// (CounterShard of the range).
+// $4 publish time, $5 slice size, $6 event.
 const sliceSelectFirst = `
 WITH slice AS (
     SELECT user_id FROM enrollments
@@ -76,12 +73,7 @@ const sliceInsert = `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
     ON CONFLICT DO NOTHING
-    RETURNING user_id
-), counted AS (
-    INSERT INTO event_counters AS c (event_id, shard, targeted)
-    SELECT $6, $7, count(*) FROM ins JOIN push_subscriptions s ON s.user_id = ins.user_id
-    HAVING count(*) > 0
-    ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM slice),
        (SELECT s.user_id FROM slice s ORDER BY s.user_id LIMIT 1)::text,
@@ -121,7 +113,3 @@ WHERE event_id = $1 AND finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM fanout_ranges WHERE event_id = $1 AND done_at IS NULL)
 RETURNING notified, extract(epoch FROM finished_at - started_at)::float8`
 
-// CounterShard is the event_counters shard a range's slices write: 0–15 by
-// range index, so the ranges of a run (up to 16) never wait for one
-// another's counter row; 16–31 are the push stage's.
-func CounterShard(rangeIndex int) int16 { return int16(rangeIndex % 16) }
