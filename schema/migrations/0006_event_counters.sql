@@ -40,12 +40,13 @@ CREATE TABLE event_counters (
     -- delete trigger records it 'gone' where it had no outcome yet.
     targeted  bigint NOT NULL DEFAULT 0,
     -- delivered, gone, failed, retrying: the push_deliveries rows of the
-    -- event by status. The push worker's record statement counts the rows
-    -- its upsert returned: an inserted row +1 in its status; an updated row
-    -- was 'retrying' (the upsert's WHERE never touches a final row), so −1
-    -- retrying, +1 in its new status. The dead-letter redrive moves failed
-    -- back to retrying the same way (the rows its UPDATE returned). The
-    -- subscription delete trigger adds to gone the rows it inserted.
+    -- event by status, moved by statement triggers on push_deliveries whose
+    -- transition tables hold exactly the rows written: an inserted row +1
+    -- in its status; an updated row −1 in its old status, +1 in its new one
+    -- (the push worker's upsert only updates 'retrying' rows, so a final
+    -- outcome is counted once and never moves again; a duplicate writer's
+    -- row is neither inserted nor updated and counts nothing; the
+    -- dead-letter redrive's failed → retrying moves the same way).
     delivered bigint NOT NULL DEFAULT 0,
     gone      bigint NOT NULL DEFAULT 0,
     failed    bigint NOT NULL DEFAULT 0,
@@ -77,6 +78,68 @@ CREATE TRIGGER event_counters_notified AFTER INSERT ON notifications
 REFERENCING NEW TABLE AS notified FOR EACH STATEMENT
 EXECUTE FUNCTION event_counters_notified();
 
+-- Outcomes written: counted by status, exactly the rows written. One
+-- function for both events: an INSERT passes its new rows, an UPDATE its
+-- old rows (−1 in their status) and new rows (+1). INSERT … ON CONFLICT DO
+-- UPDATE fires both, each with its own rows.
+CREATE FUNCTION event_counters_outcomes() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying)
+        SELECT event_id, (16 + pg_backend_pid() % 16)::smallint,
+               count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'gone'),
+               count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'retrying')
+        FROM new_rows GROUP BY event_id
+        ON CONFLICT (event_id, shard) DO UPDATE
+        SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
+            failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying;
+    ELSE
+        INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying)
+        SELECT t.event_id, (16 + pg_backend_pid() % 16)::smallint,
+               coalesce(sum(t.n) FILTER (WHERE t.status = 'delivered'), 0), coalesce(sum(t.n) FILTER (WHERE t.status = 'gone'), 0),
+               coalesce(sum(t.n) FILTER (WHERE t.status = 'failed'), 0), coalesce(sum(t.n) FILTER (WHERE t.status = 'retrying'), 0)
+        FROM (
+            SELECT event_id, status, 1 AS n FROM new_rows
+            UNION ALL
+            SELECT event_id, status, -1 FROM old_rows
+        ) t
+        GROUP BY t.event_id
+        ON CONFLICT (event_id, shard) DO UPDATE
+        SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
+            failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER event_counters_outcomes_inserted AFTER INSERT ON push_deliveries
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+EXECUTE FUNCTION event_counters_outcomes();
+
+CREATE TRIGGER event_counters_outcomes_updated AFTER UPDATE ON push_deliveries
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
+EXECUTE FUNCTION event_counters_outcomes();
+
+-- Outcomes deleted (nothing in notify deletes them; an operator might):
+-- their counts go with them.
+CREATE FUNCTION event_counters_outcomes_deleted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying)
+    SELECT event_id, (16 + pg_backend_pid() % 16)::smallint,
+           -count(*) FILTER (WHERE status = 'delivered'), -count(*) FILTER (WHERE status = 'gone'),
+           -count(*) FILTER (WHERE status = 'failed'), -count(*) FILTER (WHERE status = 'retrying')
+    FROM old_rows GROUP BY event_id
+    ON CONFLICT (event_id, shard) DO UPDATE
+    SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
+        failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER event_counters_outcomes_deleted AFTER DELETE ON push_deliveries
+REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT
+EXECUTE FUNCTION event_counters_outcomes_deleted();
+
 -- The open ranges of running fan-outs, for the triggers below (a handful of
 -- rows; done ranges leave the index).
 CREATE INDEX fanout_ranges_open ON fanout_ranges (lo, hi) WHERE done_at IS NULL;
@@ -99,9 +162,9 @@ BEGIN
     WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM added s WHERE s.user_id BETWEEN g.lo AND g.hi)
     FOR SHARE OF g;
     INSERT INTO event_counters AS c (event_id, shard, targeted)
-    SELECT n.event_id, (16 + s.id % 16)::smallint, count(*)
+    SELECT n.event_id, (16 + pg_backend_pid() % 16)::smallint, count(*)
     FROM added s JOIN notifications n ON n.user_id = s.user_id
-    GROUP BY n.event_id, (16 + s.id % 16)
+    GROUP BY n.event_id
     ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
     RETURN NULL;
 END $$;
@@ -115,8 +178,8 @@ EXECUTE FUNCTION event_counters_subscription_added();
 -- so it is never sent and its place in targeted gets its final outcome.
 -- ON CONFLICT DO NOTHING on push_deliveries' key decides against a push
 -- worker recording the same subscription concurrently: whichever row is
--- written first wins, the other writes (and counts) nothing. Only rows this
--- statement inserted are counted. The push worker's own gone deletions
+-- written first wins, the other writes (and counts) nothing; the rows
+-- inserted are counted by the push_deliveries trigger. The push worker's own gone deletions
 -- come after it recorded the outcome in the same transaction, so for that
 -- event the row already exists.
 CREATE FUNCTION event_counters_subscription_removed() RETURNS trigger
@@ -131,17 +194,10 @@ BEGIN
     PERFORM 1 FROM fanout_ranges g
     WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM removed s WHERE s.user_id BETWEEN g.lo AND g.hi)
     FOR SHARE OF g;
-    WITH ins AS (
-        INSERT INTO push_deliveries (event_id, subscription_id, status, attempts, error)
-        SELECT n.event_id, s.id, 'gone', 0, 'subscription removed before it was sent'
-        FROM removed s JOIN notifications n ON n.user_id = s.user_id
-        ON CONFLICT (event_id, subscription_id) DO NOTHING
-        RETURNING event_id, subscription_id
-    )
-    INSERT INTO event_counters AS c (event_id, shard, gone)
-    SELECT event_id, (16 + subscription_id % 16)::smallint, count(*) FROM ins
-    GROUP BY event_id, (16 + subscription_id % 16)
-    ON CONFLICT (event_id, shard) DO UPDATE SET gone = c.gone + excluded.gone;
+    INSERT INTO push_deliveries (event_id, subscription_id, status, attempts, error)
+    SELECT n.event_id, s.id, 'gone', 0, 'subscription removed before its push was recorded'
+    FROM removed s JOIN notifications n ON n.user_id = s.user_id
+    ON CONFLICT (event_id, subscription_id) DO NOTHING;
     RETURN NULL;
 END $$;
 

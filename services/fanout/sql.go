@@ -112,4 +112,3 @@ SET finished_at = clock_timestamp(),
 WHERE event_id = $1 AND finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM fanout_ranges WHERE event_id = $1 AND done_at IS NULL)
 RETURNING notified, extract(epoch FROM finished_at - started_at)::float8`
-

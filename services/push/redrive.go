@@ -55,7 +55,7 @@ func Redrive(ctx context.Context, pool *pgxpool.Pool, topics streams.Topics, d s
 		return res, nil
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, resetFailedSQL, cmd.EventID, cmd.SubscriptionIDs, CounterShard())
+		rows, err := tx.Query(ctx, resetFailedSQL, cmd.EventID, cmd.SubscriptionIDs)
 		if err != nil {
 			return err
 		}

@@ -34,70 +34,40 @@ WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])
   AND d.status = 'retrying' AND d.attempts = $3
 ORDER BY d.subscription_id`
 
-// upsertSQL upserts a batch of outcomes in one statement. A final status is
+// recordSQL upserts a batch of outcomes in one statement. A final status is
 // never overwritten (WHERE d.status = 'retrying'): a late or duplicate
-// writer cannot turn a delivered push back into a retrying one. It returns
-// the rows it wrote and whether each was inserted (xmax = 0) or updated
-// from retrying.
-const upsertSQL = `
+// writer cannot turn a delivered push back into a retrying one.
+const recordSQL = `
 INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, updated_at)
 SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), now()
 FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[]) AS u(id, status, http, attempts, err)
 ON CONFLICT (event_id, subscription_id) DO UPDATE
 SET status = excluded.status, http_status = excluded.http_status, attempts = excluded.attempts,
     error = excluded.error, updated_at = excluded.updated_at
-WHERE d.status = 'retrying'
-RETURNING d.subscription_id, d.status, xmax = 0 AS inserted`
-
-// countRecordedSQL moves event_counters (shard $7, one of 16–31 picked per
-// transaction by the writer) by exactly the rows upsertSQL wrote, in the
-// same statement and so the same transaction: an inserted row +1 in its
-// status; an updated row was 'retrying' (upsertSQL's WHERE) and moves −1
-// retrying, +1 in its new status (retrying → retrying nets 0). Rows the
-// upsert left alone — a duplicate or late writer's — count nothing, so
-// every outcome moves between buckets exactly once.
-const countRecordedSQL = `
-INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying)
-SELECT $1::uuid, $7::smallint,
-       count(*) FILTER (WHERE rec.status = 'delivered'),
-       count(*) FILTER (WHERE rec.status = 'gone'),
-       count(*) FILTER (WHERE rec.status = 'failed'),
-       count(*) FILTER (WHERE rec.status = 'retrying') - count(*) FILTER (WHERE NOT rec.inserted)
-FROM rec HAVING count(*) > 0
-ON CONFLICT (event_id, shard) DO UPDATE
-SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
-    failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying`
-
-// recordSQL records a batch of outcomes and counts them (upsertSQL,
-// countRecordedSQL).
-const recordSQL = `
-WITH rec AS (` + upsertSQL + `
-), counted AS (` + countRecordedSQL + `
-)
-SELECT count(*) FROM rec`
+WHERE d.status = 'retrying'`
 
 // recordCountedSQL is recordSQL that also moves the consecutive-failure
-// count of the subscriptions named in $8 (failed for good: +1, disabled
-// at $9) and $10 (delivered after failures: back to 0), for exactly the rows
-// this statement wrote — a duplicate writer, whose rows upsertSQL's WHERE
+// count of the subscriptions named in $7 (failed for good: +1, disabled
+// at $8) and $9 (delivered after failures: back to 0), for exactly the rows
+// this statement wrote — a duplicate writer, whose rows recordSQL's WHERE
 // leaves alone, counts nothing twice. The = ANY keeps each update to
 // primary-key probes of the few named ids. It returns how many
 // subscriptions it disabled. Only used when some id is named: the
 // delivered path stays recordSQL alone.
 const recordCountedSQL = `
-WITH rec AS (` + upsertSQL + `
-), counted AS (` + countRecordedSQL + `
+WITH rec AS (` + recordSQL + `
+  RETURNING d.subscription_id, d.status
 ), failing AS (
   UPDATE push_subscriptions s
   SET consecutive_failures = s.consecutive_failures + 1,
-      disabled_at = CASE WHEN s.consecutive_failures + 1 >= $9 THEN coalesce(s.disabled_at, now()) ELSE s.disabled_at END
+      disabled_at = CASE WHEN s.consecutive_failures + 1 >= $8 THEN coalesce(s.disabled_at, now()) ELSE s.disabled_at END
   FROM rec
-  WHERE s.id = ANY($8::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'failed'
-  RETURNING s.consecutive_failures = $9 AS disabled
+  WHERE s.id = ANY($7::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'failed'
+  RETURNING s.consecutive_failures = $8 AS disabled
 ), recovered AS (
   UPDATE push_subscriptions s SET consecutive_failures = 0
   FROM rec
-  WHERE s.id = ANY($10::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'delivered'
+  WHERE s.id = ANY($9::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'delivered'
 )
 SELECT count(*) FILTER (WHERE disabled) FROM failing`
 
@@ -114,19 +84,10 @@ VALUES ($1, $2, $3, $4, $5::jsonb, $6)`
 // back to 'retrying' with attempts 0, so the queued command (Attempt 1 with
 // their ids) picks exactly them. Only rows still 'failed' move, which makes
 // a second redrive of the same dead letter a no-op.
-// The counters move with exactly the rows moved (failed −1, retrying +1),
-// in shard $3.
 const resetFailedSQL = `
-WITH moved AS (
-  UPDATE push_deliveries SET status = 'retrying', attempts = 0, error = 'redriven from the dead-letter topic', updated_at = now()
-  WHERE event_id = $1 AND subscription_id = ANY($2::bigint[]) AND status = 'failed'
-  RETURNING subscription_id
-), counted AS (
-  INSERT INTO event_counters AS c (event_id, shard, failed, retrying)
-  SELECT $1::uuid, $3::smallint, -count(*), count(*) FROM moved HAVING count(*) > 0
-  ON CONFLICT (event_id, shard) DO UPDATE SET failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying
-)
-SELECT subscription_id FROM moved`
+UPDATE push_deliveries SET status = 'retrying', attempts = 0, error = 'redriven from the dead-letter topic', updated_at = now()
+WHERE event_id = $1 AND subscription_id = ANY($2::bigint[]) AND status = 'failed'
+RETURNING subscription_id`
 
 const countFailedSQL = `
 SELECT count(*) FROM push_deliveries

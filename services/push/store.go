@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -126,14 +125,13 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o o
 		ids[i], statuses[i], https[i], attempts[i], errs[i] = r.subID, r.status, r.http, r.attempts, r.err
 	}
 	counted := n > 0 && (len(o.failing) > 0 || len(o.recovered) > 0)
-	shard := CounterShard()
 	var b pgx.Batch
 	switch {
 	case counted:
-		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, shard, o.failing, o.disableAfter, o.recovered).
+		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, o.failing, o.disableAfter, o.recovered).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
 	case n > 0:
-		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs, shard)
+		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs)
 	}
 	if len(o.gone) > 0 {
 		b.Queue(deleteGoneSQL, o.gone)
@@ -170,8 +168,3 @@ func queueCommand(ctx context.Context, pool *pgxpool.Pool, c outboxCommand) erro
 
 // newUUID returns a random (version 4) UUID in text form, for outbox ids.
 func newUUID() string { return uuid.NewString() }
-
-// CounterShard picks the event_counters shard of one recording
-// transaction: one of 16–31 at random (0–15 are the fan-out's), so batches
-// of one event committing at the same time rarely queue on one row lock.
-func CounterShard() int16 { return int16(16 + rand.IntN(16)) }
