@@ -4,7 +4,8 @@
 // answer to the last recorded push — GET /v1/events/{id} as the course's
 // instructor, and eventstatus.Load, the report `notify status --json`
 // prints — each asking again as soon as it has its answer (after
-// Config.Interval). Latencies are reported for the polls made while the
+// Config.Interval; the API poller waits at least APIMinInterval, since
+// the API allows one user 10 requests per second). Latencies are reported for the polls made while the
 // fan-out was still running and for the whole run. At the end
 // eventstatus.Verify recomputes the accounting from the rows (what every
 // report cost before the counters) and checks it against the counters.
@@ -36,6 +37,10 @@ type Config struct {
 	// request. Default 20 ms.
 	Interval time.Duration
 }
+
+// APIMinInterval keeps the API poller within the API's default rate limit
+// for one user (10 per second): the instructor is one user.
+const APIMinInterval = 110 * time.Millisecond
 
 // Latency summarises one poller's requests.
 type Latency struct {
@@ -105,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			if err := pollAPI(ctx, cfg.Interval, p, &api); err != nil {
+			if err := pollAPI(ctx, max(cfg.Interval, APIMinInterval), p, &api); err != nil {
 				fail(err)
 			}
 		}()
