@@ -67,6 +67,10 @@ type Result struct {
 	IntervalMs    float64 `json:"interval_ms"`
 	API           Poller  `json:"api"`    // GET /v1/events/{id}
 	Status        Poller  `json:"status"` // eventstatus.Load (notify status --json)
+	// StatusAfterRun is 200 reports of the finished event once every
+	// service has stopped: the report's own cost, without the run
+	// competing for the CPU.
+	StatusAfterRun Latency `json:"status_after_run"`
 	// VerifyMs is one eventstatus.Verify after the run: the recomputation
 	// from the rows, which is what every report cost before the counters.
 	VerifyMs       float64         `json:"verify_ms"`
@@ -138,6 +142,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("verify: %w", err)
 	}
 	defer pool.Close()
+	var after []time.Duration
+	for range 200 {
+		t0 := time.Now()
+		if _, err := eventstatus.Load(ctx, pool, eventID); err != nil {
+			return res, err
+		}
+		after = append(after, time.Since(t0))
+	}
+	res.StatusAfterRun = summarise(after)
 	t0 := time.Now()
 	v, err := eventstatus.Verify(ctx, pool, eventID)
 	if err != nil {
@@ -267,6 +280,8 @@ func Print(w io.Writer, r Result) {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f ms\t%.2f ms\t%.2f ms\n", p.name, ph.name, ph.l.N, ph.l.P50Ms, ph.l.P99Ms, ph.l.MaxMs)
 		}
 	}
+	a := r.StatusAfterRun
+	fmt.Fprintf(tw, "notify status --json\tafter the run (services stopped)\t%d\t%.2f ms\t%.2f ms\t%.2f ms\n", a.N, a.P50Ms, a.P99Ms, a.MaxMs)
 	verdict := "counters = recomputation"
 	if !r.VerifyOK {
 		verdict = fmt.Sprintf("COUNTERS DIFFER: %v", r.VerifyProblems)
