@@ -6,18 +6,21 @@
 -- already is the fan-out's counter (one row per range, written by primary
 -- key in the slice transaction).
 --
--- Sharded: an event's counts are the SUM over its rows (at most 32). Each
--- writer picks a shard: notifications inserts 0–15 by backend (so slice
--- transactions of one run on different connections rarely wait for one
--- another), the push worker
--- a random one of 16–31 per transaction and the subscription triggers
--- 16 + subscription id mod 16 (so push batches of one event committing at
--- the same time rarely wait for one another's row lock, and never for a
--- slice's).
+-- Counted by statement triggers (below) on notifications, push_deliveries
+-- and push_subscriptions, whose transition tables hold exactly the rows the
+-- statement wrote: whichever code writes the rows — slice worker, push
+-- worker, dead-letter redrive, an operator's SQL — counts them the same way,
+-- in the same transaction. A redelivered slice or a duplicate push outcome
+-- writes no row and so counts nothing.
 --
--- Every count moves only with a row that was actually written: INSERT … ON
--- CONFLICT … RETURNING, never "rows attempted". A redelivered slice or a
--- duplicate push outcome writes no row and so counts nothing.
+-- Sharded against hot rows: an event's counts are the SUM over its rows (at
+-- most 32). A trigger picks the shard by its backend: notifications
+-- 0–15 (pg_backend_pid() mod 16), push_deliveries and push_subscriptions
+-- 16–31, so transactions of one event committing at the same time on
+-- different connections rarely wait for one another's row lock, and a push
+-- batch never waits for a slice's. Measured (benchmarks/RESULTS.md): one
+-- row for all cost the push worker's recording shape 35% of its
+-- throughput, the shards 13%.
 --
 -- Invariants (`notify status --verify` recomputes each from the tables):
 --   targeted = current subscriptions of notified students
@@ -33,10 +36,9 @@ CREATE TABLE event_counters (
     -- slice adds 0; it commits or rolls back with them).
     notified  bigint NOT NULL DEFAULT 0,
     -- targeted: +1 per current subscription of each student notified (same
-    -- trigger, same rows); +1 per event a
-    -- student was notified of when that student adds a subscription
-    -- (push_subscriptions insert trigger: the recomputation counts it as
-    -- unsent from then on). A removed subscription keeps its place: the
+    -- trigger, same rows); +1 per event a student was notified of when
+    -- that student adds a subscription (push_subscriptions insert trigger:
+    -- the recomputation counts it as unsent from then on). A removed subscription keeps its place: the
     -- delete trigger records it 'gone' where it had no outcome yet.
     targeted  bigint NOT NULL DEFAULT 0,
     -- delivered, gone, failed, retrying: the push_deliveries rows of the
