@@ -3,6 +3,8 @@ package eventstatus
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PushCounts is the push accounting of one event, shaped to sit next to
@@ -59,13 +61,18 @@ func LoadPush(ctx context.Context, q Querier, eventID string) (Push, error) {
 	if err := checkEventID(eventID); err != nil {
 		return s, err
 	}
-	err := q.QueryRow(ctx, sqlPushCounters, eventID).Scan(&s.Notified, &s.Target, &s.Delivered, &s.Gone, &s.Failed, &s.Retrying, &s.Cancelled, &s.Expired)
+	return s, scanPush(q.QueryRow(ctx, sqlPushCounters, eventID), &s)
+}
+
+// scanPush reads sqlPushCounters' row into s.
+func scanPush(row pgx.Row, s *Push) error {
+	err := row.Scan(&s.Notified, &s.Target, &s.Delivered, &s.Gone, &s.Failed, &s.Retrying, &s.Cancelled, &s.Expired)
 	if err != nil {
-		return s, fmt.Errorf("push status of %s: %w", eventID, err)
+		return fmt.Errorf("push status of %s: %w", s.EventID, err)
 	}
 	// Negative only if the counters drifted from the rows, which Verify
 	// names; shown as it is rather than hidden.
 	s.Unsent = s.Target - s.Delivered - s.Gone - s.Failed - s.Retrying - s.Cancelled - s.Expired
 	s.Pending = s.Retrying + s.Unsent
-	return s, nil
+	return nil
 }

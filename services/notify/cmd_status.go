@@ -55,16 +55,12 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	clear := *watch && !*asJSON && isTerminal(out)
 	for {
-		f, err := eventstatus.LoadFanout(ctx, pool, eventID)
+		// Counters, both stages, one round trip: every refresh.
+		r, err := eventstatus.Load(ctx, pool, eventID)
 		if errors.Is(err, eventstatus.ErrUnknownEvent) {
 			return exitError{code: 1, msg: fmt.Sprintf("no event %s (neither published nor planned in %s)", eventID, redactURL(infra.databaseURL))}
 		}
 		if err != nil {
-			return err
-		}
-		r := eventstatus.Report{Fanout: f}
-		// The push counts are counters too: a few rows, every refresh.
-		if err := r.RefreshPush(ctx, pool); err != nil {
 			return err
 		}
 		if clear {
