@@ -304,7 +304,7 @@ func ensureSeeded(ctx context.Context, pool *pgxpool.Pool, cfg Config, res *Resu
 // full-page writes).
 func reset(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, q := range []string{
-		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries`,
+		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries, event_counters`,
 		`DELETE FROM materials`,
 		`VACUUM ANALYZE enrollments`,
 		`VACUUM ANALYZE notifications`,

@@ -55,6 +55,10 @@ type Config struct {
 	Progress func(Snapshot)
 	// Say, when set, receives one line per step (starting services, …).
 	Say func(string)
+	// Published, when set, runs in its own goroutine from the publish
+	// answer until every push is recorded (its ctx then ends; Run waits for
+	// it to return): a poller measuring the run while it runs.
+	Published func(ctx context.Context, p Published)
 	// ExtraEnv is added to every child's environment (e.g. tuning knobs).
 	ExtraEnv []string
 	// Browser, when set, runs a real Firefox beside the run: before the
@@ -150,6 +154,18 @@ func (c *Config) defaults() error {
 		c.Say = func(string) {}
 	}
 	return nil
+}
+
+// Published is what a Config.Published hook needs to watch the event.
+type Published struct {
+	EventID string
+	// APIAddr is the API's host:port; Token the course instructor's bearer
+	// token (the one caller GET /v1/events/{id} answers).
+	APIAddr, Token string
+	// DatabaseURL is the run's own database.
+	DatabaseURL string
+	// PublishedAt is when the publish request was sent.
+	PublishedAt time.Time
 }
 
 // Snapshot is the pipeline's progress at one moment.
@@ -442,11 +458,21 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	res.EventID = pub.EventID
 
 	// 5. Watch until every subscription has a final outcome.
-	if cfg.During == nil {
-		if err := watch(ctx, cfg, pool, mock, procs, &res, t0, nil); err != nil {
-			return res, err
-		}
+	hookDone := make(chan struct{})
+	hctx, stopHook := context.WithCancel(ctx)
+	if cfg.Published != nil {
+		go func() {
+			defer close(hookDone)
+			cfg.Published(hctx, Published{EventID: res.EventID, APIAddr: res.APIAddr, Token: strings.TrimSpace(string(token)),
+				DatabaseURL: dbURL, PublishedAt: t0})
+		}()
 	} else {
+		close(hookDone)
+	}
+	err = func() error {
+		if cfg.During == nil {
+			return watch(ctx, cfg, pool, mock, procs, &res, t0, nil)
+		}
 		progress := make(chan Snapshot, 16)
 		duringErr := make(chan error, 1)
 		go func() {
@@ -457,11 +483,14 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		close(progress)
 		derr := <-duringErr
 		if werr != nil {
-			return res, werr
+			return werr
 		}
-		if derr != nil {
-			return res, derr
-		}
+		return derr
+	}()
+	stopHook()
+	<-hookDone
+	if err != nil {
+		return res, err
 	}
 
 	if browser != nil {
@@ -557,11 +586,11 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 		if st, err := mock.Stats(ctx); err == nil {
 			snap.Pushed = st.Received
 		}
-		// Counting push_deliveries costs a scan; do it once a second, and
-		// at once when the mock has seen every subscription.
-		if time.Since(lastDB) > time.Second || snap.Pushed >= res.Subscriptions {
+		// The event's counters: a few rows (measure reads the deliveries
+		// themselves once at the end).
+		if time.Since(lastDB) > 250*time.Millisecond || snap.Pushed >= res.Subscriptions {
 			lastDB = time.Now()
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status <> 'retrying'", res.EventID).Scan(&snap.Recorded); err != nil {
+			if err := pool.QueryRow(ctx, "SELECT coalesce(sum(delivered + gone + failed), 0) FROM event_counters WHERE event_id = $1", res.EventID).Scan(&snap.Recorded); err != nil {
 				return fmt.Errorf("progress: %w", err)
 			}
 		}
@@ -640,7 +669,7 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		// for this port.
 		if qerr == nil && users == int64(cfg.Users) && subs == want && strings.HasPrefix(endpoint, pushBaseURL(cfg)) {
 			cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
-			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
+			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, event_counters, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
 			if err != nil {
 				pool.Close()
 				return nil, "", 0, 0, fmt.Errorf("empty run tables: %w", err)

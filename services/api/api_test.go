@@ -49,8 +49,6 @@ func newTestEnv(t testing.TB) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Reports are not shared between calls here: the tests change an
-	// event and read its status at once (statusCache has its own tests).
 	// push.example.com stands for a push service besides the defaults.
 	endpoints, err := endpoint.New(endpoint.Options{AllowedHosts: append([]string{"push.example.com"}, endpoint.DefaultAllowedHosts...)})
 	if err != nil {
@@ -58,7 +56,7 @@ func newTestEnv(t testing.TB) *testEnv {
 	}
 	// Nor are requests rate-limited: the tests send many as one user
 	// (TestRateLimit has its own server).
-	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler), StatusMaxAge: -1,
+	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler),
 		PushEndpoints: endpoints, RateLimit: -1}, db.Pool)
 	if err != nil {
 		t.Fatal(err)

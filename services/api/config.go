@@ -140,11 +140,6 @@ type Config struct {
 	// Status answers GET /v1/events/{id}. Default: EventReports over the
 	// server's pool (the report of `notify status --json`).
 	Status StatusSource
-	// StatusMaxAge is how long a GET /v1/events/{id} report is shared
-	// between callers (concurrent callers of one event always share one
-	// query): a full report scans the event's deliveries, ~2 s of Postgres
-	// CPU at a million students. Default 2s; negative disables sharing.
-	StatusMaxAge time.Duration
 	// UnknownEventTTL is how long GET /v1/events/{id} remembers an id it
 	// found unknown and answers 404 for it without asking Status, so that
 	// clients polling ids that do not exist cost no queries. Ids are minted
@@ -215,9 +210,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RateLimitUsers == 0 {
 		c.RateLimitUsers = DefaultRateLimitUsers
-	}
-	if c.StatusMaxAge == 0 {
-		c.StatusMaxAge = 2 * time.Second
 	}
 	if c.UnknownEventTTL == 0 {
 		c.UnknownEventTTL = DefaultUnknownEventTTL

@@ -134,11 +134,10 @@
 // "finished") beside the push accounting, and "done" when both are.
 //
 // The caller is authorized before any report is built: the owner lookup
-// (event → course → instructor) is one indexed row, a report counts the
-// event's deliveries. Unknown ids are remembered for
-// Config.UnknownEventTTL (default 5s) and answered 404 without a query;
-// reports are shared between the instructor's callers for
-// Config.StatusMaxAge (default 2s).
+// (event → course → instructor) is one indexed row, a report reads the
+// event's counters (a few rows whatever the audience size, so every call
+// gets a fresh one). Unknown ids are remembered for Config.UnknownEventTTL
+// (default 5s) and answered 404 without a query.
 //
 // # Operations
 //

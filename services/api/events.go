@@ -24,8 +24,8 @@ type StatusSource interface {
 	EventOwner(ctx context.Context, eventID UUID) (course, instructor UUID, err error)
 	// EventStatus returns the event's course and the status document,
 	// served as JSON, or ErrEventNotFound. It is asked only on behalf of
-	// the instructor and may be costly: the server shares its answers
-	// between callers (Config.StatusMaxAge).
+	// the instructor, for every request: nothing is shared between
+	// callers, so it must be cheap too (EventReports reads counters).
 	EventStatus(ctx context.Context, eventID UUID) (course UUID, status any, err error)
 }
 
@@ -79,9 +79,9 @@ func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) 
 		writeError(w, e)
 		return
 	}
-	// Authorize before anything costly: the owner is one indexed row, a
-	// report counts the event's deliveries. Nobody else can make the
-	// server build one, and unknown ids are remembered (cachedStatus).
+	// Authorize before the report: the owner is one indexed row. Nobody
+	// else can make the server build a report, and unknown ids are
+	// remembered (cachedStatus).
 	course, instructor, err := s.cfg.Status.EventOwner(r.Context(), id)
 	if errors.Is(err, ErrEventNotFound) {
 		writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))

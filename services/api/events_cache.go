@@ -7,27 +7,19 @@ import (
 	"time"
 )
 
-// reportSource is the costly half of a StatusSource.
-type reportSource interface {
-	EventStatus(ctx context.Context, eventID UUID) (course UUID, status any, err error)
-}
-
 // cachedStatus is the StatusSource the server asks: owners from the
-// source, except for ids it remembers as unknown; reports shared between
-// callers.
+// source, except for ids it remembers as unknown. Reports are not shared:
+// each reads the event's counters (a few rows whatever the audience size),
+// so every caller gets a fresh one.
 type cachedStatus struct {
 	src     StatusSource
 	unknown *unknownEvents // nil: not remembered
-	reports reportSource   // src, or a statusCache over it
 }
 
-// newCachedStatus wraps src with the caches Config asks for: reports shared
-// for maxAge and unknown ids remembered for unknownTTL (≤ 0: neither).
-func newCachedStatus(src StatusSource, maxAge, unknownTTL time.Duration, now func() time.Time) cachedStatus {
-	c := cachedStatus{src: src, reports: src}
-	if maxAge > 0 {
-		c.reports = newStatusCache(src, maxAge, now)
-	}
+// newCachedStatus wraps src with the negative cache Config asks for:
+// unknown ids remembered for unknownTTL (≤ 0: not remembered).
+func newCachedStatus(src StatusSource, unknownTTL time.Duration, now func() time.Time) cachedStatus {
+	c := cachedStatus{src: src}
 	if unknownTTL > 0 {
 		c.unknown = newUnknownEvents(unknownTTL, unknownEventsMax, now)
 	}
@@ -48,7 +40,7 @@ func (c cachedStatus) EventOwner(ctx context.Context, eventID UUID) (UUID, UUID,
 
 // EventStatus implements StatusSource.
 func (c cachedStatus) EventStatus(ctx context.Context, eventID UUID) (UUID, any, error) {
-	return c.reports.EventStatus(ctx, eventID)
+	return c.src.EventStatus(ctx, eventID)
 }
 
 // unknownEvents remembers event ids found unknown, so that clients polling
@@ -98,99 +90,4 @@ func (u *unknownEvents) add(id UUID) {
 		u.prev, u.cur = u.cur, make(map[UUID]time.Time, u.size)
 	}
 	u.cur[id] = u.now()
-}
-
-// statusCache shares GET /v1/events/{id} reports between callers. A full
-// report counts the event's notifications, subscriptions and deliveries —
-// about 2 s of Postgres CPU at 1,000,000 students — so instructors polling
-// a dashboard while their event fans out would take cores from the very
-// fan-out they are watching. Callers of one event within maxAge get the
-// same report, and concurrent callers wait for one query instead of each
-// running their own. Errors are not kept.
-type statusCache struct {
-	src    reportSource
-	maxAge time.Duration
-	now    func() time.Time
-
-	mu      sync.Mutex
-	entries map[UUID]*statusEntry
-}
-
-type statusEntry struct {
-	done   chan struct{} // closed when the query below finished
-	at     time.Time     // when it finished
-	course UUID
-	status any
-	err    error
-}
-
-// statusCacheMax bounds the events kept; past it, expired entries are
-// dropped on the next insert (the map never holds more than the events
-// asked about within maxAge, plus this slack).
-const statusCacheMax = 1024
-
-// statusQueryTimeout bounds a shared query: it runs detached from the
-// request that started it, because others wait for it too.
-const statusQueryTimeout = 30 * time.Second
-
-func newStatusCache(src reportSource, maxAge time.Duration, now func() time.Time) *statusCache {
-	return &statusCache{src: src, maxAge: maxAge, now: now, entries: make(map[UUID]*statusEntry)}
-}
-
-// EventStatus implements reportSource.
-func (c *statusCache) EventStatus(ctx context.Context, eventID UUID) (UUID, any, error) {
-	c.mu.Lock()
-	e, ok := c.entries[eventID]
-	if ok {
-		select {
-		case <-e.done:
-			if e.err != nil || c.now().Sub(e.at) >= c.maxAge {
-				ok = false // stale or failed: query again
-			}
-		default: // in flight: wait for it
-		}
-	}
-	if !ok {
-		e = &statusEntry{done: make(chan struct{})}
-		if len(c.entries) >= statusCacheMax {
-			c.evictLocked()
-		}
-		c.entries[eventID] = e
-		go c.fill(ctx, eventID, e)
-	}
-	c.mu.Unlock()
-
-	select {
-	case <-e.done:
-		return e.course, e.status, e.err
-	case <-ctx.Done():
-		return UUID{}, nil, ctx.Err()
-	}
-}
-
-func (c *statusCache) fill(ctx context.Context, eventID UUID, e *statusEntry) {
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusQueryTimeout)
-	defer cancel()
-	course, st, err := c.src.EventStatus(qctx, eventID)
-	c.mu.Lock()
-	e.course, e.status, e.err, e.at = course, st, err, c.now()
-	close(e.done)
-	if err != nil && c.entries[eventID] == e {
-		delete(c.entries, eventID)
-	}
-	c.mu.Unlock()
-}
-
-// evictLocked drops finished entries older than maxAge.
-func (c *statusCache) evictLocked() {
-	now := c.now()
-	for id, e := range c.entries {
-		select {
-		case <-e.done:
-			if now.Sub(e.at) >= c.maxAge {
-				delete(c.entries, id)
-			}
-		default:
-		}
-	}
 }

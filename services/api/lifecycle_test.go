@@ -72,7 +72,7 @@ func TestLifecycleStartContext(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	hs := &heldStatus{entered: make(chan struct{}), release: make(chan struct{}), course: e.course, instructor: e.instructor}
-	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: hs, StatusMaxAge: -1})
+	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: hs})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := srv.Start(ctx); err != nil {
@@ -108,7 +108,7 @@ func TestLifecycleHardStop(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	hs := &heldStatus{entered: make(chan struct{}), cancelled: make(chan struct{}), course: e.course, instructor: e.instructor}
-	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: hs, StatusMaxAge: -1})
+	srv := newTestServer(t, e.db.Pool, Config{Addr: "127.0.0.1:0", Status: hs})
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if cfg.Status == nil {
 		cfg.Status = EventReports{Pool: pool}
 	}
-	cfg.Status = newCachedStatus(cfg.Status, cfg.StatusMaxAge, cfg.UnknownEventTTL, cfg.Now)
+	cfg.Status = newCachedStatus(cfg.Status, cfg.UnknownEventTTL, cfg.Now)
 	s := &Server{
 		cfg:    cfg,
 		pool:   pool,

@@ -13,9 +13,14 @@
 //
 // # Cost, and authorizing first
 //
-// LoadFanout reads a few rows. LoadPush, and so Load, counts the event's
-// notifications, subscriptions and deliveries: about 2 s of Postgres CPU
-// at a million students. LoadOwner is one indexed row (event → course →
+// Every report reads counters, never the audience: LoadFanout the run and
+// its ranges, LoadPush at most 32 event_counters rows (schema migration
+// 0006), which the slice worker, the push worker and the subscription
+// triggers keep exact in the transactions that write the rows they count.
+// So Load costs the same at 10 students and 10 million, and pollers need no
+// shared cache. Verify is the one costly call: it recomputes every term from
+// the rows (about 2 s of Postgres CPU at a million students) and names each
+// counter that differs. LoadOwner is one indexed row (event → course →
 // instructor), so a server checks who is asking before it builds a report
 // for them.
 //

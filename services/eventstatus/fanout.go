@@ -66,37 +66,68 @@ func LoadFanout(ctx context.Context, q Querier, eventID string) (Fanout, error) 
 	if err := checkEventID(eventID); err != nil {
 		return st, err
 	}
-	var notified *int64
-	var now time.Time
-	var started time.Time
-	err := q.QueryRow(ctx, sqlFanoutRun, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
-		&st.Ranges, &st.SliceSize, &started, &st.FinishedAt, &notified, &now)
+	run, err := scanRun(q.QueryRow(ctx, sqlFanoutRun, eventID), &st)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = q.QueryRow(ctx, sqlFanoutMaterial, eventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return st, ErrUnknownEvent
-		}
-		if err != nil {
-			return st, fmt.Errorf("read material of event %s: %w", eventID, err)
-		}
-		st.State = StatePending
-		return st, nil
+		return loadPending(ctx, q, st)
 	}
 	if err != nil {
-		return st, fmt.Errorf("read run %s: %w", eventID, err)
+		return st, err
 	}
-	st.StartedAt = &started
 	rows, err := q.Query(ctx, sqlFanoutRanges, eventID)
 	if err != nil {
 		return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
 	}
+	rs, err := scanRanges(rows, eventID)
+	if err != nil {
+		return st, err
+	}
+	st.finish(run, rs)
+	return st, nil
+}
+
+// loadPending reads the material of an event not planned yet.
+func loadPending(ctx context.Context, q Querier, st Fanout) (Fanout, error) {
+	err := q.QueryRow(ctx, sqlFanoutMaterial, st.EventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, ErrUnknownEvent
+	}
+	if err != nil {
+		return st, fmt.Errorf("read material of event %s: %w", st.EventID, err)
+	}
+	st.State = StatePending
+	return st, nil
+}
+
+// runRow is what sqlFanoutRun reads beside the Fanout fields.
+type runRow struct {
+	started, now time.Time
+	notified     *int64
+}
+
+// scanRun reads sqlFanoutRun's row into st; pgx.ErrNoRows (unwrapped)
+// when the event is not planned.
+func scanRun(row pgx.Row, st *Fanout) (runRow, error) {
+	var r runRow
+	err := row.Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
+		&st.Ranges, &st.SliceSize, &r.started, &st.FinishedAt, &r.notified, &r.now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, pgx.ErrNoRows
+	}
+	if err != nil {
+		return r, fmt.Errorf("read run %s: %w", st.EventID, err)
+	}
+	return r, nil
+}
+
+// scanRanges reads sqlFanoutRanges' rows.
+func scanRanges(rows pgx.Rows, eventID string) ([]rangeProgress, error) {
+	defer rows.Close()
 	var rs []rangeProgress
 	for rows.Next() {
 		var r rangeProgress
 		var cursor *string
 		if err := rows.Scan(&r.lo, &r.hi, &cursor, &r.slicesDone, &r.notified, &r.done); err != nil {
-			rows.Close()
-			return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
+			return nil, fmt.Errorf("read ranges of %s: %w", eventID, err)
 		}
 		if cursor != nil {
 			r.cursor = *cursor
@@ -104,17 +135,22 @@ func LoadFanout(ctx context.Context, q Querier, eventID string) (Fanout, error) 
 		rs = append(rs, r)
 	}
 	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("read ranges of %s: %w", eventID, err)
+		return nil, fmt.Errorf("read ranges of %s: %w", eventID, err)
 	}
-	end := now
+	return rs, nil
+}
+
+// finish fills the progress of a planned event from its run and ranges.
+func (st *Fanout) finish(run runRow, rs []rangeProgress) {
+	st.StartedAt = &run.started
+	end := run.now
 	if st.FinishedAt != nil {
 		end = *st.FinishedAt
 	}
-	st.summarise(rs, end.Sub(started))
-	if notified != nil {
-		st.Notified = *notified
+	st.summarise(rs, end.Sub(run.started))
+	if run.notified != nil {
+		st.Notified = *run.notified
 	}
-	return st, nil
 }
 
 // rangeProgress is one fanout_ranges row.

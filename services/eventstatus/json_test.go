@@ -8,7 +8,8 @@ import (
 
 // The JSON of `notify status --json`, `notify status --verify --json` and
 // GET /v1/events/{id} is read by scripts: these are its exact bytes, field
-// by field, as they were before the report had one home.
+// by field, as they were before the report had one home (cancelled and
+// expired added for event control).
 func TestJSONIsStable(t *testing.T) {
 	est, eta := int64(1000), 4.5
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -30,10 +31,10 @@ func TestJSONIsStable(t *testing.T) {
 		v    any
 		want string
 	}{
-		{"report", full, `{"event_id":"e","course_id":"c","material_id":"m","title":"T","published_at":"2026-01-02T03:04:05.000000006Z","state":"running","finished":true,"notified":7,"estimated_students":1000,"ranges":4,"ranges_done":2,"slice_size":5000,"slices_done":3,"slices_total":9,"slices_total_estimated":true,"started_at":"2026-01-02T03:04:05.000000006Z","finished_at":"2026-01-02T03:05:05.000000006Z","elapsed_seconds":1.5,"rate_per_second":2.25,"eta_seconds":4.5,"target":10,"delivered":5,"gone":1,"failed":1,"pending":3,"retrying":2,"unsent":1,"push_counts_at":"2026-01-02T03:04:05.000000006Z","done":true}`},
-		{"zero report", Report{}, `{"event_id":"","course_id":"","material_id":"","title":"","published_at":"0001-01-01T00:00:00Z","state":"","finished":false,"notified":0,"ranges":0,"ranges_done":0,"slice_size":0,"slices_done":0,"slices_total":0,"slices_total_estimated":false,"elapsed_seconds":0,"rate_per_second":0,"target":0,"delivered":0,"gone":0,"failed":0,"pending":0,"retrying":0,"unsent":0,"push_counts_at":"0001-01-01T00:00:00Z","done":false}`},
-		{"verify", verified(v), `{"status":{"event_id":"e","notified":3,"target":10,"delivered":5,"gone":1,"failed":1,"pending":3,"retrying":2,"unsent":1},"problems":["p"],"ok":false}`},
-		{"zero verify", verified(Verification{}), `{"status":{"event_id":"","notified":0,"target":0,"delivered":0,"gone":0,"failed":0,"pending":0,"retrying":0,"unsent":0},"problems":null,"ok":true}`},
+		{"report", full, `{"event_id":"e","course_id":"c","material_id":"m","title":"T","published_at":"2026-01-02T03:04:05.000000006Z","state":"running","finished":true,"notified":7,"estimated_students":1000,"ranges":4,"ranges_done":2,"slice_size":5000,"slices_done":3,"slices_total":9,"slices_total_estimated":true,"started_at":"2026-01-02T03:04:05.000000006Z","finished_at":"2026-01-02T03:05:05.000000006Z","elapsed_seconds":1.5,"rate_per_second":2.25,"eta_seconds":4.5,"target":10,"delivered":5,"gone":1,"failed":1,"pending":3,"retrying":2,"unsent":1,"cancelled":0,"expired":0,"push_counts_at":"2026-01-02T03:04:05.000000006Z","done":true}`},
+		{"zero report", Report{}, `{"event_id":"","course_id":"","material_id":"","title":"","published_at":"0001-01-01T00:00:00Z","state":"","finished":false,"notified":0,"ranges":0,"ranges_done":0,"slice_size":0,"slices_done":0,"slices_total":0,"slices_total_estimated":false,"elapsed_seconds":0,"rate_per_second":0,"target":0,"delivered":0,"gone":0,"failed":0,"pending":0,"retrying":0,"unsent":0,"cancelled":0,"expired":0,"push_counts_at":"0001-01-01T00:00:00Z","done":false}`},
+		{"verify", verified(v), `{"status":{"event_id":"e","notified":3,"target":10,"delivered":5,"gone":1,"failed":1,"pending":3,"retrying":2,"unsent":1,"cancelled":0,"expired":0},"problems":["p"],"ok":false}`},
+		{"zero verify", verified(Verification{}), `{"status":{"event_id":"","notified":0,"target":0,"delivered":0,"gone":0,"failed":0,"pending":0,"retrying":0,"unsent":0,"cancelled":0,"expired":0},"problems":null,"ok":true}`},
 	} {
 		b, err := json.Marshal(c.v)
 		if err != nil {

@@ -31,21 +31,78 @@ type Querier interface {
 type Report struct {
 	Fanout
 	PushCounts
-	// PushCountsAt is when the push counts were read; they cost a scan of
-	// the event's deliveries, so watchers refresh them less often.
+	// PushCountsAt is when the push counts were read.
 	PushCountsAt time.Time `json:"push_counts_at"`
 	// EventDone is Finished and no push pending.
 	EventDone bool `json:"done"`
 }
 
-// Load reads the progress of eventID, both stages.
+// Batcher sends statements in one round trip; *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx satisfy it.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Load reads the progress of eventID, both stages. Given a Batcher (a
+// pool, a connection), a planned event's run, ranges and counters are read
+// in one round trip and one implicit transaction: a poller on a busy
+// machine waits for the CPU once rather than three times.
 func Load(ctx context.Context, q Querier, eventID string) (Report, error) {
+	if b, ok := q.(Batcher); ok {
+		if err := checkEventID(eventID); err != nil {
+			return Report{}, err
+		}
+		r, planned, err := loadBatch(ctx, b, eventID)
+		if err != nil || planned {
+			return r, err
+		}
+		// Not planned yet: the material, below.
+	}
 	f, err := LoadFanout(ctx, q, eventID)
 	if err != nil {
 		return Report{}, err
 	}
 	r := Report{Fanout: f}
 	return r, r.RefreshPush(ctx, q)
+}
+
+// loadBatch is Load of a planned event in one batch; planned is false
+// (and nothing read) when the event has no run.
+func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planned bool, err error) {
+	var b pgx.Batch
+	b.Queue(sqlFanoutRun, eventID)
+	b.Queue(sqlFanoutRanges, eventID)
+	b.Queue(sqlPushCounters, eventID)
+	br := q.SendBatch(ctx, &b)
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("report of %s: %w", eventID, cerr)
+		}
+	}()
+	r.EventID = eventID
+	run, err := scanRun(br.QueryRow(), &r.Fanout)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Report{}, false, nil
+	}
+	if err != nil {
+		return Report{}, true, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return Report{}, true, fmt.Errorf("read ranges of %s: %w", eventID, err)
+	}
+	rs, err := scanRanges(rows, eventID)
+	if err != nil {
+		return Report{}, true, err
+	}
+	r.finish(run, rs)
+	ps := Push{EventID: eventID}
+	if err := scanPush(br.QueryRow(), &ps); err != nil {
+		return Report{}, true, err
+	}
+	r.PushCounts, r.PushCountsAt = ps.PushCounts, time.Now()
+	r.EventDone = r.Finished && r.PushCounts.Done()
+	return r, true, nil
 }
 
 // RefreshPush reads the push accounting into r, keeping its fan-out part.

@@ -2,7 +2,10 @@ package eventstatus_test
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
@@ -50,5 +53,46 @@ func TestLoadBothStages(t *testing.T) {
 	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 2, 'failed'), ($1, 3, 'delivered')`, ev)
 	if r, err = eventstatus.Load(ctx, db.Pool, ev); err != nil || !r.Done() || r.Failed != 1 {
 		t.Fatalf("after the last outcomes: done=%v %+v err=%v", r.Done(), r.PushCounts, err)
+	}
+}
+
+// querierOnly hides the pool's SendBatch: Load then takes its statement by
+// statement path.
+type querierOnly struct{ eventstatus.Querier }
+
+// Load answers the same in one batch as statement by statement.
+func TestLoadBatchedEqualsUnbatched(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	exec := seedTiny(t, db)
+	ctx := context.Background()
+	exec(`UPDATE fanout_runs SET finished_at = started_at + interval '1 second' WHERE event_id = $1`, evA)
+	exec(`UPDATE fanout_ranges SET done_at = now() WHERE event_id = $1`, evA)
+	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'delivered')`, evA)
+	a, err := eventstatus.Load(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := eventstatus.Load(ctx, querierOnly{db.Pool}, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.PushCountsAt, b.PushCountsAt = time.Time{}, time.Time{}
+	if !reflect.DeepEqual(a, b) || a.Delivered != 1 || a.Unsent != 1 || !a.Finished {
+		t.Fatalf("batched %+v\nunbatched %+v", a, b)
+	}
+	// Not planned yet, and unknown: the same both ways.
+	const pending = "00000000-0000-4000-8000-0000000000f1"
+	exec(`INSERT INTO users (id, name) VALUES ('00000000-0000-4000-8000-0000000000f2', 'i')`)
+	exec(`INSERT INTO courses (id, instructor_id, title) VALUES ('00000000-0000-4000-8000-0000000000f3', '00000000-0000-4000-8000-0000000000f2', 'c')`)
+	exec(`INSERT INTO materials (id, event_id, course_id, author_id, title, body, published_at)
+		VALUES (gen_random_uuid(), $1, '00000000-0000-4000-8000-0000000000f3', '00000000-0000-4000-8000-0000000000f2', 't', 'b', now())`, pending)
+	for _, q := range []eventstatus.Querier{db.Pool, querierOnly{db.Pool}} {
+		if r, err := eventstatus.Load(ctx, q, pending); err != nil || r.State != eventstatus.StatePending {
+			t.Fatalf("pending via %T: %+v %v", q, r, err)
+		}
+		if _, err := eventstatus.Load(ctx, q, "00000000-0000-4000-8000-0000000000f4"); !errors.Is(err, eventstatus.ErrUnknownEvent) {
+			t.Fatalf("unknown via %T: %v", q, err)
+		}
 	}
 }

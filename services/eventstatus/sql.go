@@ -35,29 +35,21 @@ SELECT lo::text, hi::text, cursor::text, slices_done, notified, done_at IS NOT N
 FROM fanout_ranges WHERE event_id = $1`
 )
 
-// sqlPushCounts is one statement, hence one consistent snapshot. The FULL
-// JOIN pairs current subscriptions of notified students with the event's
-// recorded outcomes; a row on either side is one target subscription.
-const sqlPushCounts = `
-WITH subs AS (
-  SELECT s.id FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id
-  WHERE n.event_id = $1
-), d AS (
-  SELECT subscription_id, status FROM push_deliveries WHERE event_id = $1
-)
+// sqlPushCounters sums the event's counter shards (≤ 32 rows by primary
+// key prefix).
+const sqlPushCounters = `
 SELECT
-  (SELECT count(*) FROM notifications WHERE event_id = $1),
-  count(*),
-  count(*) FILTER (WHERE d.status = 'delivered'),
-  count(*) FILTER (WHERE d.status = 'gone'),
-  count(*) FILTER (WHERE d.status = 'failed'),
-  count(*) FILTER (WHERE d.status = 'retrying'),
-  count(*) FILTER (WHERE d.status IS NULL)
-FROM subs FULL JOIN d ON d.subscription_id = subs.id`
+  coalesce(sum(notified), 0)::bigint,
+  coalesce(sum(targeted), 0)::bigint, coalesce(sum(delivered), 0)::bigint, coalesce(sum(gone), 0)::bigint,
+  coalesce(sum(failed), 0)::bigint, coalesce(sum(retrying), 0)::bigint,
+  coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint
+FROM event_counters WHERE event_id = $1`
 
-// Verify's terms, each counted on its own so that a mistake in
-// sqlPushCounts cannot hide in the same statement.
+// Verify's terms, recomputed from the rows, each on its own so that a
+// mistake in one cannot hide in another.
 const (
+	sqlVerifyNotified = `SELECT count(*) FROM notifications WHERE event_id = $1`
+
 	sqlVerifyCurrent = `
 SELECT count(*) FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id WHERE n.event_id = $1`
 

@@ -25,9 +25,11 @@ type TxBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// Verify checks the push accounting of eventID against the tables, each
-// term counted by its own query inside one repeatable-read snapshot:
+// Verify checks the counters of eventID (LoadPush) against the tables,
+// each term recomputed by its own query inside one repeatable-read
+// snapshot, so counters and rows are read at the same instant:
 //
+//   - notified = notifications rows of the event
 //   - target = |current subscriptions of notified students| +
 //     |recorded outcomes whose subscription no longer exists|
 //   - delivered, gone, failed, retrying = push_deliveries rows by status
@@ -56,13 +58,14 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		return v, err
 	}
 	var (
-		current, orphaned, unsent, strangers, goneAlive, odd int64
-		by                                                   = map[string]int64{}
+		notified, current, orphaned, unsent, strangers, goneAlive, odd int64
+		by                                                             = map[string]int64{}
 	)
 	for _, c := range []struct {
 		dst *int64
 		sql string
 	}{
+		{&notified, sqlVerifyNotified},
 		{&current, sqlVerifyCurrent},
 		{&orphaned, sqlVerifyOrphaned},
 		{&unsent, sqlVerifyUnsent},
@@ -96,20 +99,25 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	target := current + orphaned
 	problem := func(format string, args ...any) { v.Problems = append(v.Problems, fmt.Sprintf(format, args...)) }
 	if target != s.Target {
-		problem("target: %d current subscriptions of notified students + %d outcomes of removed subscriptions = %d, status says %d", current, orphaned, target, s.Target)
+		problem("target: %d current subscriptions of notified students + %d outcomes of removed subscriptions = %d, the counters say %d", current, orphaned, target, s.Target)
 	}
 	for _, c := range []struct {
 		name      string
 		got, want int64
 	}{
+		{"notified", s.Notified, notified},
 		{"delivered", s.Delivered, by[push.StatusDelivered]},
 		{"gone", s.Gone, by[push.StatusGone]},
 		{"failed", s.Failed, by[push.StatusFailed]},
 		{"retrying", s.Retrying, by[push.StatusRetrying]},
 		{"unsent", s.Unsent, unsent},
+		// Nothing writes these yet (event control will): a non-zero
+		// counter is a writer that should not exist.
+		{"cancelled", s.Cancelled, 0},
+		{"expired", s.Expired, 0},
 	} {
 		if c.got != c.want {
-			problem("%s: the tables hold %d, status says %d", c.name, c.want, c.got)
+			problem("%s: the tables hold %d, the counters say %d", c.name, c.want, c.got)
 		}
 	}
 	if sum := by[push.StatusDelivered] + by[push.StatusGone] + by[push.StatusFailed] + by[push.StatusRetrying] + unsent; sum != target {

@@ -191,6 +191,13 @@ func TestCrashAndReplay(t *testing.T) {
 	published := time.Now()
 	c := seedCourse(t, db.Pool, students, published.Add(-time.Hour))
 	enroll(t, db.Pool, c.ID, 500, published.Add(time.Minute)) // not in the audience
+	// A subscription for about one student in ten, so the kills also land
+	// on the counting of push targets (event_counters.targeted).
+	if _, err := db.Pool.Exec(context.Background(), `INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth)
+		SELECT user_id, 'https://push.example/' || user_id, decode(repeat('04', 65), 'hex'), decode(repeat('00', 16), 'hex')
+		FROM enrollments WHERE course_id = $1 AND random() < 0.1`, c.ID); err != nil {
+		t.Fatal(err)
+	}
 	startConnector(t, db.URL, topics)
 
 	// Slices of 2,000 over 4 ranges: about 100 slice transactions, so the
@@ -270,6 +277,7 @@ func TestCrashAndReplay(t *testing.T) {
 	if after != before {
 		t.Fatalf("replay changed something:\nbefore %+v\nafter  %+v", before, after)
 	}
+	checkVerifyCommand(t, bin, db.URL, ev.EventID)
 	t.Logf("replay from earliest: 0 new rows, 0 new commands (%+v)", after)
 }
 
@@ -423,6 +431,25 @@ func checkStatusCommand(t *testing.T, bin, dbURL, eventID string, notified int64
 	text, err := exec.Command(bin, "status", eventID, "--database-url", dbURL).Output()
 	if err != nil || !strings.Contains(string(text), "finished") {
 		t.Fatalf("notify status: %v\n%s", err, text)
+	}
+	checkVerifyCommand(t, bin, dbURL, eventID)
+}
+
+// checkVerifyCommand runs `notify status --verify`: the counters the
+// status read (event_counters) equal the recomputation from the rows, and
+// the command says so with exit 0.
+func checkVerifyCommand(t *testing.T, bin, dbURL, eventID string) {
+	t.Helper()
+	out, err := exec.Command(bin, "status", eventID, "--verify", "--json", "--database-url", dbURL).Output()
+	if err != nil {
+		t.Fatalf("notify status --verify: %v\n%s", err, out)
+	}
+	var v struct {
+		OK       bool     `json:"ok"`
+		Problems []string `json:"problems"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || !v.OK {
+		t.Fatalf("notify status --verify --json: %v\n%s", err, out)
 	}
 }
 

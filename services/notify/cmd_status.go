@@ -54,25 +54,14 @@ func runStatus(ctx context.Context, args []string) error {
 		return verifyEvent(ctx, pool, eventID, *asJSON)
 	}
 	clear := *watch && !*asJSON && isTerminal(out)
-	var pushCounts eventstatus.Report
 	for {
-		f, err := eventstatus.LoadFanout(ctx, pool, eventID)
+		// Counters, both stages, one round trip: every refresh.
+		r, err := eventstatus.Load(ctx, pool, eventID)
 		if errors.Is(err, eventstatus.ErrUnknownEvent) {
 			return exitError{code: 1, msg: fmt.Sprintf("no event %s (neither published nor planned in %s)", eventID, redactURL(infra.databaseURL))}
 		}
 		if err != nil {
 			return err
-		}
-		r := eventstatus.Report{Fanout: f}
-		// Push counts cost a scan of the event's deliveries: refresh them
-		// every 5 s while watching, and always for the last report.
-		if pushCounts.PushCountsAt.IsZero() || time.Since(pushCounts.PushCountsAt) >= 5*time.Second || r.Finished {
-			if err := r.RefreshPush(ctx, pool); err != nil {
-				return err
-			}
-			pushCounts = r
-		} else {
-			r.PushCounts, r.PushCountsAt = pushCounts.PushCounts, pushCounts.PushCountsAt
 		}
 		if clear {
 			fmt.Fprint(out, "\033[H\033[2J")

@@ -191,6 +191,7 @@ func (r *disruptRun) check(st eventstatus.Push) push.Stats {
 		t.Fatalf("%d of %d subscriptions have an outcome", len(seen), subs)
 	}
 	f.verify()
+	f.verifyCommand()
 
 	// A send holds one of the worker's --max-in-flight slots until its
 	// delivered or gone outcome is recorded (or, cancelled mid-flight, until

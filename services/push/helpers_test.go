@@ -427,6 +427,23 @@ func (f *fixture) verify() eventstatus.Push {
 	return v.Status
 }
 
+// verifyCommand runs `notify status --verify` on the event, as an
+// operator would after a crash: exit 0, the counters equal the
+// recomputation from the rows.
+func (f *fixture) verifyCommand() {
+	f.t.Helper()
+	out, err := exec.Command(notifyBinary(f.t), "status", f.eventID, "--verify", "--json", "--database-url", f.db.URL).Output()
+	if err != nil {
+		f.t.Fatalf("notify status --verify: %v\n%s", err, out)
+	}
+	var v struct {
+		OK bool `json:"ok"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || !v.OK {
+		f.t.Fatalf("notify status --verify --json: %v\n%s", err, out)
+	}
+}
+
 func (f *fixture) count(sql string, args ...any) int64 {
 	f.t.Helper()
 	var n int64

@@ -325,3 +325,95 @@ func TestAbandonedCommandRecordsFinalOutcomesWhenDeadLetterFails(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// The counters (event_counters, moved by the triggers of migration 0006)
+// follow exactly the rows record writes: a retrying outcome counts once,
+// moves once when it becomes final, a late or duplicate writer moves
+// nothing, and batches of one event committing concurrently lose no count.
+func TestRecordMovesCountersExactlyOnce(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	seedTiny(t, db)
+	ctx := context.Background()
+	// 400 more subscriptions of notified student A.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO push_subscriptions (id, user_id, endpoint, p256dh, auth)
+		SELECT 100 + i, $1, 'https://push.example/a/' || i, $2, $3 FROM generate_series(0, 399) i`, userA, make([]byte, 65), make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	// (eventstatus.Verify does this check for every event; it imports this
+	// package, so the test states it directly: counters = rows by status.)
+	want := func(stage string, delivered, gone, failed, retrying, unsent int64) {
+		t.Helper()
+		var c, r [5]int64
+		if err := db.Pool.QueryRow(ctx, `SELECT sum(delivered), sum(gone), sum(failed), sum(retrying), sum(targeted)
+			FROM event_counters WHERE event_id = $1`, evA).Scan(&c[0], &c[1], &c[2], &c[3], &c[4]); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'gone'),
+			count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'retrying'), 402
+			FROM push_deliveries WHERE event_id = $1`, evA).Scan(&r[0], &r[1], &r[2], &r[3], &r[4]); err != nil {
+			t.Fatal(err)
+		}
+		exp := [5]int64{delivered, gone, failed, retrying, 402}
+		if c != r || c != exp || c[4]-c[0]-c[1]-c[2]-c[3] != unsent {
+			t.Fatalf("%s: counters %v, rows %v, want %v with %d unsent", stage, c, r, exp, unsent)
+		}
+	}
+	want("nothing sent", 0, 0, 0, 0, 402)
+	rec := func(rows ...row) {
+		t.Helper()
+		if err := record(ctx, db.Pool, evA, rows, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec(row{subID: 1, status: StatusRetrying, attempts: 1}, row{subID: 2, status: StatusRetrying, attempts: 1})
+	want("two retrying", 0, 0, 0, 2, 400)
+	rec(row{subID: 1, status: StatusRetrying, attempts: 2}) // retrying again: no move
+	want("retried", 0, 0, 0, 2, 400)
+	rec(row{subID: 1, status: StatusDelivered, http: 201, attempts: 3}, row{subID: 2, status: StatusFailed, http: 404, attempts: 3})
+	want("both final", 1, 0, 1, 0, 400)
+	// A duplicate and a late writer: final rows stay, counters stay.
+	rec(row{subID: 1, status: StatusDelivered, http: 201, attempts: 3}, row{subID: 2, status: StatusRetrying, attempts: 2})
+	want("duplicates", 1, 0, 1, 0, 400)
+
+	// 400 outcomes in 40 batches from 8 writers at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := w; b < 40; b += 8 {
+				var rows []row
+				for i := range 10 {
+					st := StatusDelivered
+					if i == 0 {
+						st = StatusGone
+					}
+					rows = append(rows, row{subID: int64(100 + b*10 + i), status: st, attempts: 1})
+				}
+				errs <- record(ctx, db.Pool, evA, rows, nil, nil)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// gone rows whose subscriptions the worker deletes: the delete trigger
+	// finds their outcome and writes nothing more.
+	var gone []int64
+	for b := range 40 {
+		gone = append(gone, int64(100+b*10))
+	}
+	if err := record(ctx, db.Pool, evA, nil, gone, nil); err != nil {
+		t.Fatal(err)
+	}
+	want("concurrent batches", 361, 40, 1, 0, 0)
+	var shards int
+	_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM event_counters WHERE event_id = $1`, evA).Scan(&shards)
+	t.Logf("counts spread over %d counter rows", shards)
+}

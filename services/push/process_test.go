@@ -95,6 +95,7 @@ func TestTwoWorkersShareCommandsAndReplayIsRefusedWhileRunning(t *testing.T) {
 		t.Fatalf("replaying workers: %+v %+v, want 48 empty commands", sa2, sb2)
 	}
 	f.verify()
+	f.verifyCommand()
 }
 
 // checkMetrics scrapes a worker's /metrics and checks the series the
@@ -180,4 +181,5 @@ func TestWorkerJoinsThenOneIsKilled(t *testing.T) {
 		t.Fatalf("%d duplicates, more than the killed worker's in-flight cap %d", ms.Duplicates, cap)
 	}
 	f.verify()
+	f.verifyCommand()
 }
