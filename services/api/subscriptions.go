@@ -28,8 +28,9 @@ const (
 	// advisory lock on the user, so concurrent subscribes of one user
 	// cannot all pass the cap; other users do not wait on it.
 	sqlLockUserSubscriptions = `SELECT pg_advisory_xact_lock(hashtextextended('push_subscriptions:' || $1::text, 0))`
-	// How many the user has, and whether this endpoint is one of them (a
-	// re-subscribe at the cap updates keys instead of being refused).
+	// How many devices the user has, of every platform, and whether this
+	// endpoint is one of them (a re-subscribe at the cap updates keys
+	// instead of being refused).
 	sqlCountSubscriptions = `SELECT count(*), coalesce(bool_or(endpoint = $2), false) FROM push_subscriptions WHERE user_id = $1`
 	// Upsert by endpoint, only for its owner: an endpoint of another user
 	// returns no row (409) instead of silently changing owner, which would
@@ -84,17 +85,8 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request, user UU
 // subscription. A refusal comes back as a non-nil *Error with a nil error:
 // nothing was written.
 func (s *Server) saveSubscription(ctx context.Context, tx pgx.Tx, user UUID, req SubscriptionRequest) (resp SubscriptionResponse, inserted bool, refused *Error, err error) {
-	if _, err := tx.Exec(ctx, sqlLockUserSubscriptions, user); err != nil {
-		return resp, false, nil, err
-	}
-	var n int
-	var mine bool
-	if err := tx.QueryRow(ctx, sqlCountSubscriptions, user, req.Endpoint).Scan(&n, &mine); err != nil {
-		return resp, false, nil, err
-	}
-	if !mine && n >= s.cfg.MaxSubscriptionsPerUser {
-		return resp, false, newError(http.StatusConflict, errTooManySubscriptions,
-			"you have %d push subscriptions, the most allowed; delete one you no longer use (DELETE /v1/me/push-subscriptions)", n), nil
+	if refused, err := s.underCap(ctx, tx, user, sqlCountSubscriptions, req.Endpoint); refused != nil || err != nil {
+		return resp, false, refused, err
 	}
 	err = tx.QueryRow(ctx, sqlUpsertSubscription, user, req.Endpoint, req.P256DH, req.Auth).
 		Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)

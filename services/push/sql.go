@@ -16,6 +16,9 @@ SELECT s.id, s.endpoint, s.p256dh, s.auth, s.consecutive_failures, s.disabled_at
 FROM notifications n
 JOIN push_subscriptions s ON s.user_id = n.user_id
 WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
+  -- FCM and APNs devices (migration 0006_devices) have no endpoint or
+  -- keys: they are not this worker's until it has their providers.
+  AND s.platform = 'webpush'
   AND NOT EXISTS (
     SELECT 1 FROM push_deliveries d
     WHERE d.event_id = $1 AND d.subscription_id = s.id)

@@ -188,7 +188,7 @@ func (c Config) validate() error {
 			c.Timeout, c.DialTimeout, c.TooManyRequestsWait, c.MaxRetryAfter)
 	}
 	if c.Topic != "" {
-		if err := validateTopic(c.Topic); err != nil {
+		if err := ValidateTopic(c.Topic); err != nil {
 			return fmt.Errorf("Topic: %w", err)
 		}
 	}
@@ -433,7 +433,7 @@ func (c *Client) prepare(n Notification) (*request, error) {
 	if topic == "" {
 		return nil, invalid("no topic: set the device's bundle id or Config.Topic (NOTIFY_APNS_TOPIC)")
 	}
-	if err := validateTopic(topic); err != nil {
+	if err := ValidateTopic(topic); err != nil {
 		return nil, invalid("%v", err)
 	}
 	if len(n.EventID) > MaxCollapseID {
@@ -576,9 +576,10 @@ func ValidateDeviceToken(tok string) error {
 	return nil
 }
 
-// validateTopic checks a bundle id as far as a header allows: printable
-// ASCII without spaces, at most 255 bytes.
-func validateTopic(t string) error {
+// ValidateTopic checks a bundle id as far as a header allows: printable
+// ASCII without spaces, at most 255 bytes. The API checks a device's topic
+// with it, so a device it accepts is one the client can send to.
+func ValidateTopic(t string) error {
 	if len(t) > 255 {
 		return fmt.Errorf("topic is %d bytes, at most 255", len(t))
 	}
