@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/notify-dev/notify/services/push/apns"
+	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -123,7 +125,7 @@ func (b *batch) add(res result) (release bool) {
 		final(StatusGone)
 	case webpush.PermanentFailure:
 		switch {
-		case res.rc.disabled:
+		case res.rc.disabled || errors.Is(out.Err, errProviderNotConfigured):
 			r.attempts = b.attempt - 1 // not sent
 		case subscriptionsFault(out.Status):
 			b.failing = append(b.failing, id)
@@ -132,7 +134,8 @@ func (b *batch) add(res result) (release bool) {
 		final(StatusFailed)
 	default: // Retryable
 		switch {
-		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, webpush.ErrSenderClosed):
+		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, webpush.ErrSenderClosed) ||
+			errors.Is(out.Err, fcm.ErrClosed) || errors.Is(out.Err, apns.ErrClientClosed):
 			// Cancelled by us (revoke, stop): it may or may not have
 			// reached the push service. Leave it unrecorded so the
 			// command's next owner sends it; its slot goes with the batch.

@@ -47,8 +47,15 @@ type Config struct {
 	// Pool is the Postgres pool: recipients are read and outcomes recorded
 	// through it. Required. Size it ≥ MaxCommands/2 + 2.
 	Pool *pgxpool.Pool
-	// Sender sends each message. Required.
+	// Sender sends each Web Push message. Required.
 	Sender Sender
+	// FCM and APNs send to devices of those platforms. Nil: the platform
+	// has no credentials; its devices are recorded failed with reason
+	// provider_not_configured (and counted in
+	// notify_push_provider_not_configured_total), the rest of each command
+	// is sent as usual. Default nil.
+	FCM  FCMSender
+	APNs APNsSender
 
 	// MaxInFlight caps sends that have started but whose outcome is not yet
 	// recorded in push_deliveries, over all commands of this worker. It is

@@ -22,6 +22,7 @@ type result struct {
 // only when every recipient is recorded.
 func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
 	payload, topic := buildPayload(cmd), eventTopic(cmd.EventID)
+	app := newAppMessage(cmd, w.cfg.TTL)
 	sendCtx, cancelSends := context.WithCancel(ctx)
 	defer cancelSends()
 	results := make(chan result, len(recips)) // never blocks a sender
@@ -55,14 +56,18 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 			sends.Add(1)
 			go func() {
 				defer sends.Done()
-				msg := webpush.Message{
-					Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
-					Payload:      payload,
-					TTL:          w.cfg.TTL,
-					Urgency:      w.cfg.Urgency,
-					Topic:        topic,
+				var out webpush.Outcome
+				if rc.platform == platformWebPush {
+					out = w.cfg.Sender.Send(sendCtx, webpush.Message{
+						Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
+						Payload:      payload,
+						TTL:          w.cfg.TTL,
+						Urgency:      w.cfg.Urgency,
+						Topic:        topic,
+					})
+				} else {
+					out = w.sendApp(sendCtx, rc, &app)
 				}
-				out := w.cfg.Sender.Send(sendCtx, msg)
 				w.origins.release(origin)
 				results <- result{rc: rc, out: out, token: true}
 			}()
@@ -81,8 +86,18 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 			case rc.disabled:
 				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.PermanentFailure, Err: errSubscriptionDisabled}}
 				n++
+			case !w.hasProvider(rc.platform):
+				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.PermanentFailure, Err: notConfigured(rc.platform)}}
+				w.m.notConfigured(rc.platform).Inc()
+				n++
 			default:
-				origin := webpush.EndpointOrigin(rc.endpoint)
+				// FCM and APNs devices share one budget per platform, as
+				// the devices of one push-service origin do: a slow
+				// provider holds back only its own devices.
+				origin := rc.platform
+				if rc.platform == platformWebPush {
+					origin = webpush.EndpointOrigin(rc.endpoint)
+				}
 				if q, ok := queued[origin]; ok {
 					queued[origin] = append(q, rc) // keep the origin's order
 				} else if !w.origins.tryAcquire(origin) {

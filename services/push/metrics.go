@@ -26,6 +26,9 @@ import (
 //	notify_push_subscriptions_disabled_total subscriptions disabled after
 //	                                        DisableAfterFailures events in a
 //	                                        row failed for them
+//	notify_push_provider_not_configured_total{platform}
+//	                                        devices recorded failed because
+//	                                        their platform has no credentials
 type workerMetrics struct {
 	set *metrics.Set
 
@@ -60,6 +63,10 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.loadDuration = m.histogram(`notify_push_load_duration_seconds`)
 	m.lagTotal = m.gauge(`notify_push_group_lag_total`)
 	return m
+}
+
+func (m *workerMetrics) notConfigured(platform string) *metrics.Counter {
+	return m.counter(fmt.Sprintf(`notify_push_provider_not_configured_total{platform=%q}`, platform))
 }
 
 func (m *workerMetrics) counter(name string) *metrics.Counter {

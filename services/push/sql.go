@@ -3,7 +3,7 @@ package push
 // The push worker's SQL, in one place. The status report's queries live
 // with the report.
 
-// loadFreshSQL: subscriptions of the students notified of the event in
+// loadFreshSQL: devices (subscriptions) of every platform of the students notified of the event in
 // [first, last], minus those with any push_deliveries row for it. A
 // 'retrying' row is excluded too: its retry command was written in the same
 // transaction that recorded it, so a redelivered fresh command must leave
@@ -12,13 +12,11 @@ package push
 // per row. Disabled subscriptions come back flagged: they are recorded
 // without a send.
 const loadFreshSQL = `
-SELECT s.id, s.endpoint, s.p256dh, s.auth, s.consecutive_failures, s.disabled_at IS NOT NULL
+SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
+       s.consecutive_failures, s.disabled_at IS NOT NULL
 FROM notifications n
 JOIN push_subscriptions s ON s.user_id = n.user_id
 WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
-  -- FCM and APNs devices (migration 0006_devices) have no endpoint or
-  -- keys: they are not this worker's until it has their providers.
-  AND s.platform = 'webpush'
   AND NOT EXISTS (
     SELECT 1 FROM push_deliveries d
     WHERE d.event_id = $1 AND d.subscription_id = s.id)
@@ -28,9 +26,10 @@ ORDER BY s.id`
 // exactly this attempt (status retrying, attempts = attempt - 1). A copy of
 // the retry that was already processed moved them on, so duplicates of a
 // retry command send nothing. A subscription deleted meanwhile comes back
-// with NULL columns.
+// with NULL columns (platform too).
 const loadRetrySQL = `
-SELECT d.subscription_id, s.endpoint, s.p256dh, s.auth, coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false)
+SELECT d.subscription_id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
+       coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false)
 FROM push_deliveries d
 LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
 WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])

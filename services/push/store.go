@@ -24,10 +24,16 @@ const (
 
 // recipient is one subscription a command sends to.
 type recipient struct {
-	id       int64
+	id int64
+	// platform is the device's: platformWebPush (endpoint, p256dh, auth),
+	// platformFCM (token) or platformAPNs (token, topic, environment).
+	platform string
 	endpoint string
 	p256dh   []byte
 	auth     []byte
+	token    string
+	topic    string
+	env      string
 	// deleted: a retry found its subscription removed meanwhile (the
 	// browser unsubscribed); it is recorded gone without sending.
 	deleted bool
@@ -53,14 +59,15 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 	var out []recipient
 	for rows.Next() {
 		var r recipient
-		var endpoint *string
-		if err := rows.Scan(&r.id, &endpoint, &r.p256dh, &r.auth, &r.failures, &r.disabled); err != nil {
+		var platform, endpoint, token, topic, env *string
+		if err := rows.Scan(&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled); err != nil {
 			return nil, fmt.Errorf("load recipients: %w", err)
 		}
-		if endpoint == nil {
-			r.deleted = true
+		if platform == nil {
+			r.deleted = true // a retry's device, deleted meanwhile
 		} else {
-			r.endpoint = *endpoint
+			r.platform = *platform
+			r.endpoint, r.token, r.topic, r.env = deref(endpoint), deref(token), deref(topic), deref(env)
 		}
 		out = append(out, r)
 	}
@@ -68,6 +75,13 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 		return nil, fmt.Errorf("load recipients: %w", err)
 	}
 	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // isRetry: retry commands name their subscriptions; fan-out commands name a

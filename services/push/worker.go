@@ -146,7 +146,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	// webpush.GCPercent. Skipped when GOGC is set.
 	w.restoreGC = webpush.RaiseGCPercent()
 	run.Go(func() { w.lagLoop(run.Soft()) })
-	w.log.Info("push worker started", "max_in_flight", w.cfg.MaxInFlight, "max_commands", w.cfg.MaxCommands,
+	enabled, disabled := w.cfg.providers()
+	if len(disabled) > 0 {
+		w.log.Warn("push providers without credentials: their devices are recorded failed (provider_not_configured)", "disabled", disabled)
+	}
+	w.log.Info("push worker started", "providers", enabled, "max_in_flight", w.cfg.MaxInFlight, "max_commands", w.cfg.MaxCommands,
 		"active_commands", cap(w.active), "max_attempts", w.cfg.MaxAttempts, "batch_size", w.cfg.BatchSize)
 	return nil
 }
