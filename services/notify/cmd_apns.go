@@ -95,25 +95,9 @@ func runAPNsSend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := apnsConfigFromEnv(log, devMode)
-	if err != nil {
-		return err
-	}
-	if *caFile != "" {
-		var roots *x509.CertPool
-		if roots, err = webpush.LoadCAFile(*caFile); err != nil {
-			return fmt.Errorf("--ca: %w", err)
-		}
-		cfg.RootCAs = roots
-	}
-	if *topic != "" {
-		cfg.Topic = *topic
-	}
-	if cfg.Topic == "" {
-		return usageError{msg: "no topic: set " + envAPNsTopic + " or --topic to the app's bundle id"}
-	}
-	cfg.Timeout, cfg.DialTimeout, cfg.Logger, cfg.Metrics = *timeout, *timeout, log, metrics.NewSet()
-	client, err := apns.New(cfg)
+	client, cfg, err := apnsClientFromEnv(log, devMode, apnsClientSettings{
+		CAFile: *caFile, Topic: *topic, RequireTopic: true, Timeout: *timeout, DialTimeout: *timeout, Metrics: metrics.NewSet(),
+	})
 	if err != nil {
 		return err
 	}
@@ -252,6 +236,62 @@ func apnsConfigFromEnv(log *slog.Logger, dev bool) (apns.Config, error) {
 	}
 	cfg.Dial = policy.Dialer(30 * time.Second)
 	return cfg, nil
+}
+
+// apnsClientSettings are what the callers of apnsClientFromEnv choose; the
+// rest comes from NOTIFY_APNS_*.
+type apnsClientSettings struct {
+	CAFile string // --ca / NOTIFY_PUSH_CA_FILE; "" for the system roots
+	// Topic replaces NOTIFY_APNS_TOPIC when set. RequireTopic: a send
+	// without any is a usage error (the one-off sender has no device
+	// topic); the push worker also has the devices' own.
+	Topic                string
+	RequireTopic         bool
+	Timeout, DialTimeout time.Duration
+	TTL                  time.Duration // 0: apns.DefaultTTL
+	Metrics              *metrics.Set
+}
+
+// apnsClientFromEnv builds the APNs client of `notify apns send` and of
+// the push worker from apnsConfigFromEnv. It returns the configuration too
+// (its Endpoint and Topic, for reports).
+func apnsClientFromEnv(log *slog.Logger, devMode bool, s apnsClientSettings) (*apns.Client, apns.Config, error) {
+	cfg, err := apnsConfigFromEnv(log, devMode)
+	if err != nil {
+		return nil, cfg, err
+	}
+	if s.CAFile != "" {
+		var roots *x509.CertPool
+		if roots, err = webpush.LoadCAFile(s.CAFile); err != nil {
+			return nil, cfg, fmt.Errorf("--ca: %w", err)
+		}
+		cfg.RootCAs = roots
+	}
+	if s.Topic != "" {
+		cfg.Topic = s.Topic
+	}
+	if s.RequireTopic && cfg.Topic == "" {
+		return nil, cfg, usageError{msg: "no topic: set " + envAPNsTopic + " or --topic to the app's bundle id"}
+	}
+	cfg.Timeout, cfg.DialTimeout, cfg.TTL, cfg.Logger, cfg.Metrics = s.Timeout, s.DialTimeout, s.TTL, log, s.Metrics
+	client, err := apns.New(cfg)
+	if err != nil {
+		return nil, cfg, err
+	}
+	return client, cfg, nil
+}
+
+// apnsConfigured reports whether the environment names APNs credentials
+// (any of them: a partial set is apnsConfigFromEnv's error), or dev mode
+// finds the dev key the mock made: a push worker without them runs with
+// APNs off. Unlike the one-off sender, a worker never makes a dev key.
+func apnsConfigured(devMode bool) bool {
+	for _, v := range []string{envAPNsKeyFile, envAPNsKeyID, envAPNsTeamID} {
+		if strings.TrimSpace(os.Getenv(v)) != "" {
+			return true
+		}
+	}
+	return devMode && apns.HasDevKey(apns.DefaultDevKeyDir)
 }
 
 func runAPNsDevKey(args []string) error {

@@ -84,30 +84,11 @@ func runFCMSend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	creds, err := fcmCredentialsFromEnv(log, devMode)
-	if err != nil {
-		return err
-	}
-	var roots *x509.CertPool
-	if *caFile != "" {
-		if roots, err = webpush.LoadCAFile(*caFile); err != nil {
-			return fmt.Errorf("--ca: %w", err)
-		}
-	}
-	endpoint := strings.TrimRight(envOr(envFCMEndpoint, fcm.DefaultEndpoint), "/")
-	client, err := fcm.New(fcm.Config{
-		Credentials: creds,
-		Endpoint:    endpoint,
-		Timeout:     *timeout,
-		DialTimeout: *timeout,
-		TTL:         *ttl,
-		RootCAs:     roots,
-		Dev:         devMode,
-		Logger:      log,
-		Metrics:     metrics.NewSet(),
+	client, creds, endpoint, err := fcmClientFromEnv(log, devMode, fcmClientSettings{
+		CAFile: *caFile, Timeout: *timeout, DialTimeout: *timeout, TTL: *ttl, Metrics: metrics.NewSet(),
 	})
 	if err != nil {
-		return fmt.Errorf("invalid %s / %s: %w", envFCMEndpoint, envFCMCredentials, err)
+		return err
 	}
 	defer client.Close()
 
@@ -123,6 +104,59 @@ func runFCMSend(ctx context.Context, args []string) error {
 		gone:      "the registration token is no longer valid for this project: delete it; the app registers a new one",
 		permanent: fcmPermanentAdvice(out), retry: fcmRetryAdvice(out),
 	}.finish()
+}
+
+// fcmClientSettings are what the callers of fcmClientFromEnv choose; the
+// rest comes from NOTIFY_FCM_*.
+type fcmClientSettings struct {
+	CAFile               string // --ca / NOTIFY_PUSH_CA_FILE; "" for the system roots
+	Timeout, DialTimeout time.Duration
+	TTL                  time.Duration // 0: fcm.DefaultTTL
+	MaxInFlight          int           // 0: the client's default
+	Metrics              *metrics.Set
+}
+
+// fcmClientFromEnv builds the FCM client of `notify fcm send` and of the
+// push worker: credentials from fcmCredentialsFromEnv, the origin from
+// NOTIFY_FCM_ENDPOINT. It returns the credentials and origin for reports.
+func fcmClientFromEnv(log *slog.Logger, devMode bool, s fcmClientSettings) (*fcm.Client, *fcm.Credentials, string, error) {
+	creds, err := fcmCredentialsFromEnv(log, devMode)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var roots *x509.CertPool
+	if s.CAFile != "" {
+		if roots, err = webpush.LoadCAFile(s.CAFile); err != nil {
+			return nil, nil, "", fmt.Errorf("--ca: %w", err)
+		}
+	}
+	endpoint := strings.TrimRight(envOr(envFCMEndpoint, fcm.DefaultEndpoint), "/")
+	client, err := fcm.New(fcm.Config{
+		Credentials: creds,
+		Endpoint:    endpoint,
+		Timeout:     s.Timeout,
+		DialTimeout: s.DialTimeout,
+		TTL:         s.TTL,
+		MaxInFlight: s.MaxInFlight,
+		RootCAs:     roots,
+		Dev:         devMode,
+		Logger:      log,
+		Metrics:     s.Metrics,
+	})
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("invalid %s / %s: %w", envFCMEndpoint, envFCMCredentials, err)
+	}
+	return client, creds, endpoint, nil
+}
+
+// fcmConfigured reports whether the environment names FCM credentials (or
+// dev mode has the mock's): a push worker without them runs with FCM off.
+func fcmConfigured(devMode bool) bool {
+	if strings.TrimSpace(os.Getenv(envFCMCredentials)) != "" {
+		return true
+	}
+	_, err := os.Stat(devFCMCredentialsFile)
+	return devMode && err == nil
 }
 
 // fcmCredentialsFromEnv is the one reader of NOTIFY_FCM_CREDENTIALS. When

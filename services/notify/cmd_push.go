@@ -25,7 +25,7 @@ const defaultPushMetricsAddr = "127.0.0.1:9103"
 func init() {
 	registerService(serviceDef{
 		name:    "push",
-		summary: "send Web Pushes for push commands (consumer group notify-push)",
+		summary: "send pushes (Web Push, FCM, APNs) for push commands (consumer group notify-push)",
 		flags:   pushFlags,
 	})
 }
@@ -99,11 +99,37 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		if err != nil {
 			return nil, usageError{msg: err.Error()}
 		}
+		closeAll := func() { sender.Close() }
+		// FCM and APNs are on when their NOTIFY_FCM_* / NOTIFY_APNS_*
+		// credentials are set (or dev mode has the dev ones); a platform
+		// without them is not an error: the worker logs it at start and
+		// records its devices failed (provider_not_configured). Credentials
+		// that are set but wrong stop the start, naming the setting.
+		if fcmConfigured(devMode) {
+			c, _, _, err := fcmClientFromEnv(log, devMode, fcmClientSettings{CAFile: snd.CAFile,
+				Timeout: snd.Timeout, DialTimeout: snd.ConnectTimeout, TTL: appTTL(cfg.TTL, 28*24*time.Hour),
+				MaxInFlight: cfg.MaxInFlight, Metrics: set})
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			cfg.FCM, closeAll = c, func() { c.Close(); sender.Close() }
+		}
+		if apnsConfigured(devMode) {
+			c, _, err := apnsClientFromEnv(log, devMode, apnsClientSettings{CAFile: snd.CAFile,
+				Timeout: snd.Timeout, DialTimeout: snd.ConnectTimeout, TTL: appTTL(cfg.TTL, 0), Metrics: set})
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			prev := closeAll
+			cfg.APNs, closeAll = c, func() { c.Close(); prev() }
+		}
 		// Commands that send load and record on their own connection;
 		// holders need none.
 		pool, err := infra.servicePool(ctx, int32(max(cfg.MaxCommands/2+4, 4)))
 		if err != nil {
-			sender.Close()
+			closeAll()
 			return nil, err
 		}
 		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
@@ -111,12 +137,26 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		cfg.ConsumerOpts = append(cfg.ConsumerOpts, kgo.SessionTimeout(*sessionTimeout))
 		w, err := push.New(cfg)
 		if err != nil {
-			sender.Close()
+			closeAll()
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
 		metrics.RegisterSet(set)
 		return &hosted{svc: w, infra: &infra, db: true, kafka: true, pool: pool,
-			metricsAddr: *metricsAddr, release: sender.Close}, nil
+			metricsAddr: *metricsAddr, release: closeAll}, nil
 	}
+}
+
+// appTTL is the FCM/APNs client default from the worker's --ttl: the same
+// keep-for-offline time, within the platform's limit (most > 0), or the
+// client's own default for what it cannot express (Web Push's TTL 0 is
+// set per message; see push.newAppMessage).
+func appTTL(ttl, most time.Duration) time.Duration {
+	switch {
+	case ttl < time.Second:
+		return 0
+	case most > 0 && ttl > most:
+		return most
+	}
+	return ttl
 }

@@ -19,6 +19,19 @@
 // transaction). The handler returns — and the consumer may commit — only
 // when every recipient is recorded.
 //
+// # Platforms
+//
+// Recipients are devices of every platform (push_subscriptions.platform):
+// webpush devices go through Config.Sender as before (their hot path is
+// unchanged), fcm and apns devices through Config.FCM and Config.APNs,
+// with the same payload fields (the event id is FCM's collapse_key and
+// APNs' collapse id). Outcomes of every platform share one push_deliveries
+// key (event_id, subscription_id), one batch, gone deletion, retries and
+// dead letters. A platform whose provider is nil (no credentials) is not
+// sent to: its devices are recorded failed with reason
+// provider_not_configured, unsent, not counted toward disabling them, and
+// counted in notify_push_provider_not_configured_total.
+//
 // Copies of a command — the connector re-emits after a crash, an early
 // retry re-queued just before a crash — land on the same partition and so on
 // the same worker, which runs them one after the other: the later copy finds

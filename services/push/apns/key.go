@@ -111,6 +111,13 @@ const (
 // credentials.
 const DefaultDevKeyDir = ".local/apns"
 
+// HasDevKey reports whether dir holds dev credentials EnsureDevKey made
+// (a push worker in dev mode uses them only when they exist).
+func HasDevKey(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, devMetaFile))
+	return err == nil
+}
+
 // EnsureDevKey returns the dev credentials under dir, generating a fresh
 // P-256 key with random ids the first time (created is then true). Every
 // later call returns the same ones, so the mock and the senders started
