@@ -15,7 +15,7 @@ import (
 )
 
 // Devices of every platform live in push_subscriptions (migration
-// 0006_devices): a browser's PushSubscription is a webpush device, saved by
+// 0007_devices): a browser's PushSubscription is a webpush device, saved by
 // POST /v1/me/push-subscriptions; an FCM registration token or an APNs
 // device token is saved by POST /v1/me/devices. Both count against one
 // cap, Config.MaxSubscriptionsPerUser, and both are listed and deleted by

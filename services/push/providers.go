@@ -13,7 +13,7 @@ import (
 	"github.com/notify-dev/notify/streams"
 )
 
-// Platforms of push_subscriptions.platform (migration 0006_devices).
+// Platforms of push_subscriptions.platform (migration 0007_devices).
 const (
 	platformWebPush = "webpush"
 	platformFCM     = "fcm"
