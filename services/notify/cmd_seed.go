@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/notify-dev/notify/services/progress"
+	"github.com/notify-dev/notify/services/push/fcm"
+	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/seed"
 )
 
@@ -24,6 +26,9 @@ func runSeed(ctx context.Context, args []string) error {
 	fs.Float64Var(&o.SubsRatio, "subs-ratio", seed.DefaultSubsRatio, "push subscriptions per student; some students get 2–3 browsers")
 	fs.Int64Var(&o.Seed, "seed", 1, "seed for ids and subscription keys (the mock push service needs the same value to decrypt)")
 	fs.StringVar(&o.PushBaseURL, "push-base-url", seed.DefaultPushBaseURL, "endpoint prefix; the subscription id is appended")
+	fs.Float64Var(&o.FCMRatio, "fcm-ratio", 0, "FCM (Android) devices per student, at most 1: on the first students, tokens the mock's FCM side recognises")
+	fs.Float64Var(&o.APNsRatio, "apns-ratio", 0, "APNs (iOS) devices per student, at most 1: on the last students, deterministic hex tokens")
+	fcmProject := fs.String("fcm-project", fcm.DevProjectID, "project_id the seeded FCM tokens belong to (the mock answers SENDER_ID_MISMATCH for another project's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -32,6 +37,7 @@ func runSeed(ctx context.Context, args []string) error {
 		return usageError{msg: "--users N is required (N ≥ 1)"}
 	}
 	o.NoSubscriptions = o.SubsRatio == 0
+	o.FCMToken = func(id int64) string { return pushmock.FCMToken(*fcmProject, id) }
 	pool, err := inf.pool(ctx)
 	if err != nil {
 		return err
@@ -39,7 +45,8 @@ func runSeed(ctx context.Context, args []string) error {
 	defer pool.Close()
 
 	subs := o.Subscriptions()
-	fmt.Fprintf(os.Stderr, "seeding %d students and %d subscriptions (seed %d)\n", o.Users, subs, o.Seed)
+	nFCM, nAPNs := o.AppDevices()
+	fmt.Fprintf(os.Stderr, "seeding %d students, %d Web Push subscriptions, %d FCM and %d APNs devices (seed %d)\n", o.Users, subs, nFCM, nAPNs, o.Seed)
 	pr := progress.New(os.Stderr, 0)
 	o.Progress = func(p seed.Progress) {
 		pr.Print(progress.Step{Done: p.Rows, Total: p.Total, Elapsed: p.Elapsed, Unit: "rows"})
@@ -55,8 +62,8 @@ func runSeed(ctx context.Context, args []string) error {
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("course          %s\ninstructor      %s\nstudents        %d\nsubscriptions   %d\nseed            %d\nseconds         %.1f\n",
-		res.CourseID, res.InstructorID, res.Users, res.Subscriptions, res.Seed, res.Seconds)
+	fmt.Printf("course          %s\ninstructor      %s\nstudents        %d\nsubscriptions   %d\nfcm devices     %d\napns devices    %d\nseed            %d\nseconds         %.1f\n",
+		res.CourseID, res.InstructorID, res.Users, res.Subscriptions, res.FCMDevices, res.APNsDevices, res.Seed, res.Seconds)
 	fmt.Printf("\nnext: mint the instructor's token with  notify token --user %s\n", res.InstructorID)
 	return nil
 }

@@ -46,9 +46,25 @@ type Options struct {
 	// PushBaseURL prefixes each endpoint; the subscription id follows.
 	// Default DefaultPushBaseURL.
 	PushBaseURL string
+	// FCMRatio and APNsRatio are app devices per student besides the Web
+	// Push subscriptions: round(Users × ratio) devices of each platform, at
+	// most one per student (ratio ≤ 1) — FCM devices on the first
+	// students, APNs devices on the last, so a ratio of 0.5 each gives
+	// every student one app device. Their ids follow the subscriptions'
+	// (FCM first). Default 0: Web Push only, as before.
+	FCMRatio, APNsRatio float64
+	// FCMToken makes the registration token of the FCM device with id id,
+	// one the FCM mock recognises (notify seed passes pushmock.FCMToken of
+	// the dev project; seed cannot import the mock, which imports it).
+	// Required when FCMRatio > 0.
+	FCMToken func(id int64) string
 	// Progress, if set, is called about once a second and at the end.
 	Progress func(Progress)
 }
+
+// APNsToken is the device token of seeded APNs device id: 64 hex digits,
+// deterministic, so the mock's fault sets (by token) are reproducible.
+func APNsToken(id int64) string { return fmt.Sprintf("%064x", id) }
 
 // Progress is a snapshot of a running Load.
 type Progress struct {
@@ -63,6 +79,8 @@ type Result struct {
 	InstructorID  string  `json:"instructor_id"`
 	Users         int64   `json:"users"`
 	Subscriptions int64   `json:"subscriptions"`
+	FCMDevices    int64   `json:"fcm_devices"`
+	APNsDevices   int64   `json:"apns_devices"`
 	Seed          int64   `json:"seed"`
 	Seconds       float64 `json:"seconds"`
 }
@@ -88,6 +106,12 @@ func (o Options) validate() error {
 		return fmt.Errorf("users must be between 1 and 100000000, got %d", o.Users)
 	case o.SubsRatio < 0 || o.SubsRatio > maxBrowsers || math.IsNaN(o.SubsRatio):
 		return fmt.Errorf("subs-ratio must be between 0 and %d, got %v", maxBrowsers, o.SubsRatio)
+	case o.FCMRatio < 0 || o.FCMRatio > 1 || math.IsNaN(o.FCMRatio):
+		return fmt.Errorf("fcm-ratio must be between 0 and 1 (one FCM device per student at most), got %v", o.FCMRatio)
+	case o.APNsRatio < 0 || o.APNsRatio > 1 || math.IsNaN(o.APNsRatio):
+		return fmt.Errorf("apns-ratio must be between 0 and 1 (one APNs device per student at most), got %v", o.APNsRatio)
+	case o.FCMRatio > 0 && o.FCMToken == nil:
+		return errors.New("seed: an FCM token function is required with fcm-ratio > 0")
 	}
 	return nil
 }
@@ -96,6 +120,12 @@ func (o Options) validate() error {
 func (o Options) Subscriptions() int64 {
 	o = o.withDefaults()
 	return int64(math.Round(float64(o.Users) * o.SubsRatio))
+}
+
+// AppDevices returns how many FCM and APNs devices Load creates for o.
+func (o Options) AppDevices() (fcm, apns int64) {
+	o = o.withDefaults()
+	return int64(math.Round(float64(o.Users) * o.FCMRatio)), int64(math.Round(float64(o.Users) * o.APNsRatio))
 }
 
 // Load creates one instructor, one course, o.Users students enrolled in it
@@ -124,8 +154,9 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		Subscriptions: int64(len(ds.subOwner)),
 		Seed:          o.Seed,
 	}
+	res.FCMDevices, res.APNsDevices = o.AppDevices()
 	var written atomic.Int64
-	total := 2*res.Users + res.Subscriptions
+	total := 2*res.Users + res.Subscriptions + res.FCMDevices + res.APNsDevices
 
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
@@ -179,6 +210,20 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		})
 	})
 	g.Go(func() error { return copySubscriptions(gctx, pool, ds, o, &written) })
+	if apps := res.FCMDevices + res.APNsDevices; apps > 0 {
+		g.Go(func() error {
+			return copyTable(gctx, pool, "push_subscriptions", []string{"id", "user_id", "platform", "token", "environment"}, &written, apps, func(i int, row []any) {
+				id := res.Subscriptions + int64(i) + 1
+				row[0] = id
+				if k := int64(i); k < res.FCMDevices {
+					row[1], row[2], row[3], row[4] = ds.users[k], "fcm", o.FCMToken(id), nil
+				} else {
+					k -= res.FCMDevices
+					row[1], row[2], row[3], row[4] = ds.users[int64(o.Users)-1-k], "apns", APNsToken(id), "production"
+				}
+			})
+		})
+	}
 	err = g.Wait()
 	close(stopProgress)
 	progressDone.Wait()
@@ -187,8 +232,8 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	// Later subscriptions created through the API must not collide with the
 	// seeded ids 1..M.
-	if res.Subscriptions > 0 {
-		if _, err := pool.Exec(ctx, "SELECT setval(pg_get_serial_sequence('push_subscriptions', 'id'), $1)", res.Subscriptions); err != nil {
+	if ids := res.Subscriptions + res.FCMDevices + res.APNsDevices; ids > 0 {
+		if _, err := pool.Exec(ctx, "SELECT setval(pg_get_serial_sequence('push_subscriptions', 'id'), $1)", ids); err != nil {
 			return res, fmt.Errorf("advance subscription id sequence: %w", err)
 		}
 	}

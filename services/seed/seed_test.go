@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/push/apns"
+	"github.com/notify-dev/notify/services/push/fcm"
+	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/seed"
 )
 
@@ -133,5 +136,79 @@ func BenchmarkDeriveSubscriptionKeys(b *testing.B) {
 		if _, err := seed.DeriveSubscriptionKeys(1, int64(i)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// FCM and APNs ratios add app devices after the subscriptions' ids, one
+// per student at most per platform, with tokens the mocks recognise; the
+// defaults keep the reference data set Web Push only.
+func TestLoadAppDevices(t *testing.T) {
+	t.Parallel()
+	if subs := (seed.Options{Users: 1_000_000}).Subscriptions(); subs != 1_097_488 {
+		t.Fatalf("default subscriptions for 1M students: %d", subs)
+	}
+	if f, a := (seed.Options{Users: 1_000_000}).AppDevices(); f != 0 || a != 0 {
+		t.Fatalf("default app devices: fcm %d apns %d, want none", f, a)
+	}
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	const users = 1000
+	o := seed.Options{Users: users, FCMRatio: 0.5, APNsRatio: 0.25, PushBaseURL: "https://push.example/wpush/",
+		FCMToken: func(id int64) string { return pushmock.FCMToken(fcm.DevProjectID, id) }}
+	res, err := seed.Load(ctx, db.Pool, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FCMDevices != 500 || res.APNsDevices != 250 || res.Subscriptions != 1097 {
+		t.Fatalf("result %+v", res)
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT id, platform, token, user_id::text FROM push_subscriptions WHERE platform <> 'webpush' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	next := res.Subscriptions + 1
+	for rows.Next() {
+		var id int64
+		var platform, token, user string
+		if err := rows.Scan(&id, &platform, &token, &user); err != nil {
+			t.Fatal(err)
+		}
+		if id != next {
+			t.Fatalf("device id %d, want %d (ids follow the subscriptions', contiguous)", id, next)
+		}
+		next++
+		switch platform {
+		case "fcm":
+			if got, same, ok := pushmock.FCMTokenID(token, fcm.DevProjectID); !ok || !same || got != id {
+				t.Fatalf("fcm device %d token %q: the mock reads id %d same project %v ok %v", id, token, got, same, ok)
+			}
+		case "apns":
+			if token != seed.APNsToken(id) || apns.ValidateDeviceToken(token) != nil {
+				t.Fatalf("apns device %d token %q", id, token)
+			}
+		}
+		if seen[platform+user] {
+			t.Fatalf("student %s has two %s devices", user, platform)
+		}
+		seen[platform+user] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if next-1 != res.Subscriptions+750 {
+		t.Fatalf("%d app devices, want 750", next-1-res.Subscriptions)
+	}
+	// The id sequence is past every seeded id.
+	var id int64
+	if err := db.Pool.QueryRow(ctx, `INSERT INTO push_subscriptions (user_id, platform, token) SELECT user_id, 'fcm', 'new' FROM push_subscriptions LIMIT 1 RETURNING id`).Scan(&id); err != nil || id != next {
+		t.Fatalf("next id %d (%v), want %d", id, err, next)
+	}
+	if _, err := seed.Load(ctx, schematest.NewDatabase(t).Pool, seed.Options{Users: 10, FCMRatio: 0.5}); err == nil {
+		t.Fatal("fcm-ratio without a token function was accepted")
+	}
+	if _, err := seed.Load(ctx, schematest.NewDatabase(t).Pool, seed.Options{Users: 10, APNsRatio: 1.5}); err == nil {
+		t.Fatal("apns-ratio 1.5 was accepted")
 	}
 }
