@@ -13,6 +13,7 @@ import (
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/streams"
 )
 
 const platformsGone = 0.2
@@ -28,9 +29,11 @@ type platformFixture struct {
 	key     apns.DevKey
 	fcmGone int64 // FCM devices the mock answers UNREGISTERED
 	apnGone int64 // APNs devices it answers Unregistered
+	fcmBad  int64 // FCM devices it answers 5xx forever (not gone)
+	apnBad  int64 // APNs devices it answers 5xx forever (not gone)
 }
 
-func newPlatformFixture(t *testing.T, users int) *platformFixture {
+func newPlatformFixture(t *testing.T, users int, always5xx float64) *platformFixture {
 	t.Helper()
 	dir := t.TempDir()
 	key, _, err := apns.EnsureDevKey(dir)
@@ -40,6 +43,7 @@ func newPlatformFixture(t *testing.T, users int) *platformFixture {
 	credsFile := filepath.Join(dir, "service-account.json")
 	f := newFixture(t, fixtureOpts{users: users, subsRatio: 1, mock: pushmock.Config{
 		GoneFraction:       platformsGone,
+		Always5xxFraction:  always5xx,
 		FCMCredentialsFile: credsFile,
 		APNs:               pushmock.APNsConfig{KeyFile: key.KeyFile, KeyID: key.KeyID, TeamID: key.TeamID},
 	}})
@@ -54,6 +58,8 @@ func newPlatformFixture(t *testing.T, users int) *platformFixture {
 			f.exec(`INSERT INTO push_subscriptions (user_id, platform, token) VALUES ($1, 'fcm', $2)`, u, pushmock.FCMToken(creds.ProjectID, id))
 			if pushmock.GoneID(id, platformsGone) {
 				pf.fcmGone++
+			} else if pushmock.Always5xxID(id, always5xx) {
+				pf.fcmBad++
 			}
 		}
 		if i%4 == 0 {
@@ -65,6 +71,8 @@ func newPlatformFixture(t *testing.T, users int) *platformFixture {
 			f.exec(`INSERT INTO push_subscriptions (user_id, platform, token, topic, environment) VALUES ($1, 'apns', $2, $3, $4)`, u, tok, key.Topic, env)
 			if pushmock.APNsGoneToken(tok, platformsGone) {
 				pf.apnGone++
+			} else if pushmock.APNsAlways5xxToken(tok, always5xx) {
+				pf.apnBad++
 			}
 		}
 	}
@@ -133,7 +141,7 @@ func (pf *platformFixture) byPlatform(status string) map[string]int64 {
 // send nothing.
 func TestMixedPlatformsOneOutcomePerDevice(t *testing.T) {
 	t.Parallel()
-	pf := newPlatformFixture(t, 240)
+	pf := newPlatformFixture(t, 240, 0)
 	nFCM := pf.count(`SELECT count(*) FROM push_subscriptions WHERE platform = 'fcm'`)
 	nAPNs := pf.count(`SELECT count(*) FROM push_subscriptions WHERE platform = 'apns'`)
 	nAll := pf.count(`SELECT count(*) FROM push_subscriptions`)
@@ -178,7 +186,7 @@ func TestMixedPlatformsOneOutcomePerDevice(t *testing.T) {
 // and delivers the rest of the command.
 func TestPlatformWithoutProvider(t *testing.T) {
 	t.Parallel()
-	pf := newPlatformFixture(t, 120)
+	pf := newPlatformFixture(t, 120, 0)
 	nAPNs := pf.count(`SELECT count(*) FROM push_subscriptions WHERE platform = 'apns'`)
 	fc, _ := pf.providers(t)
 	set := metrics.NewSet()
@@ -214,6 +222,62 @@ func TestPlatformWithoutProvider(t *testing.T) {
 	if int64(got) != nAPNs {
 		t.Fatalf("notify_push_provider_not_configured_total{platform=apns} = %v, want %d", got, nAPNs)
 	}
+}
+
+// FCM and APNs devices that fail on every attempt retry through the
+// outbox like Web Push ones, then are recorded failed and dead-lettered by
+// id after MaxAttempts.
+func TestPlatformsRetryThenDeadLetter(t *testing.T) {
+	t.Parallel()
+	const attempts = 2
+	pf := newPlatformFixture(t, 400, 0.1)
+	if pf.fcmBad == 0 || pf.apnBad == 0 {
+		t.Fatalf("no forever-failing device of some platform (fcm %d, apns %d)", pf.fcmBad, pf.apnBad)
+	}
+	pf.startRelay()
+	fc, ac := pf.providers(t)
+	pf.newWorker(func(c *push.Config) {
+		c.FCM, c.APNs = fc, ac
+		c.BackoffBase, c.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+		c.MaxAttempts = attempts
+	})
+	pf.produceCommands(pf.commands(2))
+	pf.waitSettled(2 * time.Minute)
+	pf.waitCaughtUp(time.Minute)
+	pf.verify()
+	if n := pf.count(`SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
+		WHERE d.event_id = $1 AND s.platform = 'fcm' AND d.status = 'failed' AND d.attempts = $2`, pf.eventID, attempts); n != pf.fcmBad {
+		t.Fatalf("%d fcm devices failed after %d attempts, want %d", n, attempts, pf.fcmBad)
+	}
+	if n := pf.count(`SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
+		WHERE d.event_id = $1 AND s.platform = 'apns' AND d.status = 'failed' AND d.attempts = $2`, pf.eventID, attempts); n != pf.apnBad {
+		t.Fatalf("%d apns devices failed after %d attempts, want %d", n, attempts, pf.apnBad)
+	}
+	named := map[int64]bool{}
+	for _, d := range pf.deadLetters() {
+		cmd, err := streams.DecodePushCommand(d.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range cmd.SubscriptionIDs {
+			named[id] = true
+		}
+	}
+	failed := pf.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status = 'failed'`, pf.eventID)
+	if int64(len(named)) != failed {
+		t.Fatalf("dead letters name %d devices, %d are recorded failed", len(named), failed)
+	}
+	if n := pf.count(`SELECT count(*) FROM push_subscriptions WHERE platform <> 'webpush' AND id = ANY($1)`, keys(named)); n != pf.fcmBad+pf.apnBad {
+		t.Fatalf("dead letters name %d app devices, want %d", n, pf.fcmBad+pf.apnBad)
+	}
+}
+
+func keys(m map[int64]bool) []int64 {
+	out := make([]int64, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 type promWriter func(line string)
