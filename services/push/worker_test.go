@@ -270,7 +270,11 @@ func TestGoneAndForeverFailing(t *testing.T) {
 func TestRevokeHandsOverSlowCommandsUncommitted(t *testing.T) {
 	t.Parallel()
 	const cap = 50
-	f := newFixture(t, fixtureOpts{users: 1500, subsRatio: 1.0, mock: pushmock.Config{Latency: 200 * time.Millisecond}})
+	// Sends take 1 s at the mock and the revoke waits 100 ms: whatever the
+	// scheduling, sends on the wire at the revoke outlast its timeout (at
+	// 200 ms latency they sometimes finished inside it, and the test then
+	// tested nothing).
+	f := newFixture(t, fixtureOpts{users: 1500, subsRatio: 1.0, mock: pushmock.Config{Latency: time.Second}})
 	logs := &logSink{}
 	f.newWorker(func(c *push.Config) {
 		c.MaxInFlight, c.BatchSize, c.RevokeTimeout, c.HoldMax = cap, 10, 100*time.Millisecond, 50*time.Millisecond
