@@ -45,12 +45,14 @@ type fixture struct {
 	topics  streams.Topics
 	brokers []string
 	mock    mockService
-	seed    seed.Result
-	eventID string
-	course  string
-	users   []string // notified students, sorted
-	prod    *kgo.Client
-	adm     *kadm.Client
+	// workerEnv is added to the environment of worker processes.
+	workerEnv []string
+	seed      seed.Result
+	eventID   string
+	course    string
+	users     []string // notified students, sorted
+	prod      *kgo.Client
+	adm       *kadm.Client
 }
 
 type fixtureOpts struct {
@@ -60,6 +62,8 @@ type fixtureOpts struct {
 	// mockProcess runs the mock as its own `notify run pushmock` process
 	// (benchmarks: its CPU is then not the worker's).
 	mockProcess bool
+	// mockFlags are further `notify run pushmock` flags (mockProcess only).
+	mockFlags []string
 }
 
 // mockService is the mock push service, in process or as a process.
@@ -99,14 +103,14 @@ type mockProc struct {
 	m *benchkit.Mock
 }
 
-func startMockProcess(t testing.TB, mc pushmock.Config) *mockProc {
+func startMockProcess(t testing.TB, mc pushmock.Config, flags ...string) *mockProc {
 	t.Helper()
 	latency := mc.Latency
 	if latency == 0 {
 		latency = 10 * time.Millisecond
 	}
 	m, err := benchkit.StartMock(context.Background(), benchkit.MockConfig{Binary: notifyBinary(t), Dir: t.TempDir(),
-		Latency: latency, Seed: 1, Env: []string{"NOTIFY_LOG_FORMAT=json"}})
+		Latency: latency, Seed: 1, Env: []string{"NOTIFY_LOG_FORMAT=json"}, Flags: flags})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +143,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	f.adm = streamstest.Admin(t)
 
 	if o.mockProcess {
-		f.mock = startMockProcess(t, o.mock)
+		f.mock = startMockProcess(t, o.mock, o.mockFlags...)
 	} else {
 		f.mock = startMock(t, ctx, o.mock)
 	}
@@ -492,6 +496,7 @@ func (f *fixture) startWorkerProcess(name string, args ...string) *proc {
 		"NOTIFY_VAPID_SUBJECT=mailto:tests@notify.invalid",
 		"NOTIFY_DEV=1", // the mock is on loopback and the VAPID key is the dev one
 	)
+	cmd.Env = append(cmd.Env, f.workerEnv...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
