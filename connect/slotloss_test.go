@@ -30,6 +30,13 @@ func TestSlotDroppedMidRun(t *testing.T) {
 	ctx := t.Context()
 	c := consume(t, e, e.topics.Material())
 	first := e.start(t, e.config(t))
+	// The second starts once the first streams, so it is the one standing
+	// by (started together, either could take the slot first).
+	waitUntil(t, "first connector streaming", func() bool {
+		var active bool
+		_ = e.db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)`, e.slot).Scan(&active)
+		return active && !standingBy(first, e.slot)
+	})
 	second := e.start(t, e.config(t))
 	waitUntil(t, "second connector standing by", func() bool { return standingBy(second, e.slot) })
 
