@@ -56,7 +56,7 @@ type Mock struct {
 	// APNsDevDir the directory of the dev APNs key its APNs side trusts
 	// (apns.EnsureDevKey): both in Dir, so runs share nothing.
 	FCMCredentialsFile, APNsDevDir string
-	client   *http.Client
+	client                         *http.Client
 }
 
 // StartMock starts the mock and waits until it answers /healthz.
