@@ -147,24 +147,26 @@ type Result struct {
 	GOMAXPROCS    int     `json:"gomaxprocs"`
 	GoVersion     string  `json:"go_version"`
 
-	Deliveries    int64            `json:"deliveries"`
-	Outcomes      map[string]int64 `json:"outcomes"`
-	Retries       int64            `json:"retries"`
-	WallSeconds   float64          `json:"wall_seconds"`
-	CPUSeconds    float64          `json:"cpu_seconds"`
-	UserSeconds   float64          `json:"cpu_user_seconds"`
-	SysSeconds    float64          `json:"cpu_sys_seconds"`
-	PerCPUSecond  float64          `json:"per_cpu_second"`
-	PerSecond     float64          `json:"per_second"`
-	CryptoOnly    int              `json:"crypto_only_messages"`
-	CryptoCPU     float64          `json:"crypto_only_cpu_seconds"`
-	CryptoPerCPU  float64          `json:"crypto_only_per_cpu_second"`
-	Ratio         float64          `json:"ratio_to_crypto_only"`
-	KeygenSeconds float64          `json:"keygen_seconds"`
-	HeapPeakMB    float64          `json:"heap_peak_mb"`
-	MaxRSSMB      float64          `json:"max_rss_mb"`
-	GCCycles      uint32           `json:"gc_cycles"`
-	GCPercent     int              `json:"gc_percent"`
+	Deliveries int64            `json:"deliveries"`
+	Outcomes   map[string]int64 `json:"outcomes"`
+	Retries    int64            `json:"retries"`
+	// MaxInFlight is the most sends the sender had outstanding at once.
+	MaxInFlight   int64   `json:"max_in_flight"`
+	WallSeconds   float64 `json:"wall_seconds"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	UserSeconds   float64 `json:"cpu_user_seconds"`
+	SysSeconds    float64 `json:"cpu_sys_seconds"`
+	PerCPUSecond  float64 `json:"per_cpu_second"`
+	PerSecond     float64 `json:"per_second"`
+	CryptoOnly    int     `json:"crypto_only_messages"`
+	CryptoCPU     float64 `json:"crypto_only_cpu_seconds"`
+	CryptoPerCPU  float64 `json:"crypto_only_per_cpu_second"`
+	Ratio         float64 `json:"ratio_to_crypto_only"`
+	KeygenSeconds float64 `json:"keygen_seconds"`
+	HeapPeakMB    float64 `json:"heap_peak_mb"`
+	MaxRSSMB      float64 `json:"max_rss_mb"`
+	GCCycles      uint32  `json:"gc_cycles"`
+	GCPercent     int     `json:"gc_percent"`
 	// WriteSyscalls and ReadSyscalls are the sending process's system calls
 	// while sending (Linux /proc/self/io; 0 elsewhere): how well writes and
 	// reads are batched across streams.
@@ -406,9 +408,10 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 // system calls into res.
 func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne func(ctx context.Context, i int64) outcome.Outcome) error {
 	var (
-		next, done, retries atomic.Int64
-		outcomes            [5]atomic.Int64
-		lastErr             atomic.Value
+		next, done, retries   atomic.Int64
+		inFlight, maxInFlight atomic.Int64
+		outcomes              [5]atomic.Int64
+		lastErr               atomic.Value
 	)
 	if cfg.CPUProfile != "" {
 		f, err := os.Create(cfg.CPUProfile)
@@ -437,7 +440,11 @@ func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne fu
 					return
 				}
 				for attempt := 1; ; attempt++ {
+					if v := inFlight.Add(1); v > maxInFlight.Load() {
+						maxInFlight.Store(v) // racy by a few at worst: a peak, not an account
+					}
 					out := sendOne(ctx, i)
+					inFlight.Add(-1)
 					if out.Kind != outcome.Retryable || attempt == 5 || ctx.Err() != nil {
 						outcomes[out.Kind].Add(1)
 						if out.Err != nil {
@@ -472,6 +479,7 @@ func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne fu
 		}
 	}
 	res.Retries = retries.Load()
+	res.MaxInFlight = maxInFlight.Load()
 	res.WallSeconds = wall.Seconds()
 	res.UserSeconds = after.user - before.user
 	res.SysSeconds = after.sys - before.sys
@@ -580,7 +588,8 @@ func Print(w io.Writer, r Result) {
 		row("sender system calls per message", fmt.Sprintf("%.3f writes, %.3f reads", float64(r.WriteSyscalls)/float64(r.Deliveries), float64(r.ReadSyscalls)/float64(r.Deliveries)))
 	}
 	row("sender heap peak / max RSS", fmt.Sprintf("%.0f MB / %.0f MB  (%d GC cycles while sending, GC percent %d)", r.HeapPeakMB, r.MaxRSSMB, r.GCCycles, r.GCPercent))
-	row("mock connections / max in flight", fmt.Sprintf("%d / %d", r.Mock.Connections, r.Mock.MaxInFlight))
+	row("sender max in flight", fmt.Sprintf("%d", r.MaxInFlight))
+	row("mock connections / max in flight", fmt.Sprintf("%d / %d (Web Push side)", r.Mock.Connections, r.Mock.MaxInFlight))
 	row("mock process CPU (whole life)", fmt.Sprintf("%.2f s", r.MockCPUSeconds))
 	fmt.Fprintln(w, "\n  checks")
 	for _, c := range r.Checks {
