@@ -51,7 +51,12 @@ type Mock struct {
 	URL string
 	// CertFile is its self-signed certificate, for senders' RootCAs.
 	CertFile string
-	client   *http.Client
+	// FCMCredentialsFile is the dev service account its FCM side trusts
+	// (written by the mock on start, its token_uri this mock's), and
+	// APNsDevDir the directory of the dev APNs key its APNs side trusts
+	// (apns.EnsureDevKey): both in Dir, so runs share nothing.
+	FCMCredentialsFile, APNsDevDir string
+	client                         *http.Client
 }
 
 // StartMock starts the mock and waits until it answers /healthz.
@@ -72,8 +77,10 @@ func StartMock(ctx context.Context, cfg MockConfig) (*Mock, error) {
 		cfg.Ready = 30 * time.Second
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(cfg.Port)
-	m := &Mock{URL: "https://" + addr, CertFile: filepath.Join(cfg.Dir, "pushmock-cert.pem")}
+	m := &Mock{URL: "https://" + addr, CertFile: filepath.Join(cfg.Dir, "pushmock-cert.pem"),
+		FCMCredentialsFile: filepath.Join(cfg.Dir, "fcm-service-account.json"), APNsDevDir: filepath.Join(cfg.Dir, "apns")}
 	args := []string{"run", "pushmock", "--addr", addr, "--cert-file", m.CertFile,
+		"--fcm-credentials", m.FCMCredentialsFile, "--apns-dev-dir", m.APNsDevDir,
 		"--seed", strconv.FormatInt(cfg.Seed, 10), "--latency", cfg.Latency.String(),
 		"--decrypt-sample", strconv.FormatFloat(cfg.DecryptSample, 'f', -1, 64)}
 	if cfg.MaxStreams != 0 {

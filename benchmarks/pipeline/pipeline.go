@@ -21,6 +21,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
+	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 )
@@ -38,6 +39,11 @@ type Config struct {
 	Users int
 	// Seed fixes the data set and subscription keys. Default 1.
 	Seed int64
+	// Mix is the devices per student of each platform. Default (nil)
+	// DefaultMix, the seed's job. With FCM or APNs devices the mock serves
+	// those platforms with dev credentials in LogDir and the push workers
+	// are given them (dev mode).
+	Mix *Mix
 	// PushWorkers is how many `notify run push` processes share the push
 	// topic. Default 1.
 	PushWorkers int
@@ -132,6 +138,18 @@ func (c *Config) defaults() error {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
+	if c.Mix == nil {
+		m := DefaultMix()
+		c.Mix = &m
+	}
+	switch m := *c.Mix; {
+	case m.WebPush < 0 || m.WebPush > 3:
+		return fmt.Errorf("mix: webpush=%v: between 0 and 3 subscriptions per student", m.WebPush)
+	case m.FCM < 0 || m.FCM > 1 || m.APNs < 0 || m.APNs > 1:
+		return fmt.Errorf("mix: fcm=%v, apns=%v: between 0 and 1 device per student each", m.FCM, m.APNs)
+	case m.WebPush+m.FCM+m.APNs == 0:
+		return errors.New("mix: no devices at all")
+	}
 	if c.PushWorkers == 0 {
 		c.PushWorkers = 1
 	}
@@ -175,15 +193,21 @@ type Snapshot struct {
 	Subscriptions int64         `json:"subscriptions"`
 	Published     bool          `json:"published"`
 	Notified      int64         `json:"notified"`
-	Pushed        int64         `json:"pushed"` // requests the push service received
-	Recorded      int64         `json:"recorded"`
+	Pushed        int64         `json:"pushed"` // requests the push service received, every platform
+	// PushedByPlatform is Pushed per platform (webpush, fcm, apns).
+	PushedByPlatform map[string]int64 `json:"pushed_by_platform"`
+	Recorded         int64            `json:"recorded"`
 }
 
 // Result is what a run measured. Times are seconds from the publish
 // request unless named otherwise.
 type Result struct {
-	Users                 int64              `json:"users"`
+	Users int64 `json:"users"`
+	// Subscriptions is the devices of every platform; Platforms has each
+	// platform's count and accounting.
 	Subscriptions         int64              `json:"subscriptions"`
+	Mix                   Mix                `json:"mix"`
+	Platforms             []PlatformResult   `json:"platforms"`
 	PushWorkers           int                `json:"push_workers"`
 	LatencyMS             float64            `json:"latency_ms"`
 	EventID               string             `json:"event_id"`
@@ -253,10 +277,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, fmt.Errorf("log dir: %w", err)
 	}
 	res.Users, res.PushWorkers, res.LatencyMS, res.LogDir = int64(cfg.Users), cfg.PushWorkers, float64(cfg.Latency)/1e6, cfg.LogDir
+	res.Mix = *cfg.Mix
 	runID := benchkit.Suffix()
 
-	// 1. Database: seeded once per (users, seed), run tables emptied.
-	dbName := fmt.Sprintf("notify_run_%d_s%d", cfg.Users, cfg.Seed)
+	// 1. Database: seeded once per (users, seed, mix), run tables emptied.
+	dbName := databaseName(cfg.Users, cfg.Seed, *cfg.Mix)
 	res.Database = dbName
 	pool, dbURL, subs, seeded, err := prepareDatabase(ctx, cfg, dbName)
 	if err != nil {
@@ -300,6 +325,17 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		// service here listens on 127.0.0.1.
 		"NOTIFY_DEV=1",
 	}, cfg.ExtraEnv...)
+	// The mock's APNs side and the push workers' APNs client share the dev
+	// key made here (the mock reads it from these variables too).
+	devs := cfg.Mix.devices(cfg.Users, cfg.Seed)
+	if devs.apns > 0 {
+		k, _, err := apns.EnsureDevKey(filepath.Join(cfg.LogDir, "apns"))
+		if err != nil {
+			return res, err
+		}
+		env = append(env, "NOTIFY_APNS_KEY_FILE="+k.KeyFile, "NOTIFY_APNS_KEY_ID="+k.KeyID,
+			"NOTIFY_APNS_TEAM_ID="+k.TeamID, "NOTIFY_APNS_TOPIC="+k.Topic)
+	}
 	var procs []*benchkit.Proc
 	defer func() {
 		if cfg.Stopping != nil {
@@ -339,6 +375,14 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	procs = append(procs, mock.Proc)
+	// The push workers send FCM with the credentials the mock wrote (its
+	// token_uri is the mock's) and both app platforms to the mock.
+	if devs.fcm > 0 {
+		env = append(env, "NOTIFY_FCM_CREDENTIALS="+mock.FCMCredentialsFile, "NOTIFY_FCM_ENDPOINT="+mock.URL)
+	}
+	if devs.apns > 0 {
+		env = append(env, "NOTIFY_APNS_ENDPOINT="+mock.URL)
+	}
 	// Each service serves /metrics on its own free port, listed in the result.
 	res.Metrics = map[string]string{}
 	metrics := func(name string) (string, error) {
@@ -506,7 +550,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// 6. Accounting and timings from the tables (database clock throughout).
-	if err := measure(ctx, pool, &res); err != nil {
+	if err := measure(ctx, pool, &res, devs); err != nil {
 		return res, err
 	}
 	st, err := mock.Stats(ctx)
@@ -514,6 +558,21 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, fmt.Errorf("mock stats: %w", err)
 	}
 	res.MockReceived, res.MockUnique, res.Duplicates, res.DecryptFailures = st.Received, st.Unique, st.Duplicates, st.DecryptFailures
+	for i := range res.Platforms {
+		p := &res.Platforms[i]
+		switch p.Platform {
+		case PlatformWebPush:
+			p.MockReceived, p.MockUnique, p.Duplicates = st.Received, st.Unique, st.Duplicates
+		case PlatformFCM:
+			p.MockReceived, p.MockUnique, p.Duplicates = st.FCM.Received, st.FCM.Unique, st.FCM.Duplicates
+		case PlatformAPNs:
+			p.MockReceived, p.MockUnique, p.Duplicates = st.APNs.Received, st.APNs.Unique, st.APNs.Duplicates
+		}
+	}
+	// Every platform's, as the totals of the other counts are.
+	res.MockReceived += st.FCM.Received + st.APNs.Received
+	res.MockUnique += st.FCM.Unique + st.APNs.Unique
+	res.Duplicates += st.FCM.Duplicates + st.APNs.Duplicates
 	res.CPUSeconds = map[string]float64{}
 	for _, p := range procs {
 		c := p.CPUSeconds()
@@ -529,7 +588,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 func Print(w io.Writer, r Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "stage\tmeasured\tseed write-up\n")
-	fmt.Fprintf(tw, "students / subscriptions\t%d / %d\t1,000,000 / 1,097,488\n", r.Users, r.Subscriptions)
+	fmt.Fprintf(tw, "students / devices\t%d / %d (%s)\t1,000,000 / 1,097,488 Web Push\n", r.Users, r.Subscriptions, r.Mix)
 	fmt.Fprintf(tw, "publish response\t%.1f ms\t420 ms\n", r.PublishResponseMS)
 	fmt.Fprintf(tw, "commit → first notification\t%.2f s\t\n", r.CommitToFirstNotified)
 	fmt.Fprintf(tw, "fan-out (all notifications)\t%.2f s\t15.00 s\n", r.FanoutSeconds)
@@ -544,6 +603,15 @@ func Print(w io.Writer, r Result) {
 	fmt.Fprintf(tw, "duplicates (mock)\t%d\t\n", r.Duplicates)
 	fmt.Fprintf(tw, "decrypt failures (sampled)\t%d\t\n", r.DecryptFailures)
 	tw.Flush()
+	if len(r.Platforms) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "platform\tdevices\tdelivered\tgone\tfailed\tlost\tmock unique\tduplicates (mock)\t\n")
+		for _, p := range r.Platforms {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", p.Platform, p.Devices, p.Delivered, p.Gone, p.Failed, p.Lost, p.MockUnique, p.Duplicates)
+		}
+		tw.Flush()
+	}
 	fmt.Fprintf(w, "\nCPU seconds per process:")
 	for name, c := range r.CPUSeconds {
 		fmt.Fprintf(w, "  %s %.1f", name, c)
@@ -584,7 +652,8 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 			res.CommitToFirstNotified = time.Since(t0).Seconds()
 		}
 		if st, err := mock.Stats(ctx); err == nil {
-			snap.Pushed = st.Received
+			snap.Pushed = st.Received + st.FCM.Received + st.APNs.Received
+			snap.PushedByPlatform = map[string]int64{PlatformWebPush: st.Received, PlatformFCM: st.FCM.Received, PlatformAPNs: st.APNs.Received}
 		}
 		// The event's counters: a few rows (measure reads the deliveries
 		// themselves once at the end).
@@ -614,7 +683,7 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 	}
 }
 
-func measure(ctx context.Context, pool *pgxpool.Pool, res *Result) error {
+func measure(ctx context.Context, pool *pgxpool.Pool, res *Result, devs devices) error {
 	var published time.Time
 	var fanoutEnd, firstPush, lastPush *time.Time
 	err := pool.QueryRow(ctx, `SELECT m.published_at, r.finished_at, coalesce(r.notified, 0)
@@ -643,6 +712,37 @@ func measure(ctx context.Context, pool *pgxpool.Pool, res *Result) error {
 		}
 	}
 	res.Lost = res.Subscriptions - res.Delivered - res.Gone - res.Failed
+	// Per platform by the seed's id ranges (push_deliveries outlives a
+	// gone device's row, so the ids, not a join, tell the platform).
+	// A browser added beside the seed (Config.Browser) is Web Push.
+	extra := res.Subscriptions - devs.total()
+	ranges := []struct {
+		platform string
+		lo, hi   int64 // ids lo < id ≤ hi
+		n        int64
+	}{
+		{PlatformWebPush, 0, devs.webpush, devs.webpush + extra},
+		{PlatformFCM, devs.webpush, devs.webpush + devs.fcm, devs.fcm},
+		{PlatformAPNs, devs.webpush + devs.fcm, devs.total(), devs.apns},
+	}
+	res.Platforms = res.Platforms[:0]
+	for _, r := range ranges {
+		if r.n == 0 {
+			continue
+		}
+		p := PlatformResult{Platform: r.platform, Devices: r.n}
+		// The browser's subscription, made during the run, has an id past
+		// every seeded one: it is Web Push's.
+		err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'gone'),
+			count(*) FILTER (WHERE status = 'failed')
+			FROM push_deliveries WHERE event_id = $1 AND ((subscription_id > $2 AND subscription_id <= $3) OR ($4 AND subscription_id > $5))`,
+			res.EventID, r.lo, r.hi, r.platform == PlatformWebPush && extra > 0, devs.total()).Scan(&p.Delivered, &p.Gone, &p.Failed)
+		if err != nil {
+			return fmt.Errorf("read %s deliveries: %w", r.platform, err)
+		}
+		p.Lost = p.Devices - p.Delivered - p.Gone - p.Failed
+		res.Platforms = append(res.Platforms, p)
+	}
 	return nil
 }
 
@@ -650,7 +750,8 @@ func measure(ctx context.Context, pool *pgxpool.Pool, res *Result) error {
 // and empties the tables a run writes. It returns the database's URL, the
 // subscription count and the seed time (0 when the seed was reused).
 func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.Pool, string, int64, float64, error) {
-	want := seed.Options{Users: cfg.Users, Seed: cfg.Seed}.Subscriptions()
+	devs := cfg.Mix.devices(cfg.Users, cfg.Seed)
+	want := devs.total()
 	db, created, err := benchkit.OpenDatabase(ctx, cfg.DatabaseURL, dbName)
 	if err != nil {
 		return nil, "", 0, 0, err
@@ -660,14 +761,16 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		return nil, "", 0, 0, fmt.Errorf("connect to %s: %w", dbName, err)
 	}
 	if !created {
-		// Reuse only a complete seed of the same size.
-		var users, subs int64
+		// Reuse only a complete seed of the same size and mix.
+		var users, subs, fcmN, apnsN int64
 		var endpoint string
 		qerr := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM enrollments), (SELECT count(*) FROM push_subscriptions),
-			coalesce((SELECT endpoint FROM push_subscriptions ORDER BY id LIMIT 1), '')`).Scan(&users, &subs, &endpoint)
+			(SELECT count(*) FROM push_subscriptions WHERE platform = 'fcm'), (SELECT count(*) FROM push_subscriptions WHERE platform = 'apns'),
+			coalesce((SELECT endpoint FROM push_subscriptions WHERE platform = 'webpush' ORDER BY id LIMIT 1), '')`).Scan(&users, &subs, &fcmN, &apnsN, &endpoint)
 		// Seeded endpoints name the mock's port: reuse only a seed made
 		// for this port.
-		if qerr == nil && users == int64(cfg.Users) && subs == want && strings.HasPrefix(endpoint, pushBaseURL(cfg)) {
+		if qerr == nil && users == int64(cfg.Users) && subs == want && fcmN == devs.fcm && apnsN == devs.apns &&
+			(devs.webpush == 0 || strings.HasPrefix(endpoint, pushBaseURL(cfg))) {
 			cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
 			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, event_counters, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
 			if err != nil {
@@ -689,14 +792,14 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 			return nil, "", 0, 0, fmt.Errorf("connect to %s: %w", dbName, err)
 		}
 	}
-	cfg.Say(fmt.Sprintf("seeding %d students and %d subscriptions into %s", cfg.Users, want, dbName))
-	r, err := seed.Load(ctx, pool, seed.Options{Users: cfg.Users, Seed: cfg.Seed,
-		PushBaseURL: pushBaseURL(cfg)})
+	cfg.Say(fmt.Sprintf("seeding %d students, %d Web Push subscriptions, %d FCM and %d APNs devices into %s",
+		cfg.Users, devs.webpush, devs.fcm, devs.apns, dbName))
+	r, err := seed.Load(ctx, pool, cfg.Mix.seedOptions(cfg.Users, cfg.Seed, pushBaseURL(cfg)))
 	if err != nil {
 		pool.Close()
 		return nil, "", 0, 0, fmt.Errorf("seed: %w", err)
 	}
-	return pool, db.URL, r.Subscriptions, r.Seconds, nil
+	return pool, db.URL, r.Subscriptions + r.FCMDevices + r.APNsDevices, r.Seconds, nil
 }
 
 func pushBaseURL(cfg Config) string { return fmt.Sprintf("https://127.0.0.1:%d/wpush/", cfg.PushPort) }

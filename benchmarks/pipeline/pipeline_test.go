@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,13 @@ import (
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
+
+// TestMain removes the notify binary the tests share once all have run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	notifytest.Cleanup()
+	os.Exit(code)
+}
 
 // TestEndToEnd runs the real pipeline — every service a separate notify
 // process on real Postgres and Kafka — for a small course, and checks the
@@ -20,7 +29,6 @@ func TestEndToEnd(t *testing.T) {
 		t.Skip("starts every service as a process")
 	}
 	bin := notifytest.Binary(t)
-	defer notifytest.Cleanup()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := pipeline.Run(ctx, pipeline.Config{
@@ -53,5 +61,74 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if res.TotalSeconds <= 0 || res.FanoutSeconds <= 0 || res.PushCPUSeconds <= 0 {
 		t.Errorf("timings not measured: %+v", res)
+	}
+}
+
+// TestEndToEndMix runs the pipeline with phones beside browsers: the mock
+// serves Web Push, FCM and APNs with dev credentials and the push workers
+// send each device through its platform's provider. Every platform's
+// devices are delivered exactly once, by the database and by the mock.
+func TestEndToEndMix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts every service as a process")
+	}
+	bin := notifytest.Binary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	mix, err := pipeline.ParseMix("webpush=1.1,fcm=0.5,apns=0.25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pipeline.Run(ctx, pipeline.Config{
+		Binary:      bin,
+		DatabaseURL: schematest.ServerURL(),
+		Brokers:     streamstest.Brokers(t),
+		Users:       1000,
+		Seed:        78,
+		Mix:         &mix,
+		PushWorkers: 2,
+		Latency:     10 * time.Millisecond,
+		PushPort:    28444,
+		LogDir:      t.TempDir(),
+		Timeout:     3 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if !strings.Contains(res.Database, "_w1100_f500_a250") {
+		t.Errorf("database %q does not name the mix", res.Database)
+	}
+	want := map[string]int64{pipeline.PlatformWebPush: 1100, pipeline.PlatformFCM: 500, pipeline.PlatformAPNs: 250}
+	if len(res.Platforms) != len(want) {
+		t.Fatalf("platforms %+v, want %v", res.Platforms, want)
+	}
+	for _, p := range res.Platforms {
+		n := want[p.Platform]
+		if p.Devices != n || p.Delivered != n || p.Gone != 0 || p.Failed != 0 || p.Lost != 0 {
+			t.Errorf("%s: %d devices, delivered %d, gone %d, failed %d, lost %d; want %d delivered of %d", p.Platform, p.Devices, p.Delivered, p.Gone, p.Failed, p.Lost, n, n)
+		}
+		if p.MockUnique != n || p.Duplicates != 0 {
+			t.Errorf("%s: the mock saw %d unique, %d duplicates; want %d and 0", p.Platform, p.MockUnique, p.Duplicates, n)
+		}
+	}
+	if res.Subscriptions != 1850 || res.Delivered != 1850 || res.Lost != 0 || res.Duplicates != 0 || res.MockUnique != 1850 {
+		t.Errorf("totals: %d devices, delivered %d, lost %d, mock unique %d, duplicates %d; want 1850, 1850, 0, 1850, 0",
+			res.Subscriptions, res.Delivered, res.Lost, res.MockUnique, res.Duplicates)
+	}
+}
+
+func TestParseMix(t *testing.T) {
+	m, err := pipeline.ParseMix("webpush=1.097488,fcm=0.5,apns=0.25")
+	if err != nil || m != (pipeline.Mix{WebPush: 1.097488, FCM: 0.5, APNs: 0.25}) {
+		t.Fatalf("got %+v, %v", m, err)
+	}
+	if m, err := pipeline.ParseMix("fcm=1"); err != nil || m != (pipeline.Mix{FCM: 1}) {
+		t.Fatalf("fcm only: got %+v, %v", m, err)
+	}
+	for _, bad := range []string{"", "webpush", "sms=1", "fcm=-1", "fcm=x", "fcm=1,fcm=1", "webpush=0"} {
+		if _, err := pipeline.ParseMix(bad); err == nil {
+			t.Errorf("ParseMix(%q): no error", bad)
+		}
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/services/progress"
+	"github.com/notify-dev/notify/services/push/outcome"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/seed"
@@ -39,8 +40,18 @@ import (
 // published material.
 const payload = `{"event_id":"0195f3a2-7c1e-7d4a-9b8e-2f6c1a9e4b77","title":"New material: Week 7 — Dynamic programming","url":"https://learn.example.com/courses/4f1c/materials/9a2e","course_id":"4f1c2b7e-1d3a-4c5b-8e9f-0a1b2c3d4e5f"}`
 
+// Platforms Config.Platform takes.
+const (
+	PlatformWebPush = "webpush"
+	PlatformFCM     = "fcm"
+	PlatformAPNs    = "apns"
+)
+
 // Config configures a run.
 type Config struct {
+	// Platform is the sender measured: PlatformWebPush (the default),
+	// PlatformFCM or PlatformAPNs (app.go).
+	Platform string
 	// Binary is the notify executable the mock runs from. Required.
 	Binary string
 	// VAPID signs the pushes. Required.
@@ -79,6 +90,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Platform == "" {
+		c.Platform = PlatformWebPush
+	}
 	if c.Subscriptions == 0 {
 		c.Subscriptions = 100000
 	}
@@ -111,6 +125,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Binary == "":
 		return errors.New("pushbench: Binary is required")
+	case c.Platform != "" && c.Platform != PlatformWebPush && c.Platform != PlatformFCM && c.Platform != PlatformAPNs:
+		return fmt.Errorf("--platform %q: want webpush, fcm or apns", c.Platform)
 	case c.Subscriptions < 0:
 		return errors.New("--subscriptions must be ≥ 1")
 	case c.Concurrency < 0:
@@ -123,6 +139,7 @@ func (c Config) Validate() error {
 
 // Result is one run; its JSON is `notify bench push --json`'s.
 type Result struct {
+	Platform      string  `json:"platform"`
 	Subscriptions int     `json:"subscriptions"`
 	Concurrency   int     `json:"concurrency"`
 	LoadAvg       string  `json:"load_average_at_start"`
@@ -130,24 +147,26 @@ type Result struct {
 	GOMAXPROCS    int     `json:"gomaxprocs"`
 	GoVersion     string  `json:"go_version"`
 
-	Deliveries    int64            `json:"deliveries"`
-	Outcomes      map[string]int64 `json:"outcomes"`
-	Retries       int64            `json:"retries"`
-	WallSeconds   float64          `json:"wall_seconds"`
-	CPUSeconds    float64          `json:"cpu_seconds"`
-	UserSeconds   float64          `json:"cpu_user_seconds"`
-	SysSeconds    float64          `json:"cpu_sys_seconds"`
-	PerCPUSecond  float64          `json:"per_cpu_second"`
-	PerSecond     float64          `json:"per_second"`
-	CryptoOnly    int              `json:"crypto_only_messages"`
-	CryptoCPU     float64          `json:"crypto_only_cpu_seconds"`
-	CryptoPerCPU  float64          `json:"crypto_only_per_cpu_second"`
-	Ratio         float64          `json:"ratio_to_crypto_only"`
-	KeygenSeconds float64          `json:"keygen_seconds"`
-	HeapPeakMB    float64          `json:"heap_peak_mb"`
-	MaxRSSMB      float64          `json:"max_rss_mb"`
-	GCCycles      uint32           `json:"gc_cycles"`
-	GCPercent     int              `json:"gc_percent"`
+	Deliveries int64            `json:"deliveries"`
+	Outcomes   map[string]int64 `json:"outcomes"`
+	Retries    int64            `json:"retries"`
+	// MaxInFlight is the most sends the sender had outstanding at once.
+	MaxInFlight   int64   `json:"max_in_flight"`
+	WallSeconds   float64 `json:"wall_seconds"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	UserSeconds   float64 `json:"cpu_user_seconds"`
+	SysSeconds    float64 `json:"cpu_sys_seconds"`
+	PerCPUSecond  float64 `json:"per_cpu_second"`
+	PerSecond     float64 `json:"per_second"`
+	CryptoOnly    int     `json:"crypto_only_messages"`
+	CryptoCPU     float64 `json:"crypto_only_cpu_seconds"`
+	CryptoPerCPU  float64 `json:"crypto_only_per_cpu_second"`
+	Ratio         float64 `json:"ratio_to_crypto_only"`
+	KeygenSeconds float64 `json:"keygen_seconds"`
+	HeapPeakMB    float64 `json:"heap_peak_mb"`
+	MaxRSSMB      float64 `json:"max_rss_mb"`
+	GCCycles      uint32  `json:"gc_cycles"`
+	GCPercent     int     `json:"gc_percent"`
 	// WriteSyscalls and ReadSyscalls are the sending process's system calls
 	// while sending (Linux /proc/self/io; 0 elsewhere): how well writes and
 	// reads are batched across streams.
@@ -161,18 +180,19 @@ type Result struct {
 	Checks         []Check        `json:"checks"`
 }
 
-// Check is one verdict of a run. The first four are correctness (see
-// Result.Failed); the others are targets.
+// Check is one verdict of a run: correctness (see Result.Failed), or a
+// target (Target set), which a slow machine may miss.
 type Check struct {
-	Name string `json:"name"`
-	OK   bool   `json:"ok"`
-	Got  string `json:"got"`
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Got    string `json:"got"`
+	Target bool   `json:"target,omitempty"`
 }
 
 // Failed returns the first failed correctness check, or nil.
 func (r Result) Failed() *Check {
-	for i := range r.Checks[:min(4, len(r.Checks))] {
-		if !r.Checks[i].OK {
+	for i := range r.Checks {
+		if !r.Checks[i].OK && !r.Checks[i].Target {
 			return &r.Checks[i]
 		}
 	}
@@ -186,8 +206,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Platform != PlatformWebPush {
+		return runApp(ctx, cfg)
+	}
 	n := cfg.Subscriptions
-	res := Result{Subscriptions: n, Concurrency: cfg.Concurrency, LoadAvg: loadAvg(), LatencyMS: float64(cfg.Latency) / 1e6,
+	res := Result{Platform: cfg.Platform, Subscriptions: n, Concurrency: cfg.Concurrency, LoadAvg: loadAvg(), LatencyMS: float64(cfg.Latency) / 1e6,
 		GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Outcomes: map[string]int64{}}
 	cfg.Say("push benchmark: %d subscriptions, mock latency %s, concurrency %d, GOMAXPROCS %d",
 		n, cfg.Latency, cfg.Concurrency, res.GOMAXPROCS)
@@ -264,12 +287,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	_ = mock.Stop(10 * time.Second)
 	res.MockCPUSeconds = mock.CPUSeconds()
 	res.Checks = []Check{
-		{"every subscription delivered once (mock unique == N)", st.Unique == int64(n) && st.Duplicates == 0, fmt.Sprintf("unique %d, duplicates %d", st.Unique, st.Duplicates)},
-		{"every sampled message decrypts", st.DecryptFailures == 0 && (st.Decrypted > 0 || cfg.DecryptSample == 0), fmt.Sprintf("%d decrypted, %d failures", st.Decrypted, st.DecryptFailures)},
-		{"no VAPID rejections", st.VAPIDFailures == 0, fmt.Sprintf("%d", st.VAPIDFailures)},
-		{"no retry before its Retry-After", st.EarlyRetries == 0, fmt.Sprintf("%d early of %d answered 429", st.EarlyRetries, st.ByStatus["429"])},
-		{"≥ 10,000 deliveries per CPU-second", res.PerCPUSecond >= 10000, fmt.Sprintf("%.0f", res.PerCPUSecond)},
-		{"≥ 0.7 × crypto-only per CPU-second", res.Ratio >= 0.7, fmt.Sprintf("%.2f", res.Ratio)},
+		{"every subscription delivered once (mock unique == N)", st.Unique == int64(n) && st.Duplicates == 0, fmt.Sprintf("unique %d, duplicates %d", st.Unique, st.Duplicates), false},
+		{"every sampled message decrypts", st.DecryptFailures == 0 && (st.Decrypted > 0 || cfg.DecryptSample == 0), fmt.Sprintf("%d decrypted, %d failures", st.Decrypted, st.DecryptFailures), false},
+		{"no VAPID rejections", st.VAPIDFailures == 0, fmt.Sprintf("%d", st.VAPIDFailures), false},
+		{"no retry before its Retry-After", st.EarlyRetries == 0, fmt.Sprintf("%d early of %d answered 429", st.EarlyRetries, st.ByStatus["429"]), false},
+		{"≥ 10,000 deliveries per CPU-second", res.PerCPUSecond >= 10000, fmt.Sprintf("%.0f", res.PerCPUSecond), true},
+		{"≥ 0.7 × crypto-only per CPU-second", res.Ratio >= 0.7, fmt.Sprintf("%.2f", res.Ratio), true},
 	}
 	return res, nil
 }
@@ -352,7 +375,6 @@ func cryptoOnly(subs []sub, total int, vapid webpush.VAPIDConfig, origin string)
 }
 
 func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchkit.Mock) error {
-	concurrency, cpuProfile := cfg.Concurrency, cfg.CPUProfile
 	pool, err := webpush.LoadCAFile(mock.CertFile)
 	if err != nil {
 		return err
@@ -360,8 +382,8 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 	sender, err := webpush.NewSender(webpush.Config{
 		VAPID:          cfg.VAPID,
 		RootCAs:        pool,
-		MaxInFlight:    concurrency,
-		OriginMaxLimit: concurrency,
+		MaxInFlight:    cfg.Concurrency,
+		OriginMaxLimit: cfg.Concurrency,
 		Logger:         cfg.Logger,
 		Metrics:        vm.NewSet(),
 	})
@@ -369,18 +391,30 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 		return err
 	}
 	defer sender.Close()
-
-	var (
-		next, done, retries atomic.Int64
-		outcomes            [5]atomic.Int64
-		lastErr             atomic.Value
-	)
 	body := []byte(payload)
 	base := mock.URL + "/wpush/"
-	total := int64(len(subs))
+	return drive(ctx, cfg, res, int64(len(subs)), func(ctx context.Context, i int64) outcome.Outcome {
+		s := &subs[i]
+		return sender.Send(ctx, webpush.Message{
+			Subscription: webpush.Subscription{Endpoint: base + strconv.FormatInt(i+1, 10), P256DH: s.p256dh[:], Auth: s.auth[:]},
+			Payload:      body,
+		})
+	})
+}
 
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+// drive sends messages 0..total-1 with sendOne on cfg.Concurrency
+// goroutines, retrying a retryable outcome up to 5 attempts after its
+// Retry-After, and measures the sending process's CPU, wall time, heap and
+// system calls into res.
+func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne func(ctx context.Context, i int64) outcome.Outcome) error {
+	var (
+		next, done, retries   atomic.Int64
+		inFlight, maxInFlight atomic.Int64
+		outcomes              [5]atomic.Int64
+		lastErr               atomic.Value
+	)
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
 		if err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
@@ -398,21 +432,20 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 	stopProgress := watchProgress(cfg.Progress, total, &done, start, &res.HeapPeakMB)
 
 	var wg sync.WaitGroup
-	for range min(concurrency, len(subs)) {
+	for range min(int64(cfg.Concurrency), total) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
 				if i >= total {
 					return
 				}
-				s := &subs[i]
-				msg := webpush.Message{
-					Subscription: webpush.Subscription{Endpoint: base + strconv.FormatInt(i+1, 10), P256DH: s.p256dh[:], Auth: s.auth[:]},
-					Payload:      body,
-				}
 				for attempt := 1; ; attempt++ {
-					out := sender.Send(ctx, msg)
-					if out.Kind != webpush.Retryable || attempt == 5 || ctx.Err() != nil {
+					if v := inFlight.Add(1); v > maxInFlight.Load() {
+						maxInFlight.Store(v) // racy by a few at worst: a peak, not an account
+					}
+					out := sendOne(ctx, i)
+					inFlight.Add(-1)
+					if out.Kind != outcome.Retryable || attempt == 5 || ctx.Err() != nil {
 						outcomes[out.Kind].Add(1)
 						if out.Err != nil {
 							lastErr.Store(out.Err.Error()) // one type: atomic.Value panics on a second
@@ -439,20 +472,23 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 		res.WriteSyscalls = ioAfter.syscw - ioBefore.syscw
 		res.ReadSyscalls = ioAfter.syscr - ioBefore.syscr
 	}
-	res.Deliveries = outcomes[webpush.Delivered].Load()
-	for _, k := range []webpush.Kind{webpush.Delivered, webpush.Gone, webpush.PermanentFailure, webpush.Retryable} {
+	res.Deliveries = outcomes[outcome.Delivered].Load()
+	for _, k := range []outcome.Kind{outcome.Delivered, outcome.Gone, outcome.PermanentFailure, outcome.Retryable} {
 		if v := outcomes[k].Load(); v > 0 {
 			res.Outcomes[k.String()] = v
 		}
 	}
 	res.Retries = retries.Load()
+	res.MaxInFlight = maxInFlight.Load()
 	res.WallSeconds = wall.Seconds()
 	res.UserSeconds = after.user - before.user
 	res.SysSeconds = after.sys - before.sys
 	res.CPUSeconds = res.UserSeconds + res.SysSeconds
 	res.PerCPUSecond = float64(res.Deliveries) / res.CPUSeconds
 	res.PerSecond = float64(res.Deliveries) / res.WallSeconds
-	res.Ratio = res.PerCPUSecond / res.CryptoPerCPU
+	if res.CryptoPerCPU > 0 {
+		res.Ratio = res.PerCPUSecond / res.CryptoPerCPU
+	}
 	res.MaxRSSMB = after.maxRSSMB
 	if err, ok := lastErr.Load().(string); ok && res.Deliveries != total {
 		cfg.Say("last error: %v", err)
@@ -524,8 +560,15 @@ func cpuNow() cpuSample {
 
 // Print writes the result table.
 func Print(w io.Writer, r Result) {
-	fmt.Fprintf(w, "\nWeb Push sender — %d subscriptions, mock latency %.0f ms, concurrency %d, GOMAXPROCS %d, %s\n",
-		r.Subscriptions, r.LatencyMS, r.Concurrency, r.GOMAXPROCS, r.GoVersion)
+	name, what := "Web Push sender", "subscriptions"
+	switch r.Platform {
+	case PlatformFCM:
+		name, what = "FCM HTTP v1 client", "devices"
+	case PlatformAPNs:
+		name, what = "APNs client", "devices"
+	}
+	fmt.Fprintf(w, "\n%s — %d %s, mock latency %.0f ms, concurrency %d, GOMAXPROCS %d, %s\n",
+		name, r.Subscriptions, what, r.LatencyMS, r.Concurrency, r.GOMAXPROCS, r.GoVersion)
 	fmt.Fprintf(w, "load average at start: %s (the mock push service runs on this machine too)\n\n", r.LoadAvg)
 	row := func(k, v string) { fmt.Fprintf(w, "  %-34s %s\n", k, v) }
 	row("deliveries", fmt.Sprintf("%d", r.Deliveries))
@@ -537,13 +580,16 @@ func Print(w io.Writer, r Result) {
 	row("wall time", fmt.Sprintf("%.2f s  (%.0f deliveries/s)", r.WallSeconds, r.PerSecond))
 	row("sender CPU", fmt.Sprintf("%.2f s  (user %.2f + sys %.2f)", r.CPUSeconds, r.UserSeconds, r.SysSeconds))
 	row("deliveries per CPU-second", fmt.Sprintf("%.0f", r.PerCPUSecond))
-	row("crypto only per CPU-second", fmt.Sprintf("%.0f  (%d messages, encrypt + VAPID header, no network)", r.CryptoPerCPU, r.CryptoOnly))
-	row("ratio to crypto only", fmt.Sprintf("%.2f", r.Ratio))
+	if r.CryptoOnly > 0 {
+		row("crypto only per CPU-second", fmt.Sprintf("%.0f  (%d messages, encrypt + VAPID header, no network)", r.CryptoPerCPU, r.CryptoOnly))
+		row("ratio to crypto only", fmt.Sprintf("%.2f", r.Ratio))
+	}
 	if r.WriteSyscalls > 0 && r.Deliveries > 0 {
 		row("sender system calls per message", fmt.Sprintf("%.3f writes, %.3f reads", float64(r.WriteSyscalls)/float64(r.Deliveries), float64(r.ReadSyscalls)/float64(r.Deliveries)))
 	}
 	row("sender heap peak / max RSS", fmt.Sprintf("%.0f MB / %.0f MB  (%d GC cycles while sending, GC percent %d)", r.HeapPeakMB, r.MaxRSSMB, r.GCCycles, r.GCPercent))
-	row("mock connections / max in flight", fmt.Sprintf("%d / %d", r.Mock.Connections, r.Mock.MaxInFlight))
+	row("sender max in flight", fmt.Sprintf("%d", r.MaxInFlight))
+	row("mock connections / max in flight", fmt.Sprintf("%d / %d (Web Push side)", r.Mock.Connections, r.Mock.MaxInFlight))
 	row("mock process CPU (whole life)", fmt.Sprintf("%.2f s", r.MockCPUSeconds))
 	fmt.Fprintln(w, "\n  checks")
 	for _, c := range r.Checks {

@@ -51,3 +51,39 @@ func TestRunSmall(t *testing.T) {
 		t.Errorf("mock CPU not measured: %v", res.MockCPUSeconds)
 	}
 }
+
+// A small FCM and APNs run through the real clients against the mock
+// process's sides for them delivers every device once with nothing
+// refused for its credentials, and reports its platform.
+func TestRunSmallApp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the mock push service as a process")
+	}
+	for _, platform := range []string{pushbench.PlatformFCM, pushbench.PlatformAPNs} {
+		t.Run(platform, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := pushbench.Run(ctx, pushbench.Config{
+				Binary:        notifytest.Binary(t),
+				Platform:      platform,
+				Subscriptions: 300,
+				Latency:       time.Millisecond,
+				Concurrency:   50,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := res.Failed(); c != nil {
+				t.Fatalf("check %q failed: %s", c.Name, c.Got)
+			}
+			unique := res.Mock.FCM.Unique
+			if platform == pushbench.PlatformAPNs {
+				unique = res.Mock.APNs.Unique
+			}
+			if res.Platform != platform || res.Deliveries != 300 || unique != 300 || res.PerCPUSecond <= 0 {
+				t.Fatalf("platform %q, delivered %d, mock unique %d, per CPU-second %v; want %q, 300, 300, > 0",
+					res.Platform, res.Deliveries, unique, res.PerCPUSecond, platform)
+			}
+		})
+	}
+}

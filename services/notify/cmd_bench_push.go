@@ -11,13 +11,14 @@ import (
 )
 
 func init() {
-	registerBench(benchDef{name: "push", summary: "Web Push sender: deliveries per CPU-second against a mock push service process", run: runBenchPush})
+	registerBench(benchDef{name: "push", summary: "Web Push, FCM or APNs sender: deliveries per CPU-second against a mock push service process", run: runBenchPush})
 }
 
 func runBenchPush(ctx context.Context, args []string) error {
-	fs := newFlagSet("bench push", "[--subscriptions N] [--latency 230ms] [--concurrency C] [--json FILE]")
+	fs := newFlagSet("bench push", "[--platform webpush|fcm|apns] [--subscriptions N] [--latency 230ms] [--concurrency C] [--json FILE]")
 	var cfg pushbench.Config
-	fs.IntVar(&cfg.Subscriptions, "subscriptions", 100000, "pushes to send, one per generated subscription")
+	fs.StringVar(&cfg.Platform, "platform", pushbench.PlatformWebPush, "sender to measure: webpush (encryption + VAPID), fcm (FCM HTTP v1 client) or apns (APNs client), each against the mock's side for it with its dev credentials")
+	fs.IntVar(&cfg.Subscriptions, "subscriptions", 100000, "pushes to send, one per generated subscription (or device, for fcm and apns)")
 	fs.DurationVar(&cfg.Latency, "latency", 230*time.Millisecond, "the mock's answer latency")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 5000, "sends in flight (sender MaxInFlight and per-origin ceiling)")
 	jsonFile := fs.String("json", "", "also write the result as one JSON object to FILE")
@@ -33,6 +34,8 @@ func runBenchPush(ctx context.Context, args []string) error {
 		return err
 	}
 	switch {
+	case cfg.Platform != pushbench.PlatformWebPush && cfg.Platform != pushbench.PlatformFCM && cfg.Platform != pushbench.PlatformAPNs:
+		return usageError{msg: fmt.Sprintf("--platform %q: want webpush, fcm or apns", cfg.Platform)}
 	case cfg.Subscriptions < 1:
 		return usageError{msg: "--subscriptions must be ≥ 1"}
 	case cfg.Concurrency < 1:
@@ -47,9 +50,12 @@ func runBenchPush(ctx context.Context, args []string) error {
 		return fmt.Errorf("find the notify binary: %w", err)
 	}
 	log := newLogger()
-	// Always dev mode: the benchmark sends only to the mock it started.
-	if cfg.VAPID, err = vapidFromEnv(log, true, true); err != nil {
-		return err
+	// Always dev mode: the benchmark sends only to the mock it started
+	// (FCM and APNs use the dev credentials that mock writes).
+	if cfg.Platform == pushbench.PlatformWebPush {
+		if cfg.VAPID, err = vapidFromEnv(log, true, true); err != nil {
+			return err
+		}
 	}
 	cfg.Logger, cfg.Progress = log, os.Stderr
 	cfg.Say = func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }

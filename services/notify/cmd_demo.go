@@ -31,6 +31,7 @@ type pipelineFlags struct {
 	inf      infraFlags
 	cfg      pipeline.Config
 	jsonPath string
+	mix      string
 }
 
 func (p *pipelineFlags) register(fs *flag.FlagSet, defUsers int) {
@@ -43,9 +44,19 @@ func (p *pipelineFlags) register(fs *flag.FlagSet, defUsers int) {
 	fs.DurationVar(&p.cfg.Timeout, "timeout", 15*time.Minute, "give up when the last push is not recorded by then")
 	fs.StringVar(&p.cfg.LogDir, "log-dir", "", "directory for the services' logs (default .local/log/run-<time>)")
 	fs.StringVar(&p.jsonPath, "json", "", "also write the result as JSON to this file ('-' for stdout)")
+	fs.StringVar(&p.mix, "mix", "", "devices per student of each platform, e.g. webpush=1.097488,fcm=0.5,apns=0.25 "+
+		"(a platform left out has none; FCM and APNs at most 1); default the seed's "+pipeline.DefaultMix().String()+
+		". FCM and APNs go to the mock's sides for them with its dev credentials")
 }
 
 func (p *pipelineFlags) resolve() error {
+	if p.mix != "" {
+		m, err := pipeline.ParseMix(p.mix)
+		if err != nil {
+			return usageError{msg: err.Error()}
+		}
+		p.cfg.Mix = &m
+	}
 	var err error
 	if p.cfg.Brokers, err = p.inf.brokerList(); err != nil {
 		return err
@@ -61,7 +72,7 @@ func (p *pipelineFlags) resolve() error {
 }
 
 func runDemo(ctx context.Context, args []string) error {
-	fs := newFlagSet("demo", "[--users N] [--latency 230ms] [flags]")
+	fs := newFlagSet("demo", "[--users N] [--mix webpush=R,fcm=R,apns=R] [--latency 230ms] [flags]")
 	var p pipelineFlags
 	p.register(fs, 100_000)
 	inProcess := fs.String("kafka", "auto", "auto: use the configured broker, or an in-process Kafka-protocol broker when it is unreachable; external; in-process")
@@ -108,7 +119,11 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	p.cfg.Say = func(s string) { fmt.Fprintf(out, "• %s\n", s) }
 	p.cfg.Progress = runProgressPrinter(out)
-	fmt.Fprintf(out, "notify demo: %d students, push service latency %s, %d push worker(s)\n", p.cfg.Users, p.cfg.Latency, p.cfg.PushWorkers)
+	mix := pipeline.DefaultMix()
+	if p.cfg.Mix != nil {
+		mix = *p.cfg.Mix
+	}
+	fmt.Fprintf(out, "notify demo: %d students (devices %s), push service latency %s, %d push worker(s)\n", p.cfg.Users, mix, p.cfg.Latency, p.cfg.PushWorkers)
 	res, err := pipeline.Run(ctx, p.cfg)
 	fmt.Fprintln(out)
 	if err != nil {
@@ -127,7 +142,7 @@ func runDemo(ctx context.Context, args []string) error {
 }
 
 func runBenchE2E(ctx context.Context, args []string) error {
-	fs := newFlagSet("bench e2e", "--users N [--push-workers K] [--latency 230ms] [--json FILE] [--fault kill-leader|rolling-restart]")
+	fs := newFlagSet("bench e2e", "--users N [--mix webpush=R,fcm=R,apns=R] [--push-workers K] [--latency 230ms] [--json FILE] [--fault kill-leader|rolling-restart]")
 	var p pipelineFlags
 	p.register(fs, 1_000_000)
 	var fc brokerfault.Config
@@ -183,18 +198,24 @@ func runBenchE2E(ctx context.Context, args []string) error {
 		return err
 	}
 	if res.Lost != 0 {
-		return exitError{code: 1, msg: fmt.Sprintf("%d subscriptions lost", res.Lost)}
+		return exitError{code: 1, msg: fmt.Sprintf("%d devices lost", res.Lost)}
 	}
 	return nil
 }
 
 // runProgressPrinter prints a run's snapshots: notifications against
-// students, and recorded pushes against subscriptions as the count.
+// students, and recorded pushes against the devices of every platform as
+// the count, with the pushes each platform's mock received when the run
+// has phones.
 func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) {
 	p := progress.New(w, 0)
 	return func(s pipeline.Snapshot) {
+		var after string
+		if b := s.PushedByPlatform; b[pipeline.PlatformFCM]+b[pipeline.PlatformAPNs] > 0 {
+			after = fmt.Sprintf("sent web %d fcm %d apns %d", b[pipeline.PlatformWebPush], b[pipeline.PlatformFCM], b[pipeline.PlatformAPNs])
+		}
 		p.Print(progress.Step{Done: s.Recorded, Total: s.Subscriptions, Elapsed: s.Elapsed,
-			Before: fmt.Sprintf("published ✓  notified %9d/%d (%3.0f%%)  pushed", s.Notified, s.Users, progress.Percent(s.Notified, s.Users))})
+			Before: fmt.Sprintf("published ✓  notified %9d/%d (%3.0f%%)  pushed", s.Notified, s.Users, progress.Percent(s.Notified, s.Users)), After: after})
 	}
 }
 
