@@ -537,3 +537,28 @@ func loadPool(certFile string) (*x509.CertPool, error) {
 	}
 	return p, nil
 }
+
+// TestFewConnections: a first burst of concurrent sends shares HTTP/2
+// connections instead of dialing one per send (net/http's own pool opened
+// 2,110 connections for a burst of 5,000).
+func TestFewConnections(t *testing.T) {
+	t.Parallel()
+	srv, key := startMock(t, func(c *pushmock.Config) { c.Latency = 20 * time.Millisecond })
+	c, _ := newClient(t, srv, key, nil)
+	var wg sync.WaitGroup
+	for i := range 500 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out := c.Send(context.Background(), note(deviceToken(i))); out.Kind != outcome.Delivered {
+				t.Errorf("send %d: %+v", i, out)
+			}
+		}()
+	}
+	wg.Wait()
+	// Until a connection has the server's SETTINGS it takes 100 streams:
+	// at most 500/100 connections, however the burst is scheduled.
+	if n, open := srv.Stats().Connections, c.Connections(); n > 5 || open > 5 {
+		t.Fatalf("%d connections accepted, %d open, for 500 concurrent sends; want at most 5", n, open)
+	}
+}

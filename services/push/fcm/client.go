@@ -19,6 +19,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/notify-dev/notify/services/push/connpool"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/outcome"
 	"github.com/notify-dev/notify/services/push/pushjson"
@@ -42,7 +43,7 @@ const DefaultQuotaPause = time.Minute
 var ErrProjectPaused = errors.New("FCM quota exceeded: project paused")
 
 // ErrClosed is wrapped by outcomes of sends after Close.
-var ErrClosed = errors.New("FCM client closed")
+var ErrClosed = connpool.ErrClosed
 
 // Error is FCM's answer to a message it did not accept.
 type Error struct {
@@ -202,7 +203,7 @@ type Client struct {
 	sendURL *url.URL
 	http    *http.Client
 	tr      *http.Transport // the token exchange's, and the pool's dialer
-	pool    *connPool
+	pool    *connpool.Pool
 	tokens  *tokenSource
 	sem     chan struct{}
 	closed  atomic.Bool
@@ -259,7 +260,7 @@ func New(cfg Config) (*Client, error) {
 		sendURL: &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/v1/projects/" + cfg.Credentials.ProjectID + "/messages:send"},
 		http:    hc,
 		tr:      tr,
-		pool:    &connPool{tr: tr, addr: hostPort(u), maxConns: cfg.MaxConnections, dialTimeout: cfg.DialTimeout},
+		pool:    connpool.New(tr, hostPort(u), cfg.MaxConnections, cfg.DialTimeout),
 		sem:     make(chan struct{}, cfg.MaxInFlight),
 		m:       newClientMetrics(cfg.Metrics),
 	}
@@ -312,12 +313,12 @@ func (c *Client) ProjectID() string { return c.cfg.Credentials.ProjectID }
 // owner stops sending first (as the push worker does), then closes.
 func (c *Client) Close() {
 	c.closed.Store(true)
-	c.pool.close()
+	c.pool.Close()
 	c.tr.CloseIdleConnections()
 }
 
 // Connections is the number of connections open to the FCM endpoint.
-func (c *Client) Connections() int { return c.pool.size() }
+func (c *Client) Connections() int { return c.pool.Size() }
 
 func hostPort(u *url.URL) string {
 	if u.Port() != "" {
@@ -454,11 +455,11 @@ func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcom
 		Host:          c.sendURL.Host,
 	}).WithContext(ctx)
 	started := time.Now()
-	// Straight to a connection of the pool (see connPool): no
+	// Straight to a connection of the pool (see package connpool): no
 	// http.Client, whose per-request timeout costs a context, a timer and
 	// a body wrapper; Transport.ResponseHeaderTimeout bounds the wait
 	// instead, and FCM never redirects.
-	cc, err := c.pool.get(ctx)
+	cc, err := c.pool.Get(ctx)
 	if err == nil {
 		var resp *http.Response
 		if resp, err = cc.RoundTrip(req); err == nil {

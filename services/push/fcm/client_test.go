@@ -415,11 +415,12 @@ func TestFewConnections(t *testing.T) {
 	endpoint := strings.Replace(m.URL(), "127.0.0.1", "localhost", 1)
 	c := newClientFor(t, endpoint, m.CertFile(), creds)
 	sendAll(t, c, creds, 1, 500)
-	// One for the token endpoint, one for the sends (500 streams fit), and
-	// perhaps one more: until the server's SETTINGS arrive a connection
-	// takes 100 streams.
-	if n, open := m.Stats().Connections, c.Connections(); n > 3 || open > 2 {
-		t.Fatalf("%d connections accepted, %d open to the endpoint, for 500 concurrent sends; want at most 3 and 2", n, open)
+	// One for the token endpoint, one for the sends (500 streams fit) —
+	// but until a connection has the server's SETTINGS it takes only 100
+	// streams, so on a slow machine a burst may open up to 500/100 before
+	// the first SETTINGS arrive. net/http's own pool opened ~600 here.
+	if n, open := m.Stats().Connections, c.Connections(); n > 6 || open > 5 {
+		t.Fatalf("%d connections accepted, %d open to the endpoint, for 500 concurrent sends; want at most 6 and 5", n, open)
 	}
 }
 
