@@ -39,6 +39,10 @@ type PushCounts struct {
 	// expires_at); their counters exist and stay 0 until it does.
 	Cancelled int64 `json:"cancelled"`
 	Expired   int64 `json:"expired"`
+	// NotConfigured are the Failed whose platform has no provider
+	// configured (recorded provider_not_configured, never sent): missing
+	// credentials, not a push service's refusal.
+	NotConfigured int64 `json:"not_configured"`
 }
 
 // Done reports whether every target subscription has a final outcome.
@@ -66,7 +70,7 @@ func LoadPush(ctx context.Context, q Querier, eventID string) (Push, error) {
 
 // scanPush reads sqlPushCounters' row into s.
 func scanPush(row pgx.Row, s *Push) error {
-	err := row.Scan(&s.Notified, &s.Target, &s.Delivered, &s.Gone, &s.Failed, &s.Retrying, &s.Cancelled, &s.Expired)
+	err := row.Scan(&s.Notified, &s.Target, &s.Delivered, &s.Gone, &s.Failed, &s.Retrying, &s.Cancelled, &s.Expired, &s.NotConfigured)
 	if err != nil {
 		return fmt.Errorf("push status of %s: %w", s.EventID, err)
 	}

@@ -42,7 +42,8 @@ SELECT
   coalesce(sum(notified), 0)::bigint,
   coalesce(sum(targeted), 0)::bigint, coalesce(sum(delivered), 0)::bigint, coalesce(sum(gone), 0)::bigint,
   coalesce(sum(failed), 0)::bigint, coalesce(sum(retrying), 0)::bigint,
-  coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint
+  coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint,
+  coalesce(sum(not_configured), 0)::bigint
 FROM event_counters WHERE event_id = $1`
 
 // Verify's terms, recomputed from the rows, each on its own so that a
@@ -72,6 +73,10 @@ WHERE d.event_id = $1 AND d.status = 'gone'`
 	sqlVerifyOdd = `
 SELECT count(*) FROM push_deliveries WHERE event_id = $1
   AND (status NOT IN ('delivered', 'gone', 'failed', 'retrying') OR attempts < 0)`
+
+	sqlVerifyNotConfigured = `
+SELECT count(*) FROM push_deliveries
+WHERE event_id = $1 AND status = 'failed' AND error LIKE 'provider_not_configured%'`
 
 	sqlVerifyByStatus = `
 SELECT status, count(*) FROM push_deliveries WHERE event_id = $1 GROUP BY status`

@@ -50,6 +50,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if !r.PushCountsAt.IsZero() {
 		row("push", fmt.Sprintf("%s target: %s delivered, %s gone, %s failed, %s pending (%s retrying)",
 			group(r.Target), group(r.Delivered), group(r.Gone), group(r.Failed), group(r.Pending), group(r.Retrying)))
+		if r.NotConfigured > 0 {
+			row("not sent", fmt.Sprintf("%s of the failed have no provider configured for their platform (provider_not_configured): set the platform's credentials (README, Platforms and devices)", group(r.NotConfigured)))
+		}
 		state := "in progress"
 		if r.EventDone {
 			state = "done: every subscription has a final outcome"

@@ -58,8 +58,8 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		return v, err
 	}
 	var (
-		notified, current, orphaned, unsent, strangers, goneAlive, odd int64
-		by                                                             = map[string]int64{}
+		notified, current, orphaned, unsent, strangers, goneAlive, odd, notConfigured int64
+		by                                                                            = map[string]int64{}
 	)
 	for _, c := range []struct {
 		dst *int64
@@ -72,6 +72,7 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		{&strangers, sqlVerifyStrangers},
 		{&goneAlive, sqlVerifyGoneAlive},
 		{&odd, sqlVerifyOdd},
+		{&notConfigured, sqlVerifyNotConfigured},
 	} {
 		if err := tx.QueryRow(ctx, c.sql, eventID).Scan(c.dst); err != nil {
 			return v, fmt.Errorf("verify %s: %w", eventID, err)
@@ -115,6 +116,7 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		// counter is a writer that should not exist.
 		{"cancelled", s.Cancelled, 0},
 		{"expired", s.Expired, 0},
+		{"not_configured", s.NotConfigured, notConfigured},
 	} {
 		if c.got != c.want {
 			problem("%s: the tables hold %d, the counters say %d", c.name, c.want, c.got)

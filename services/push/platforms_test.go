@@ -194,7 +194,11 @@ func TestPlatformWithoutProvider(t *testing.T) {
 	pf.produceCommands(pf.commands(2))
 	pf.waitSettled(time.Minute)
 	pf.waitCaughtUp(time.Minute)
-	pf.verify()
+	// notify status shows them apart from real failures, from the counters
+	// (and --verify, inside pf.verify, recomputes that from the rows).
+	if st := pf.verify(); st.NotConfigured != nAPNs || st.Failed != nAPNs {
+		t.Fatalf("status: %d failed, %d not configured; want both %d", st.Failed, st.NotConfigured, nAPNs)
+	}
 	failed := pf.byPlatform("failed")
 	if failed["apns"] != nAPNs || len(failed) != 1 {
 		t.Fatalf("failed %v, want exactly the %d apns devices", failed, nAPNs)
