@@ -11,13 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
 func TestWidenXid(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Postgres")
-	}
+	localtest.Short(t, "needs Postgres")
 	t.Parallel()
 	db := schematest.NewDatabase(t)
 	const epoch = int64(5) << 32
@@ -44,9 +43,7 @@ func TestWidenXid(t *testing.T) {
 // the ProcArray). An open transaction is seen the same way: its rows must be
 // kept and deleted once it commits; a row already gone is not retried.
 func TestCleanerWaitsForVisibility(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Postgres")
-	}
+	localtest.Short(t, "needs Postgres")
 	t.Parallel()
 	ctx := context.Background()
 	db := schematest.NewDatabase(t)

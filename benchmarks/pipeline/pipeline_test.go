@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/notify-dev/notify/benchmarks/pipeline"
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -25,9 +26,7 @@ func TestMain(m *testing.M) {
 // invariants the benchmark reports: every subscription delivered exactly
 // once, nothing lost, every sampled message decrypts.
 func TestEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts every service as a process")
-	}
+	localtest.Short(t, "starts every service as a process")
 	bin := notifytest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -69,9 +68,7 @@ func TestEndToEnd(t *testing.T) {
 // send each device through its platform's provider. Every platform's
 // devices are delivered exactly once, by the database and by the mock.
 func TestEndToEndMix(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts every service as a process")
-	}
+	localtest.Short(t, "starts every service as a process")
 	bin := notifytest.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

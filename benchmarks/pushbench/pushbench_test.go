@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/notify-dev/notify/benchmarks/pushbench"
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
@@ -21,9 +22,7 @@ func TestMain(m *testing.M) {
 // sampled message decrypts and nothing is rejected — the checks a figure
 // of the benchmark stands on (its speed is not asserted).
 func TestRunSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the mock push service as a process")
-	}
+	localtest.Short(t, "starts the mock push service as a process")
 	key, err := webpush.GenerateVAPIDKey()
 	if err != nil {
 		t.Fatal(err)
@@ -56,9 +55,7 @@ func TestRunSmall(t *testing.T) {
 // process's sides for them delivers every device once with nothing
 // refused for its credentials, and reports its platform.
 func TestRunSmallApp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the mock push service as a process")
-	}
+	localtest.Short(t, "starts the mock push service as a process")
 	for _, platform := range []string{pushbench.PlatformFCM, pushbench.PlatformAPNs} {
 		t.Run(platform, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

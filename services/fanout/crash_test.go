@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/notify-dev/notify/connect"
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams"
@@ -179,9 +180,7 @@ func (l *lockedBuffer) String() string {
 // the audience, the push commands cover every student exactly once, and a
 // replay of both topics from the earliest offset writes nothing.
 func TestCrashAndReplay(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the notify binary and fans out 200,000 students")
-	}
+	localtest.Short(t, "builds the notify binary and fans out 200,000 students")
 	t.Parallel()
 	const students = 200_000
 	bin := notifyBinary(t)

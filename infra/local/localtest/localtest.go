@@ -29,6 +29,20 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// Short skips t under go test -short (a quick run on a laptop), saying
+// why; when CI is set it fails instead, so CI can never pass by running
+// with -short.
+func Short(t testing.TB, why string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("-short skips this test (%s), but CI is set: CI runs every test", why)
+	}
+	t.Skip(why)
+}
+
 // Disruptive skips t unless NOTIFY_DISRUPTIVE_TESTS=1.
 func Disruptive(t testing.TB) {
 	t.Helper()

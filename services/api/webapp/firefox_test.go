@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/notify/notifytest"
@@ -41,10 +42,7 @@ import (
 func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	ffPath, err := firefox.Find()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%v: CI must run the real-browser test", err)
-		}
-		t.Skip(err)
+		localtest.Missing(t, "%v", err)
 	}
 	bin := notifytest.Binary(t)
 	db := schematest.NewDatabase(t)
