@@ -207,20 +207,8 @@ func (s *Server) handleRegisterDevice(w http.ResponseWriter, r *http.Request, us
 		}
 		return err
 	})
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "save device", err)
-		return
-	}
 	resp.CreatedAt, resp.UpdatedAt = resp.CreatedAt.UTC(), resp.UpdatedAt.UTC()
-	status := http.StatusOK
-	if inserted {
-		status = http.StatusCreated
-	}
-	writeJSON(w, status, resp)
+	s.answerSaved(w, r, "save device", e, err, inserted, resp)
 }
 
 // underCap takes the user's subscription lock and refuses (409

@@ -65,20 +65,24 @@ func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request, user UU
 		resp, inserted, e, err = s.saveSubscription(r.Context(), tx, user, req)
 		return err
 	})
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, "save push subscription", err)
-		return
-	}
 	resp.CreatedAt, resp.UpdatedAt = resp.CreatedAt.UTC(), resp.UpdatedAt.UTC()
-	status := http.StatusOK
-	if inserted {
-		status = http.StatusCreated
+	s.answerSaved(w, r, "save push subscription", e, err, inserted, resp)
+}
+
+// answerSaved answers an upsert of a subscription or device: the refusal
+// e, else 500 for err, else 201 when the row is new and 200 when it was
+// updated.
+func (s *Server) answerSaved(w http.ResponseWriter, r *http.Request, what string, e *Error, err error, inserted bool, resp any) {
+	switch {
+	case e != nil:
+		writeError(w, e)
+	case err != nil:
+		s.internalError(w, r, what, err)
+	case inserted:
+		writeJSON(w, http.StatusCreated, resp)
+	default:
+		writeJSON(w, http.StatusOK, resp)
 	}
-	writeJSON(w, status, resp)
 }
 
 // saveSubscription enforces the per-user cap and ownership and upserts the
