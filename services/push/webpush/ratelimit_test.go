@@ -36,10 +36,13 @@ func sendAll(t *testing.T, s *webpush.Sender, b browser, base string, n, c int, 
 				}
 				msg := webpush.Message{Subscription: b.subscription(base + strconv.FormatInt(i, 10)), Payload: []byte("x")}
 				out := s.Send(context.Background(), msg)
+				// stop runs under mu: callers keep what it saw in plain
+				// variables, and several senders may see a pause at once.
 				mu.Lock()
 				outs = append(outs, out)
+				halt := stop != nil && stop(out)
 				mu.Unlock()
-				if stop != nil && stop(out) {
+				if halt {
 					halted.Store(true)
 					return
 				}
