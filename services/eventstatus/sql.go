@@ -72,7 +72,7 @@ WHERE d.event_id = $1 AND d.status = 'gone'`
 
 	sqlVerifyOdd = `
 SELECT count(*) FROM push_deliveries WHERE event_id = $1
-  AND (status NOT IN ('delivered', 'gone', 'failed', 'retrying') OR attempts < 0)`
+  AND (status NOT IN ('delivered', 'gone', 'failed', 'retrying', 'cancelled', 'expired') OR attempts < 0)`
 
 	sqlVerifyNotConfigured = `
 SELECT count(*) FROM push_deliveries

@@ -32,9 +32,11 @@ type TxBeginner interface {
 //   - notified = notifications rows of the event
 //   - target = |current subscriptions of notified students| +
 //     |recorded outcomes whose subscription no longer exists|
-//   - delivered, gone, failed, retrying = push_deliveries rows by status
+//   - delivered, gone, failed, retrying, cancelled, expired =
+//     push_deliveries rows by status
 //   - unsent = subscriptions of notified students with no outcome
-//   - delivered + gone + failed + retrying + unsent = target
+//   - delivered + gone + failed + retrying + cancelled + expired + unsent
+//     = target
 //   - no outcome for a subscription of a student who was not notified
 //     (that would be a push nobody asked for)
 //   - no gone outcome whose subscription still exists (gone ones are
@@ -112,19 +114,17 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		{"failed", s.Failed, by[push.StatusFailed]},
 		{"retrying", s.Retrying, by[push.StatusRetrying]},
 		{"unsent", s.Unsent, unsent},
-		// Nothing writes these yet (event control will): a non-zero
-		// counter is a writer that should not exist.
-		{"cancelled", s.Cancelled, 0},
-		{"expired", s.Expired, 0},
+		{"cancelled", s.Cancelled, by[push.StatusCancelled]},
+		{"expired", s.Expired, by[push.StatusExpired]},
 		{"not_configured", s.NotConfigured, notConfigured},
 	} {
 		if c.got != c.want {
 			problem("%s: the tables hold %d, the counters say %d", c.name, c.want, c.got)
 		}
 	}
-	if sum := by[push.StatusDelivered] + by[push.StatusGone] + by[push.StatusFailed] + by[push.StatusRetrying] + unsent; sum != target {
-		problem("delivered %d + gone %d + failed %d + retrying %d + unsent %d = %d ≠ target %d",
-			by[push.StatusDelivered], by[push.StatusGone], by[push.StatusFailed], by[push.StatusRetrying], unsent, sum, target)
+	if sum := by[push.StatusDelivered] + by[push.StatusGone] + by[push.StatusFailed] + by[push.StatusRetrying] + by[push.StatusCancelled] + by[push.StatusExpired] + unsent; sum != target {
+		problem("delivered %d + gone %d + failed %d + retrying %d + cancelled %d + expired %d + unsent %d = %d ≠ target %d",
+			by[push.StatusDelivered], by[push.StatusGone], by[push.StatusFailed], by[push.StatusRetrying], by[push.StatusCancelled], by[push.StatusExpired], unsent, sum, target)
 	}
 	if strangers > 0 {
 		problem("%d outcome(s) for subscriptions of students who were not notified of the event", strangers)

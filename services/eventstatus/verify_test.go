@@ -142,3 +142,37 @@ func TestVerifyNamesCounterDrift(t *testing.T) {
 		}
 	}
 }
+
+// cancelled and expired outcomes (written by event control) are counted by
+// the outcome triggers, recomputed by Verify and part of the sum that must
+// equal the target; an event whose devices all ended so is done.
+func TestCancelledAndExpiredAreCountedAndVerified(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	exec := seedTiny(t, db)
+	ctx := context.Background()
+	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status, attempts) VALUES ($1, 1, 'cancelled', 0), ($1, 2, 'expired', 0)`, evA)
+	v, err := eventstatus.Verify(ctx, db.Pool, evA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.OK() || v.Status.Cancelled != 1 || v.Status.Expired != 1 || v.Status.Unsent != 0 || !v.Status.Done() {
+		t.Fatalf("verify %+v", v)
+	}
+	// A row moved from cancelled to expired moves its count (the update
+	// trigger), and Verify still agrees.
+	exec(`UPDATE push_deliveries SET status = 'expired' WHERE event_id = $1 AND subscription_id = 1`, evA)
+	if v, err = eventstatus.Verify(ctx, db.Pool, evA); err != nil {
+		t.Fatal(err)
+	}
+	if !v.OK() || v.Status.Cancelled != 0 || v.Status.Expired != 2 {
+		t.Fatalf("after the update: %+v", v)
+	}
+	exec(`DELETE FROM push_deliveries WHERE event_id = $1`, evA)
+	if v, err = eventstatus.Verify(ctx, db.Pool, evA); err != nil {
+		t.Fatal(err)
+	}
+	if !v.OK() || v.Status.Expired != 0 || v.Status.Unsent != 2 {
+		t.Fatalf("after the delete: %+v", v)
+	}
+}

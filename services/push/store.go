@@ -12,14 +12,19 @@ import (
 	"github.com/notify-dev/notify/streams"
 )
 
-// Delivery statuses in push_deliveries. delivered, gone and failed are
-// final: nothing ever overwrites them. retrying means a retry command for
-// the row is in the outbox (written in the same transaction).
+// Delivery statuses in push_deliveries. delivered, gone, failed,
+// cancelled and expired are final: nothing ever overwrites them. retrying
+// means a retry command for the row is in the outbox (written in the same
+// transaction). cancelled and expired are written without a request: the
+// event was cancelled, or its expires_at passed, before the device was
+// sent.
 const (
 	StatusDelivered = "delivered"
 	StatusGone      = "gone"
 	StatusFailed    = "failed"
 	StatusRetrying  = "retrying"
+	StatusCancelled = "cancelled"
+	StatusExpired   = "expired"
 )
 
 // recipient is one subscription a command sends to.
