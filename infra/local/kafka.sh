@@ -255,40 +255,6 @@ kafka_format() {
 	printf '%s\n' "$id" >"$KAFKA_CLUSTER_ID_FILE"
 }
 
-# kafka_find sets KAFKA_RUNNING_PID to the pid of this checkout's broker, or fails. A pid
-# file whose process is gone, or is some other program now, is stale: removed, and
-# KAFKA_STALE=1 (unless called as "kafka_find readonly", for status).
-kafka_find() {
-	local pid
-	KAFKA_RUNNING_PID=""
-	if [[ -s "$KAFKA_PID" ]]; then
-		pid="$(head -n 1 "$KAFKA_PID")"
-		if [[ "$pid" =~ ^[0-9]+$ ]] && kafka_is_ours "$pid"; then
-			KAFKA_RUNNING_PID="$pid"
-			return 0
-		fi
-		if [[ "${1:-}" != readonly ]]; then
-			rm -f "$KAFKA_PID"
-		fi
-		KAFKA_STALE=1
-	fi
-	# The pid file can be lost while the broker runs (someone deleted .local/kafka/kafka.pid):
-	# find the JVM started with this checkout's config file.
-	pid="$(pgrep -f -- "kafka.Kafka $KAFKA_CONFIG" | head -n 1 || true)"
-	if [[ -n "$pid" ]] && kafka_is_ours "$pid"; then
-		[[ "${1:-}" == readonly ]] || printf '%s\n' "$pid" >"$KAFKA_PID"
-		KAFKA_RUNNING_PID="$pid"
-		return 0
-	fi
-	return 1
-}
-
-kafka_is_ours() {
-	local cmdline
-	cmdline="$( { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null)" || return 1
-	[[ "$cmdline" == *"kafka.Kafka $KAFKA_CONFIG"* ]]
-}
-
 kafka_ping() {
 	"$KAFKA_PING" -brokers "$KAFKA_BROKERS" "$@" 9>&-
 }
