@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -24,27 +19,10 @@ import (
 // (none of the caller's NOTIFY_APNS_*, NOTIFY_DEV or NOTIFY_PUSH_CA_FILE).
 func runNotifyEnv(t *testing.T, bin, dir string, env []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NOTIFY_APNS_") && !strings.HasPrefix(kv, envDev+"=") && !strings.HasPrefix(kv, envPushCAFile+"=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
+	drop := func(kv string) bool {
+		return strings.HasPrefix(kv, "NOTIFY_APNS_") || strings.HasPrefix(kv, envDev+"=") || strings.HasPrefix(kv, envPushCAFile+"=")
 	}
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return cliResult{code: code, stdout: out.String(), stderr: errb.String()}
+	return runCLI(t, bin, dir, drop, env, args...)
 }
 
 func mockStats(t *testing.T, url, certFile string) pushmock.Stats {

@@ -2,13 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,27 +26,7 @@ func runFCMCLI(t *testing.T, bin string, env []string, args ...string) cliResult
 // runFCMCLIIn is runFCMCLI in working directory dir.
 func runFCMCLIIn(t *testing.T, dir, bin string, env []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "NOTIFY_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return cliResult{code: code, stdout: out.String(), stderr: errb.String()}
+	return runCLI(t, bin, dir, func(kv string) bool { return strings.HasPrefix(kv, "NOTIFY_") }, env, args...)
 }
 
 // TestFCMCLI runs `notify fcm send` and `notify fcm dev-credentials` as

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,12 +83,28 @@ type cliResult struct {
 	stdout, stderr string
 }
 
+// runNotify runs the binary with the caller's environment in dev mode (the
+// mock is on loopback, signed with the dev key).
 func runNotify(t *testing.T, bin string, args ...string) cliResult {
+	t.Helper()
+	return runCLI(t, bin, "", nil, []string{envDev + "=1"}, args...)
+}
+
+// runCLI runs the binary as a process, in dir unless it is empty, with the
+// caller's environment minus the variables drop refuses (nil drops none),
+// then env; a non-zero exit is a result, failing to run is fatal.
+func runCLI(t *testing.T, bin, dir string, drop func(kv string) bool, env []string, args ...string) cliResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), envDev+"=1") // the mock is on loopback, signed with the dev key
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if drop == nil || !drop(kv) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -167,20 +181,7 @@ func testWebpushSend(t *testing.T, bin string) {
 	}
 
 	// The mock decrypted what it received with the re-derived keys.
-	pool, err := webpush.LoadCAFile(certFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	resp, err := client.Get(url + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st pushmock.Stats
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
+	st := mockStats(t, url, certFile)
 	if st.Decrypted != 1 || st.DecryptFailures != 0 || st.VAPIDFailures != 0 || st.ByStatus["201"] != 1 || st.ByStatus["410"] != 1 {
 		t.Fatalf("mock stats %+v", st)
 	}
