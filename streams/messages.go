@@ -26,6 +26,12 @@ type MaterialPublished struct {
 	Title       string    `json:"title"`
 	URL         string    `json:"url,omitempty"`
 	PublishedAt time.Time `json:"published_at"`
+	// SendAt holds the fan-out until then (absent: at once). ExpiresAt is
+	// when pushes not sent yet are given up and recorded 'expired'
+	// (absent: never). Both are the publish request's, validated by the
+	// API (SendAt in the future, ExpiresAt after it).
+	SendAt    *time.Time `json:"send_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // SliceCommand asks a slice worker to notify the next ≤ SliceSize students of
@@ -48,6 +54,9 @@ type SliceCommand struct {
 	SliceSize int    `json:"slice_size"`
 	// Seq is the slice's position within its range, starting at 0.
 	Seq int `json:"seq"`
+	// ExpiresAt is the event's expires_at, handed on to its push commands
+	// (and to the range's next command); absent: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // PushCommand asks a push worker to deliver one event to the subscriptions of
@@ -69,6 +78,11 @@ type PushCommand struct {
 	// Title and URL are carried so a worker need not read the material.
 	Title string `json:"title,omitempty"`
 	URL   string `json:"url,omitempty"`
+	// ExpiresAt: a device not sent by then is recorded 'expired' without
+	// a request, and the push services are told the remaining lifetime
+	// (Web Push TTL, FCM ttl, apns-expiration). Retries and dead letters
+	// keep it. Absent: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // DecodeSliceCommand parses and validates a slice command.

@@ -33,6 +33,8 @@ const (
 	errInvalidTitle          = "invalid_title"
 	errInvalidBody           = "invalid_body"
 	errInvalidURL            = "invalid_url"
+	errInvalidSendAt         = "invalid_send_at"
+	errInvalidExpiresAt      = "invalid_expires_at"
 	errInvalidEndpoint       = "invalid_endpoint"
 	errInvalidP256DH         = "invalid_p256dh"
 	errInvalidAuth           = "invalid_auth"

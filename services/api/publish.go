@@ -26,6 +26,9 @@ type PublishResponse struct {
 	MaterialID  string    `json:"material_id"`
 	EventID     string    `json:"event_id"`
 	PublishedAt time.Time `json:"published_at"`
+	// SendAt and ExpiresAt echo the request's, when given.
+	SendAt    *time.Time `json:"send_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // sqlPublish is the whole publish as ONE statement, so one round trip and
@@ -135,7 +138,8 @@ type publishResult struct {
 func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequest, key string) (publishResult, error) {
 	materialID, eventID := NewUUID(), NewUUID()
 	publishedAt := time.Now().UTC().Truncate(time.Microsecond)
-	resp, err := json.Marshal(PublishResponse{MaterialID: materialID.String(), EventID: eventID.String(), PublishedAt: publishedAt})
+	resp, err := json.Marshal(PublishResponse{MaterialID: materialID.String(), EventID: eventID.String(), PublishedAt: publishedAt,
+		SendAt: optionalTime(req.SendAt), ExpiresAt: optionalTime(req.ExpiresAt)})
 	if err != nil {
 		return publishResult{}, fmt.Errorf("encode response: %w", err)
 	}
@@ -146,6 +150,8 @@ func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequ
 		Title:       req.Title,
 		URL:         req.URL,
 		PublishedAt: publishedAt,
+		SendAt:      optionalTime(req.SendAt),
+		ExpiresAt:   optionalTime(req.ExpiresAt),
 	})
 	if err != nil {
 		return publishResult{}, fmt.Errorf("encode event: %w", err)
@@ -156,6 +162,14 @@ func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequ
 		hash = h[:]
 	} else {
 		hash = []byte{} // unused without a key, but the parameter is NOT NULL-typed
+	}
+	if e := req.checkSchedule(publishedAt); e != nil {
+		// A retry of a scheduled publish that succeeded gets its first
+		// answer even once its send_at has passed.
+		if res, stored, err := s.replayIfStored(ctx, user, key, hash); stored {
+			return res, err
+		}
+		return publishResult{}, e
 	}
 
 	row, err := s.batch.publish(publishArgs{

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -21,6 +22,10 @@ type PublishRequest struct {
 	Title string `json:"title"`
 	Body  string `json:"body"`
 	URL   string `json:"url,omitempty"`
+	// SendAt and ExpiresAt are optional (zero: at once, never); see
+	// checkSchedule. Values, not pointers, so requests compare with ==.
+	SendAt    time.Time `json:"send_at,omitzero"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 // publishWire distinguishes an absent field (nil) from an empty one.
@@ -28,6 +33,10 @@ type publishWire struct {
 	Title *string `json:"title"`
 	Body  *string `json:"body"`
 	URL   *string `json:"url"`
+	// RFC 3339 strings; parsed here, checked against the clock by
+	// checkSchedule.
+	SendAt    *string `json:"send_at"`
+	ExpiresAt *string `json:"expires_at"`
 }
 
 // DecodePublishRequest parses and validates a publish body. It rejects
@@ -65,6 +74,13 @@ func DecodePublishRequest(b []byte) (PublishRequest, *Error) {
 			return PublishRequest{}, newError(http.StatusBadRequest, errInvalidURL, "url must not contain bidirectional control characters")
 		}
 		req.URL = *w.URL
+	}
+	var e *Error
+	if req.SendAt, e = parseScheduleTime(w.SendAt, errInvalidSendAt, "send_at"); e != nil {
+		return PublishRequest{}, e
+	}
+	if req.ExpiresAt, e = parseScheduleTime(w.ExpiresAt, errInvalidExpiresAt, "expires_at"); e != nil {
+		return PublishRequest{}, e
 	}
 	return req, nil
 }
