@@ -11,6 +11,22 @@
 // ranges hold about equal numbers of students), insert one fanout_ranges row
 // per range and one SliceCommand per range into the outbox.
 //
+// # Scheduler
+//
+// An event with a send_at still ahead is planned 'scheduled' (run and
+// ranges, no slice command). The Scheduler, a loop of every fan-out
+// process that runs the planner, starts it at send_at: one transaction
+// that locks the due run (FOR UPDATE SKIP LOCKED), moves it scheduled →
+// running (UPDATE … WHERE state = 'scheduled', so a cancelled event is
+// never started and two processes never both start one) and writes the
+// first slice commands exactly as the planner does for an immediate
+// event. The schedule lives only in Postgres: a killed process loses
+// nothing, and whichever scheduler runs next starts the event. It sleeps
+// until the nearest send_at and polls at least every DefaultSchedulePoll
+// for events planned elsewhere, so a start lands within a second of its
+// time (notify_fanout_schedule_lateness_seconds). The event's expires_at
+// rides on its slice commands to every push command.
+//
 // # Slice worker
 //
 // The SliceWorker consumes SliceCommands. Each range is a chain: a command

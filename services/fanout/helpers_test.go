@@ -77,8 +77,18 @@ INSERT INTO enrollments (course_id, user_id, enrolled_at) SELECT $2, id, $3 FROM
 // transaction, as the API does, and returns the event.
 func publish(t testing.TB, pool *pgxpool.Pool, c course, at time.Time) streams.MaterialPublished {
 	t.Helper()
+	return publishWith(t, pool, c, at, nil)
+}
+
+// publishWith is publish with the event changed by edit first (send_at,
+// expires_at).
+func publishWith(t testing.TB, pool *pgxpool.Pool, c course, at time.Time, edit func(*streams.MaterialPublished)) streams.MaterialPublished {
+	t.Helper()
 	ctx := context.Background()
 	m := streams.MaterialPublished{CourseID: c.ID, Title: "Week 1", URL: "https://example.test/m", PublishedAt: at.UTC().Truncate(time.Microsecond)}
+	if edit != nil {
+		edit(&m)
+	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT gen_random_uuid()::text, gen_random_uuid()::text`).Scan(&m.EventID, &m.MaterialID); err != nil {
 			return err

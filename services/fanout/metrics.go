@@ -18,4 +18,10 @@ var (
 	metricSlicesFlight   = metrics.GetOrCreateGauge(`notify_fanout_slices_in_flight`, nil)
 	metricRunDuration    = metrics.GetOrCreateHistogram(`notify_fanout_run_duration_seconds`)
 	metricRunsFinished   = metrics.GetOrCreateCounter(`notify_fanout_runs_finished_total`)
+	// Scheduled events: planned to wait for their send_at, started by the
+	// scheduler, and how late after send_at each start committed.
+	metricSchedulesPlanned = metrics.GetOrCreateCounter(`notify_fanout_schedules_planned_total`)
+	metricSchedulesStarted = metrics.GetOrCreateCounter(`notify_fanout_schedules_started_total`)
+	metricScheduleLateness = metrics.GetOrCreateHistogram(`notify_fanout_schedule_lateness_seconds`)
+	metricScheduleErrors   = metrics.GetOrCreateCounter(`notify_fanout_schedule_errors_total`)
 )

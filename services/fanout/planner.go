@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,6 +55,10 @@ type PlannerConfig struct {
 	FanoutPartitions int32
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
+	// Scheduled, if set, is called after a scheduled event was planned
+	// (the Service wakes its Scheduler, which may be sleeping past the new
+	// send_at).
+	Scheduled func()
 }
 
 func (c PlannerConfig) withDefaults() PlannerConfig {
@@ -121,38 +126,43 @@ func (p *Planner) Handle(ctx context.Context, r *kgo.Record) error {
 
 // Plan plans the fan-out of one event. It reports false when the event was
 // planned before (a redelivery or replay), in which case nothing is written.
+//
+// An event whose send_at is still ahead is planned 'scheduled': its run
+// and ranges are written, its first slice commands are not — the
+// Scheduler writes them at send_at (see schedule.go). One whose send_at has
+// passed by now (a late delivery) starts at once, like an unscheduled one.
 func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, error) {
 	for _, f := range []struct{ name, v string }{{"event_id", m.EventID}, {"course_id", m.CourseID}, {"material_id", m.MaterialID}} {
 		if _, err := parseUUID(f.v); err != nil {
 			return false, fmt.Errorf("%w: material published %s: %v", streams.ErrMalformed, f.name, err)
 		}
 	}
+	if m.SendAt != nil && m.ExpiresAt != nil && !m.ExpiresAt.After(*m.SendAt) {
+		// The API refuses this; anything else that writes it is wrong
+		// forever, and the run's CHECK would refuse it on every retry.
+		return false, fmt.Errorf("%w: material published expires_at %s not after send_at %s", streams.ErrMalformed, m.ExpiresAt, m.SendAt)
+	}
 	var url *string
 	if m.URL != "" {
 		url = &m.URL
+	}
+	scheduled := m.SendAt != nil && m.SendAt.After(time.Now())
+	state := stateRunning
+	if scheduled {
+		state = stateScheduled
 	}
 	n := len(p.ranges)
 	idx := make([]int32, n)
 	los := make([]string, n)
 	his := make([]string, n)
-	payloads := make([]string, n)
-	parts := make([]int32, n)
 	for i, rg := range p.ranges {
 		idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
-		b, err := json.Marshal(streams.SliceCommand{
-			Version: streams.MessageVersion, EventID: m.EventID, CourseID: m.CourseID,
-			PublishedAt: m.PublishedAt, RangeIndex: i, Ranges: n, Lo: rg.Lo, Hi: rg.Hi,
-			SliceSize: p.cfg.SliceSize, Seq: 0,
-		})
-		if err != nil {
-			return false, fmt.Errorf("encode slice command: %w", err)
-		}
-		payloads[i] = string(b)
-		parts[i] = int32(i) % p.cfg.FanoutPartitions
 	}
+	run := runStart{EventID: m.EventID, CourseID: m.CourseID, PublishedAt: m.PublishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.ExpiresAt}
 	planned := false
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlInsertRun, m.EventID, m.CourseID, m.MaterialID, m.Title, url, m.PublishedAt, n, p.cfg.SliceSize)
+		tag, err := tx.Exec(ctx, sqlInsertRun, m.EventID, m.CourseID, m.MaterialID, m.Title, url, m.PublishedAt, n, p.cfg.SliceSize,
+			state, m.SendAt, m.ExpiresAt)
 		if err != nil {
 			return fmt.Errorf("insert run: %w", err)
 		}
@@ -162,8 +172,10 @@ func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, 
 		if _, err := tx.Exec(ctx, sqlInsertRanges, m.EventID, idx, los, his); err != nil {
 			return fmt.Errorf("insert ranges: %w", err)
 		}
-		if _, err := tx.Exec(ctx, sqlInsertOutboxMany, streams.AggregateFanout, m.EventID, streams.TypeSliceCommand, payloads, parts); err != nil {
-			return fmt.Errorf("insert slice commands: %w", err)
+		if !scheduled {
+			if err := insertFirstSlices(ctx, tx, run, p.ranges, p.cfg.FanoutPartitions); err != nil {
+				return err
+			}
 		}
 		planned = true
 		return nil
@@ -171,11 +183,53 @@ func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, 
 	if err != nil {
 		return false, fmt.Errorf("plan event %s: %w", m.EventID, err)
 	}
-	if planned {
+	switch {
+	case !planned:
+		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.EventID)
+	case scheduled:
+		metricRunsPlanned.Inc()
+		metricSchedulesPlanned.Inc()
+		p.cfg.Logger.Info("scheduled fan-out", "event_id", m.EventID, "course_id", m.CourseID, "send_at", m.SendAt, "ranges", n, "slice_size", p.cfg.SliceSize)
+		if p.cfg.Scheduled != nil {
+			p.cfg.Scheduled()
+		}
+	default:
 		metricRunsPlanned.Inc()
 		p.cfg.Logger.Info("planned fan-out", "event_id", m.EventID, "course_id", m.CourseID, "ranges", n, "slice_size", p.cfg.SliceSize)
-	} else {
-		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.EventID)
 	}
 	return planned, nil
+}
+
+// runStart is what the first slice commands of a run are made of.
+type runStart struct {
+	EventID, CourseID string
+	PublishedAt       time.Time
+	SliceSize         int
+	ExpiresAt         *time.Time
+}
+
+// insertFirstSlices writes the first slice command of every range into the
+// outbox, in tx: the start of a fan-out, for the planner (an immediate
+// event) and the scheduler (a scheduled one at its send_at) alike. The
+// first command of range i goes to partition i mod fanoutPartitions.
+func insertFirstSlices(ctx context.Context, tx pgx.Tx, run runStart, ranges []Range, fanoutPartitions int32) error {
+	n := len(ranges)
+	payloads := make([]string, n)
+	parts := make([]int32, n)
+	for i, rg := range ranges {
+		b, err := json.Marshal(streams.SliceCommand{
+			Version: streams.MessageVersion, EventID: run.EventID, CourseID: run.CourseID,
+			PublishedAt: run.PublishedAt, RangeIndex: i, Ranges: n, Lo: rg.Lo, Hi: rg.Hi,
+			SliceSize: run.SliceSize, Seq: 0, ExpiresAt: run.ExpiresAt,
+		})
+		if err != nil {
+			return fmt.Errorf("encode slice command: %w", err)
+		}
+		payloads[i] = string(b)
+		parts[i] = int32(i) % fanoutPartitions
+	}
+	if _, err := tx.Exec(ctx, sqlInsertOutboxMany, streams.AggregateFanout, run.EventID, streams.TypeSliceCommand, payloads, parts); err != nil {
+		return fmt.Errorf("insert slice commands: %w", err)
+	}
+	return nil
 }

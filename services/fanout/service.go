@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,9 +31,14 @@ type Config struct {
 	// SliceInFlight bounds concurrent slice transactions in this process.
 	// Default: Ranges, so every chain of one event can run at once.
 	SliceInFlight int
-	// DisablePlanner and DisableSlices run only one of the two roles.
+	// DisablePlanner and DisableSlices run only one of the two roles. The
+	// Scheduler (starting scheduled events at their send_at) runs with the
+	// planner.
 	DisablePlanner bool
 	DisableSlices  bool
+	// SchedulePoll is how often the Scheduler looks for due events it was
+	// not told of. Default DefaultSchedulePoll; at most MaxSchedulePoll.
+	SchedulePoll time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// ClientOpts are extra franz-go options for both consumers (tests).
@@ -70,6 +76,7 @@ type Service struct {
 	startstop.Base
 	cfg       Config
 	consumers []*streams.Consumer
+	scheduler *Scheduler
 	failed    chan error
 }
 
@@ -90,8 +97,15 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, failed: make(chan error, 2)}
 	if !cfg.DisablePlanner {
+		sch, err := NewScheduler(cfg.Pool, SchedulerConfig{FanoutPartitions: cfg.Topics.FanoutPartitions,
+			PollInterval: cfg.SchedulePoll, Logger: cfg.Logger.With("role", "scheduler")})
+		if err != nil {
+			return nil, err
+		}
+		s.scheduler = sch
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
-			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner")})
+			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner"),
+			Scheduled: sch.Wake})
 		if err != nil {
 			return nil, err
 		}
@@ -131,6 +145,13 @@ func (s *Service) Start(ctx context.Context) error {
 	run, err := s.Begin(ctx)
 	if err != nil {
 		return err
+	}
+	if s.scheduler != nil {
+		// The loop and its transactions run on Soft: a stop ends the
+		// loop, and a start in flight commits or rolls back whole (a run
+		// is never half started; a rolled-back one is still scheduled
+		// and due for the next scheduler).
+		run.Go(func() { s.scheduler.Run(run.Soft()) })
 	}
 	for i, c := range s.consumers {
 		// Each consumer stops once the service's soft stop begins, and

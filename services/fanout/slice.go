@@ -183,7 +183,7 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		pc := streams.PushCommand{
 			Version: streams.MessageVersion, EventID: cmd.EventID, CourseID: cmd.CourseID,
 			FirstUser: res.FirstUser, LastUser: res.LastUser, Students: int(res.Students),
-			Attempt: 1, Title: title,
+			Attempt: 1, Title: title, ExpiresAt: cmd.ExpiresAt,
 		}
 		if url != nil {
 			pc.URL = *url

@@ -6,8 +6,8 @@ package fanout
 // sqlInsertRun is the planner's idempotency gate: no row inserted means the
 // event was planned before.
 const sqlInsertRun = `
-INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published_at, ranges, slice_size)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published_at, ranges, slice_size, state, send_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (event_id) DO NOTHING`
 
 const sqlInsertRanges = `
@@ -112,3 +112,33 @@ SET finished_at = clock_timestamp(),
 WHERE event_id = $1 AND finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM fanout_ranges WHERE event_id = $1 AND done_at IS NULL)
 RETURNING notified, extract(epoch FROM finished_at - started_at)::float8`
+
+// sqlClaimDue locks the earliest due scheduled run (the partial index
+// fanout_runs_scheduled of migration 0009). SKIP LOCKED: a run another
+// scheduler is starting is passed over, not waited for. The last column is
+// how late the start is, for the lateness histogram.
+const sqlClaimDue = `
+SELECT event_id::text, course_id::text, published_at, slice_size, expires_at, send_at,
+       extract(epoch FROM clock_timestamp() - send_at)::float8
+FROM fanout_runs
+WHERE state = 'scheduled' AND send_at <= clock_timestamp()
+ORDER BY send_at
+LIMIT 1
+FOR UPDATE SKIP LOCKED`
+
+// sqlStartScheduled is the scheduled → running transition (decided by the
+// row, like every state change). started_at restarts: the fan-out's
+// duration runs from its real start, not from its planning.
+const sqlStartScheduled = `
+UPDATE fanout_runs
+SET state = 'running', state_changed_at = now(), started_at = clock_timestamp()
+WHERE event_id = $1 AND state = 'scheduled'`
+
+const sqlRunRanges = `
+SELECT range_index, lo::text, hi::text FROM fanout_ranges WHERE event_id = $1 ORDER BY range_index`
+
+// sqlNextScheduled is the time until the nearest send_at still scheduled
+// (NULL: none).
+const sqlNextScheduled = `
+SELECT extract(epoch FROM min(send_at) - clock_timestamp())::float8
+FROM fanout_runs WHERE state = 'scheduled'`

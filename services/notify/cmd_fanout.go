@@ -27,7 +27,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	ranges := fs.Int("ranges", fanout.DefaultRanges, "uuid ranges (parallel chains) per event; rule: about 2× the Postgres server's physical cores")
 	slice := fs.Int("slice", fanout.DefaultSliceSize, "students per slice transaction")
 	inFlight := fs.Int("max-in-flight", 0, "concurrent slice transactions in this process (default: --ranges)")
-	plannerOnly := fs.Bool("planner-only", false, "run only the planner (consumes outbox.event.material)")
+	plannerOnly := fs.Bool("planner-only", false, "run only the planner (consumes outbox.event.material) and the scheduler (starts scheduled events at their send_at)")
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them (broker allows 6s–30m by default)")
@@ -54,8 +54,9 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		if n == 0 {
 			n = *ranges
 		}
-		// One connection per concurrent slice plus the planner's.
-		pool, err := infra.servicePool(ctx, int32(max(n+2, 4)))
+		// One connection per concurrent slice plus the planner's and the
+		// scheduler's.
+		pool, err := infra.servicePool(ctx, int32(max(n+3, 5)))
 		if err != nil {
 			return nil, err
 		}
