@@ -51,6 +51,7 @@ type batch struct {
 
 	nDelivered, nGone, nFailed    int
 	nRetrying, nDeferred, nDeadLt int
+	nExpired                      int
 }
 
 func newBatch(cmd streams.PushCommand, maxAttempts int) *batch {
@@ -63,7 +64,7 @@ func (b *batch) len() int { return len(b.rows) }
 func (b *batch) resetFinal() {
 	b.rows, b.gone, b.tokens, b.first = b.rows[:0], b.gone[:0], 0, time.Time{}
 	b.failing, b.recovered = b.failing[:0], b.recovered[:0]
-	b.nDelivered, b.nGone, b.nFailed = 0, 0, 0
+	b.nDelivered, b.nGone, b.nFailed, b.nExpired = 0, 0, 0, 0
 }
 
 func (b *batch) resetLater() {
@@ -107,6 +108,14 @@ func (b *batch) add(res result) (release bool) {
 		r.status = status
 		b.later = append(b.later, r)
 		return res.token
+	}
+	if isExpired(out) {
+		// Not sent (expiry.go): the attempt does not count, and it
+		// says nothing about the device.
+		r.attempts = b.attempt - 1
+		b.nExpired++
+		final(StatusExpired)
+		return false
 	}
 	switch out.Kind {
 	case webpush.Delivered:
@@ -222,6 +231,7 @@ func (b *batch) countFinal(w *Worker) {
 	bump(w.m.delivered, &w.stats.delivered, b.nDelivered)
 	bump(w.m.gone, &w.stats.gone, b.nGone)
 	bump(w.m.failed, &w.stats.failed, b.nFailed)
+	w.countExpired(b.nExpired)
 }
 
 func (b *batch) countLater(w *Worker) {

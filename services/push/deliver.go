@@ -57,15 +57,28 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 			go func() {
 				defer sends.Done()
 				var out webpush.Outcome
-				if rc.platform == platformWebPush {
+				// The last moment before a request: past expires_at the
+				// device is recorded expired instead (see expiry.go).
+				ttl, expired := lifetime(&cmd, w.cfg.TTL, time.Now())
+				switch {
+				case expired:
+					out = expiredOutcome()
+				case rc.platform == platformWebPush:
+					if ttl == 0 {
+						ttl = w.cfg.TTL
+					}
 					out = w.cfg.Sender.Send(sendCtx, webpush.Message{
 						Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
 						Payload:      payload,
-						TTL:          w.cfg.TTL,
+						TTL:          ttl,
 						Urgency:      w.cfg.Urgency,
 						Topic:        topic,
 					})
-				} else {
+				case ttl > 0:
+					a := app // the remaining lifetime, not the configured TTL
+					a.fcmTTL, a.apnsTTL = ttl, ttl
+					out = w.sendApp(sendCtx, rc, &a)
+				default:
 					out = w.sendApp(sendCtx, rc, &app)
 				}
 				w.origins.release(origin)

@@ -319,7 +319,9 @@ func (f *fixture) newWorker(mod func(*push.Config)) *push.Worker {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cfg.Sender = sender
+	if cfg.Sender == nil { // a test may bring its own
+		cfg.Sender = sender
+	}
 	w, err := push.New(cfg)
 	if err != nil {
 		f.t.Fatal(err)

@@ -15,7 +15,8 @@ import (
 //	notify_push_commands_held               early retries being held
 //	notify_push_recorded_total{status}      outcomes written to push_deliveries
 //	                                        (status: delivered, gone, failed,
-//	                                        retrying, deferred, dead_lettered)
+//	                                        retrying, deferred, dead_lettered,
+//	                                        expired)
 //	notify_push_unrecorded_sends            sends started, outcome not yet
 //	                                        recorded (≤ max-in-flight; what a
 //	                                        crash can repeat)

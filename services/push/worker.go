@@ -63,7 +63,7 @@ type Worker struct {
 type stats struct {
 	fresh, retries, requeued, empty                           atomic.Int64
 	delivered, gone, failed, retrying, deferred, deadLettered atomic.Int64
-	disabled                                                  atomic.Int64
+	disabled, expired                                         atomic.Int64
 }
 
 // Stats counts what this worker did since it started.
@@ -85,6 +85,9 @@ type Stats struct {
 	// Disabled counts subscriptions this worker disabled (see
 	// Config.DisableAfterFailures).
 	Disabled int64 `json:"disabled"`
+	// Expired counts devices recorded expired (not sent: the event's
+	// expires_at had passed).
+	Expired int64 `json:"expired"`
 }
 
 // New validates cfg and builds the worker; it joins the group on Start.
@@ -198,7 +201,7 @@ func (w *Worker) Stats() Stats {
 		FreshCommands: s.fresh.Load(), RetryCommands: s.retries.Load(), EmptyCommands: s.empty.Load(),
 		Requeued: s.requeued.Load(), Delivered: s.delivered.Load(), Gone: s.gone.Load(), Failed: s.failed.Load(),
 		Retrying: s.retrying.Load(), Deferred: s.deferred.Load(), DeadLettered: s.deadLettered.Load(),
-		Disabled: s.disabled.Load(),
+		Disabled: s.disabled.Load(), Expired: s.expired.Load(),
 	}
 }
 
@@ -218,7 +221,7 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	retry := isRetry(cmd)
 
 	if cmd.NotBefore != nil {
-		if wait := time.Until(*cmd.NotBefore); wait > 0 {
+		if wait := time.Until(holdUntil(&cmd)); wait > 0 {
 			due, err := w.hold(ctx, wait)
 			if err != nil {
 				return err
