@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notify-dev/notify/services/eventstatus"
+	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -119,5 +121,40 @@ func TestPublishScheduleReplayAfterSendAt(t *testing.T) {
 	}
 	if n := e.count("materials"); n != 1 {
 		t.Fatalf("%d materials, want 1", n)
+	}
+}
+
+// TestEventStatusScheduled: once the planner has planned a scheduled
+// publish (from the very event the API wrote), GET /v1/events/{id} says
+// scheduled, with send_at and expires_at.
+func TestEventStatusScheduled(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	sendAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	expiresAt := sendAt.Add(time.Hour)
+	r := e.publish(fmt.Sprintf(`{"title":"Later","send_at":%q,"expires_at":%q}`, sendAt.Format(time.RFC3339), expiresAt.Format(time.RFC3339)), "")
+	var pr PublishResponse
+	r.decode(t, &pr)
+	var payload []byte
+	if err := e.db.Pool.QueryRow(context.Background(), `SELECT payload FROM outbox WHERE id = $1`, pr.EventID).Scan(&payload); err != nil {
+		t.Fatal(err)
+	}
+	m, err := streams.DecodeMaterialPublished(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fanout.NewPlanner(e.db.Pool, fanout.PlannerConfig{Ranges: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Plan(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	got := e.do(req{method: "GET", path: "/v1/events/" + pr.EventID, token: e.token(e.instructor)})
+	var st eventstatus.Report
+	got.decode(t, &st)
+	if got.status != http.StatusOK || st.State != eventstatus.StateScheduled || st.SendAt == nil || !st.SendAt.Equal(sendAt) ||
+		st.ExpiresAt == nil || !st.ExpiresAt.Equal(expiresAt) || st.Done() {
+		t.Fatalf("GET event: %d %s", got.status, got.body)
 	}
 }

@@ -17,6 +17,8 @@ const (
 	// StatePending: published, not planned yet (still in the outbox or on
 	// Kafka).
 	StatePending = "pending"
+	// StateScheduled: planned, waiting for its send_at (no slice yet).
+	StateScheduled = "scheduled"
 	// StateRunning: planned, slices being written.
 	StateRunning = "running"
 	// StateFinished: every range is done.
@@ -56,6 +58,11 @@ type Fanout struct {
 	// ETASeconds is the estimated time to finish; nil when finished or
 	// unknown.
 	ETASeconds *float64 `json:"eta_seconds,omitempty"`
+	// SendAt and ExpiresAt are the publish's schedule, when it had one:
+	// the fan-out starts at SendAt; pushes not sent by ExpiresAt are
+	// recorded expired.
+	SendAt    *time.Time `json:"send_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // LoadFanout reads the fan-out progress of eventID: a few rows, cheap
@@ -102,6 +109,7 @@ func loadPending(ctx context.Context, q Querier, st Fanout) (Fanout, error) {
 type runRow struct {
 	started, now time.Time
 	notified     *int64
+	state        string
 }
 
 // scanRun reads sqlFanoutRun's row into st; pgx.ErrNoRows (unwrapped)
@@ -109,7 +117,7 @@ type runRow struct {
 func scanRun(row pgx.Row, st *Fanout) (runRow, error) {
 	var r runRow
 	err := row.Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
-		&st.Ranges, &st.SliceSize, &r.started, &st.FinishedAt, &r.notified, &r.now)
+		&st.Ranges, &st.SliceSize, &r.started, &st.FinishedAt, &r.notified, &r.now, &r.state, &st.SendAt, &st.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, pgx.ErrNoRows
 	}
@@ -150,6 +158,11 @@ func (st *Fanout) finish(run runRow, rs []rangeProgress) {
 	st.summarise(rs, end.Sub(run.started))
 	if run.notified != nil {
 		st.Notified = *run.notified
+	}
+	if run.state == StateScheduled {
+		// Nothing has run yet: started_at is when it was planned, and
+		// the scheduler sets it again at the start.
+		st.State, st.ElapsedSeconds = StateScheduled, 0
 	}
 }
 

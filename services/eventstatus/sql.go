@@ -24,7 +24,7 @@ FROM (
 const (
 	sqlFanoutRun = `
 SELECT course_id::text, material_id::text, title, published_at, ranges, slice_size,
-       started_at, finished_at, notified, now()
+       started_at, finished_at, notified, now(), state, send_at, expires_at
 FROM fanout_runs WHERE event_id = $1`
 
 	sqlFanoutMaterial = `

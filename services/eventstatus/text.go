@@ -21,6 +21,17 @@ func (r Report) WriteText(w io.Writer) error {
 		row("published", r.PublishedAt.UTC().Format(time.RFC3339))
 	}
 	row("state", r.State)
+	if r.SendAt != nil {
+		row("send at", r.SendAt.UTC().Format(time.RFC3339))
+	}
+	if r.ExpiresAt != nil {
+		row("expires", r.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if r.State == StateScheduled {
+		row("fan-out", "scheduled: starts at send at")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	if r.State == StatePending {
 		row("fan-out", "not planned yet")
 		_, err := io.WriteString(w, b.String())
