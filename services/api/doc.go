@@ -29,6 +29,20 @@
 // Config.IdempotencySweepInterval, and a retry whose record is gone is a new
 // request that publishes a new event.
 //
+// # Scheduling
+//
+// The publish body may carry send_at and expires_at (RFC 3339 with a zone
+// offset; kept in UTC to the microsecond). They are checked against
+// published_at: send_at in the future and at most MaxSendAtAhead (30 days)
+// ahead; expires_at in the future, after send_at, and at most MaxLifetime
+// (28 days, FCM's longest ttl) after the start (send_at, or now). A bad
+// value is 400 invalid_send_at / invalid_expires_at and nothing is
+// written — except that a retry whose Idempotency-Key is stored replays
+// its first answer, even once its send_at has passed. Both travel in the
+// MaterialPublished payload (omitted when absent) to the planner, which
+// holds the fan-out until send_at (services/fanout, Scheduler); the push
+// workers record devices not sent by expires_at as expired.
+//
 // # Choices made for bad input
 //
 //   - Every error body is {"error":{"code":"…","message":"…"}}; codes are

@@ -87,6 +87,14 @@
 // Only the CDC connector produces to outbox topics; the worker itself
 // produces only to the DLQ topic.
 //
+// # Expiry
+//
+// A command carrying the event's expires_at (fan-out commands, their
+// retries and dead letters) sends nothing after it: each device still to
+// send is recorded 'expired' without a request, and a retry due after the
+// expiry is held only until it. What is sent before then gets the
+// remaining lifetime as its time-to-live on every platform. See expiry.go.
+//
 // # Files
 //
 // worker.go is the lifecycle (startstop) and one command's flow; hold.go
