@@ -33,11 +33,12 @@ func TestExpiryMidRun(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{users: 120, subsRatio: 1, mock: pushmock.Config{Latency: 250 * time.Millisecond, Always5xxFraction: 0.2}})
 	f.startRelay()
-	f.newWorker(func(c *push.Config) {
+	w := f.newWorker(func(c *push.Config) {
 		c.MaxInFlight, c.MaxInFlightPerOrigin = 4, 4
 		c.BackoffBase, c.BackoffMax = 300*time.Millisecond, 600*time.Millisecond
 		c.MaxAttempts = 50 // retries end by expiry, not by attempts
 	})
+	<-w.Ready() // the topics are there: the worker owns their partitions
 	expiresAt := time.Now().Add(3 * time.Second)
 	cmds := withExpiry(f.commands(3), expiresAt)
 	f.produceCommands(cmds)
@@ -85,7 +86,8 @@ func TestExpiredDeadLetterRedriven(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{users: 30, subsRatio: 1, mock: pushmock.Config{Latency: pushmock.NoLatency, Always5xxFraction: 1}})
 	f.startRelay()
-	f.newWorker(func(c *push.Config) { c.MaxAttempts = 1 })
+	w := f.newWorker(func(c *push.Config) { c.MaxAttempts = 1 })
+	<-w.Ready()
 	expiresAt := time.Now().Add(2 * time.Second)
 	f.produceCommands(withExpiry(f.commands(2), expiresAt))
 	st := f.waitSettled(time.Minute)
@@ -162,10 +164,11 @@ func TestExpiryTTLIsRemainingLifetime(t *testing.T) {
 		f.exec(`INSERT INTO push_subscriptions (user_id, platform, token, topic, environment) VALUES ($1, 'apns', $2, 'org.example.app', 'production')`, u, fmt.Sprintf("%064x", i+1))
 	}
 	c := &capture{}
-	f.newWorker(func(cfg *push.Config) {
+	w := f.newWorker(func(cfg *push.Config) {
 		cfg.Sender, cfg.FCM, cfg.APNs = captureWebPush{c}, captureFCM{c}, captureAPNs{c}
 		cfg.TTL = 24 * time.Hour
 	})
+	<-w.Ready()
 	const life = 90 * time.Minute
 	start := time.Now()
 	f.produceCommands(withExpiry(f.commands(2), start.Add(life)))
