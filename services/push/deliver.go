@@ -56,13 +56,19 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 			sends.Add(1)
 			go func() {
 				defer sends.Done()
-				var out webpush.Outcome
 				// The last moment before a request: past expires_at the
 				// device is recorded expired instead (see expiry.go).
+				// Nothing is sent, so nothing a crash could repeat: the
+				// slot goes back at once.
 				ttl, expired := lifetime(&cmd, w.cfg.TTL, time.Now())
+				if expired {
+					w.origins.release(origin)
+					w.release(1)
+					results <- result{rc: rc, out: expiredOutcome()}
+					return
+				}
+				var out webpush.Outcome
 				switch {
-				case expired:
-					out = expiredOutcome()
 				case rc.platform == platformWebPush:
 					if ttl == 0 {
 						ttl = w.cfg.TTL
