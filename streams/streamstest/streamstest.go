@@ -62,6 +62,7 @@ func NewTopicsWith(t testing.TB, layout streams.Topics) streams.Topics {
 	if _, err := streams.EnsureTopics(ctx, adm, topics); err != nil {
 		t.Fatalf("streamstest: create topics: %v (is Kafka up? bash infra/local/up.sh)", err)
 	}
+	waitForLeaders(t, ctx, adm, topics)
 	t.Cleanup(func() {
 		if os.Getenv("NOTIFY_TEST_KEEP_TOPICS") != "" {
 			return
@@ -93,4 +94,43 @@ func Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// waitForLeaders returns once every partition of topics has a leader in
+// the brokers' metadata. A created topic is not producible at once: on a
+// busy machine the metadata can lag for longer than a producer's
+// unknown-topic retries, and a test's first produce then fails with
+// UNKNOWN_TOPIC_OR_PARTITION although nothing is wrong.
+func waitForLeaders(t testing.TB, ctx context.Context, adm *kadm.Client, topics streams.Topics) {
+	t.Helper()
+	names := make([]string, 0, 4)
+	for _, s := range topics.Specs() {
+		names = append(names, s.Name)
+	}
+	for {
+		md, err := adm.Metadata(ctx, names...)
+		if err == nil && allLed(md.Topics, names) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("streamstest: topics %v have no leaders after a minute (last error %v)", names, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func allLed(td kadm.TopicDetails, names []string) bool {
+	for _, n := range names {
+		d, ok := td[n]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return false
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
