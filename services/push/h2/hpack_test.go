@@ -1,4 +1,4 @@
-package webpush
+package h2
 
 import (
 	"bytes"
