@@ -403,11 +403,11 @@ type h2Stream struct {
 	received int    // answer body bytes
 	// maxErrorBody is the pool's Options.MaxErrorBody.
 	maxErrorBody int
-	finished bool
-	deadline int64         // unix nanos; the sweep fails the stream after it
-	done     chan struct{} // capacity 1: one signal when finished
-	resp     Response
-	err      error
+	finished     bool
+	deadline     int64         // unix nanos; the sweep fails the stream after it
+	done         chan struct{} // capacity 1: one signal when finished
+	resp         Response
+	err          error
 }
 
 // h2Conn is one HTTP/2 connection.
