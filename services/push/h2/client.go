@@ -199,7 +199,9 @@ func NewPool(o Options) (*Pool, error) {
 		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	cfg.ServerName = o.ServerName
-	cfg.NextProtos = []string{http2.NextProtoTLS}
+	// http/1.1 offered too, so a server without HTTP/2 completes the
+	// handshake and is told apart (ErrNotHTTP2) from a broken one.
+	cfg.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
 	return &Pool{addr: o.Addr, tlsCfg: cfg, dialTimeout: o.DialTimeout, maxConns: o.MaxConns, maxErrorBody: o.MaxErrorBody,
 		log: o.Logger, dialFn: o.Dial, readIdle: h2ReadIdleTimeout, pingTimeout: h2PingTimeout}, nil
 }
