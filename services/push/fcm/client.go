@@ -253,7 +253,7 @@ func New(cfg Config) (*Client, error) {
 		MaxIdleConnsPerHost:   64,
 		// Only HTTP/1.1 sends (h1) use more than one or two connections.
 		MaxConnsPerHost: cfg.MaxConnections,
-		IdleConnTimeout:       2 * time.Minute,
+		IdleConnTimeout: 2 * time.Minute,
 		// HTTP/2: many streams per connection; a new connection only when
 		// the server's SETTINGS_MAX_CONCURRENT_STREAMS are all in use.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
