@@ -515,9 +515,9 @@ func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (outcom
 		fields[n] = h2.Field{Name: "apns-collapse-id", Value: r.collapseID}
 		n++
 	}
-	req := h2.Request{Authority: r.host, Path: r.path, Fields: fields[:n], Body: r.body}
+	req := h2.Request{Authority: r.host, Path: r.path, Fields: fields[:n]}
 	start := time.Now()
-	resp, err := c.pools[r.host].RoundTrip(ctx, &req, c.cfg.Timeout)
+	resp, err := c.pools[r.host].RoundTrip(ctx, &req, r.body, c.cfg.Timeout)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

@@ -470,9 +470,9 @@ func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcom
 		{Name: "content-type", Value: "application/json; charset=utf-8"},
 		{Name: "authorization", Value: tok.header},
 	}
-	req := h2.Request{Authority: c.sendURL.Host, Path: c.sendPath, IndexPath: true, Fields: fields[:], Body: body}
+	req := h2.Request{Authority: c.sendURL.Host, Path: c.sendPath, IndexPath: true, Fields: fields[:]}
 	started := time.Now()
-	resp, err := c.pool.RoundTrip(ctx, &req, c.cfg.Timeout)
+	resp, err := c.pool.RoundTrip(ctx, &req, body, c.cfg.Timeout)
 	c.m.latency.UpdateDuration(started)
 	if errors.Is(err, h2.ErrNotHTTP2) {
 		if c.h1.CompareAndSwap(false, true) {

@@ -79,7 +79,10 @@ type Field struct {
 	Unique bool
 }
 
-// Request is one push request: a POST with a small body.
+// Request is one push request's head: a POST whose body RoundTrip takes
+// apart. Apart, because the pool keeps the body (flow control) but only
+// reads the head: so a Request and its Fields stay on the caller's stack,
+// where holding both in one struct put every request's fields on the heap.
 type Request struct {
 	Authority string // host[:port]
 	Path      string
@@ -88,7 +91,6 @@ type Request struct {
 	// literal, for paths naming the recipient.
 	IndexPath bool
 	Fields    []Field
-	Body      []byte
 }
 
 // Response is what came back.
@@ -222,14 +224,14 @@ func (p *Pool) Conns() int {
 // Dials is the number of connections opened so far.
 func (p *Pool) Dials() int64 { return p.dials.Load() }
 
-// RoundTrip sends req and waits for the answer, at most timeout. Requests
+// RoundTrip sends req with body and waits for the answer, at most timeout. Requests
 // the server did not process are moved to another connection.
 //
 // The timeout is enforced by the connection's sweep (see sweepExpired), not
 // a timer per request: at thousands of requests a second, creating,
 // stopping and selecting on a timer each was a measurable share of the
 // sender's CPU.
-func (p *Pool) RoundTrip(ctx context.Context, req *Request, timeout time.Duration) (Response, error) {
+func (p *Pool) RoundTrip(ctx context.Context, req *Request, body []byte, timeout time.Duration) (Response, error) {
 	p.noteTimeout(timeout)
 	deadline := time.Now().Add(timeout)
 	st := h2Streams.Get().(*h2Stream)
@@ -239,7 +241,7 @@ func (p *Pool) RoundTrip(ctx context.Context, req *Request, timeout time.Duratio
 	}()
 	for attempt := 0; ; attempt++ {
 		*st = h2Stream{done: st.done, deadline: deadline.UnixNano()}
-		cc, err := p.start(ctx, deadline, st, req)
+		cc, err := p.start(ctx, deadline, st, req, body)
 		if err != nil {
 			return Response{}, err
 		}
@@ -290,12 +292,12 @@ func (p *Pool) sweepPeriod() time.Duration {
 
 // start opens a stream for req on a connection with room, dialing a new
 // connection when every one is at the server's stream limit.
-func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req *Request) (*h2Conn, error) {
+func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req *Request, body []byte) (*h2Conn, error) {
 	for {
 		// Fast path: the published list of connections, no pool lock.
 		if snap := p.snap.Load(); snap != nil {
 			for _, cc := range *snap {
-				if ok, err := cc.startStream(st, req); err != nil || ok {
+				if ok, err := cc.startStream(st, req, body); err != nil || ok {
 					return cc, err
 				}
 			}
@@ -307,7 +309,7 @@ func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req 
 		}
 		p.pruneLocked()
 		for _, cc := range p.conns { // one may have been added meanwhile
-			if ok, err := cc.startStream(st, req); err != nil || ok {
+			if ok, err := cc.startStream(st, req, body); err != nil || ok {
 				p.mu.Unlock()
 				return cc, err
 			}
@@ -556,7 +558,7 @@ func (cc *h2Conn) unusable() bool {
 
 // startStream encodes req onto the connection if it has room. It returns
 // false when the connection is full or going away.
-func (cc *h2Conn) startStream(st *h2Stream, req *Request) (bool, error) {
+func (cc *h2Conn) startStream(st *h2Stream, req *Request, body []byte) (bool, error) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.closed || cc.goAway || uint32(len(cc.streams)) >= cc.maxStreams {
@@ -603,12 +605,12 @@ func (cc *h2Conn) startStream(st *h2Stream, req *Request) (bool, error) {
 	}
 	var digits [20]byte
 	hb = appendHpackInt(hb, 0x10, 4, hpackContentLength)
-	cl := strconv.AppendInt(digits[:0], int64(len(req.Body)), 10)
+	cl := strconv.AppendInt(digits[:0], int64(len(body)), 10)
 	hb = appendHpackInt(hb, 0, 7, uint64(len(cl)))
 	hb = append(hb, cl...)
 	cc.hbuf = hb
 	block := hb
-	endStream := len(req.Body) == 0
+	endStream := len(body) == 0
 	for first := true; first || len(block) > 0; first = false {
 		n := min(len(block), cc.maxFrame)
 		var flags http2.Flags
@@ -628,7 +630,7 @@ func (cc *h2Conn) startStream(st *h2Stream, req *Request) (bool, error) {
 	}
 	cc.streams[st.id] = st
 	if !endStream {
-		st.body = req.Body
+		st.body = body
 		cc.pending = append(cc.pending, st)
 		cc.sendPendingLocked()
 	}

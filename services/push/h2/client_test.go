@@ -100,7 +100,7 @@ func TestRefusedStreamIsRetried(t *testing.T) {
 	})
 	p := testPool(t, addr, roots)
 	t.Cleanup(p.Close)
-	resp, err := p.RoundTrip(context.Background(), pushRequest(addr, "/wpush/1", "vapid t=x, k=y", "60", []byte("hello")), 10*time.Second)
+	resp, err := p.RoundTrip(context.Background(), pushRequest(addr, "/wpush/1", "vapid t=x, k=y", "60"), []byte("hello"), 10*time.Second)
 	if err != nil || resp.Status != 201 {
 		t.Fatalf("status %d, err %v", resp.Status, err)
 	}
@@ -115,7 +115,7 @@ func TestRefusedForeverGivesUp(t *testing.T) {
 	addr, roots := rawH2Server(t, func(uint32) int { return 0 })
 	p := testPool(t, addr, roots)
 	t.Cleanup(p.Close)
-	_, err := p.RoundTrip(context.Background(), pushRequest(addr, "/wpush/1", "a", "60", []byte("x")), 10*time.Second)
+	_, err := p.RoundTrip(context.Background(), pushRequest(addr, "/wpush/1", "a", "60"), []byte("x"), 10*time.Second)
 	if err == nil || !errors.Is(err, ErrNotProcessed) {
 		t.Fatalf("err %v, want ErrNotProcessed", err)
 	}
@@ -133,8 +133,8 @@ func testPool(t testing.TB, addr string, roots *x509.CertPool) *Pool {
 }
 
 // pushRequest is a Web Push request, as the webpush sender makes them.
-func pushRequest(authority, path, auth, ttl string, body []byte) *Request {
-	return &Request{Authority: authority, Path: path, Body: body, Fields: []Field{
+func pushRequest(authority, path, auth, ttl string) *Request {
+	return &Request{Authority: authority, Path: path, Fields: []Field{
 		{Name: "content-type", Value: "application/octet-stream"},
 		{Name: "content-encoding", Value: "aes128gcm"},
 		{Name: "ttl", Value: ttl},

@@ -23,7 +23,7 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// Why this package has its own HTTP/2 client, measured: the same push
+// Why the push senders have their own HTTP/2 client, measured: the same push
 // requests, the same concurrency, against the same HTTP/2 server running in
 // a child process (so the process's CPU is the client's alone), through
 // the own client and through golang.org/x/net/http2's Transport.
@@ -32,7 +32,7 @@ import (
 //
 // cpu-ns/op is the client's CPU per request. Recorded in benchmarks/RESULTS.md.
 
-const h2ServerEnv = "NOTIFY_WEBPUSH_H2_BENCH_SERVER"
+const h2ServerEnv = "NOTIFY_H2_BENCH_SERVER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(h2ServerEnv) == "1" {
@@ -133,8 +133,8 @@ func BenchmarkH2ClientOwn(b *testing.B) {
 	auth := "vapid t=" + strings.Repeat("j", 420) + ", k=" + strings.Repeat("k", 87)
 	var n atomic.Int64
 	runConcurrently(b, func() error {
-		req := pushRequest(addr, fmt.Sprintf("/wpush/%d", n.Add(1)), auth, "2419200", benchBody)
-		resp, err := p.RoundTrip(context.Background(), req, 30*time.Second)
+		req := pushRequest(addr, fmt.Sprintf("/wpush/%d", n.Add(1)), auth, "2419200")
+		resp, err := p.RoundTrip(context.Background(), req, benchBody, 30*time.Second)
 		if err == nil && resp.Status != 201 {
 			err = fmt.Errorf("status %d", resp.Status)
 		}

@@ -130,7 +130,7 @@ func TestFieldsSent(t *testing.T) {
 	p := pool()
 	bearer := "bearer " + strings.Repeat("j", 300)
 	req := func(exp string) *Request {
-		return &Request{Authority: addr, Path: "/3/device/abcd", Body: []byte(`{"aps":{}}`), Fields: []Field{
+		return &Request{Authority: addr, Path: "/3/device/abcd", Fields: []Field{
 			{Name: "authorization", Value: bearer},
 			{Name: "apns-topic", Value: "com.example.app"},
 			{Name: "apns-push-type", Value: "alert"},
@@ -140,15 +140,15 @@ func TestFieldsSent(t *testing.T) {
 		}}
 	}
 	for i, exp := range []string{"1764590000", "1764590001"} {
-		resp, err := p.RoundTrip(context.Background(), req(exp), 10*time.Second)
+		resp, err := p.RoundTrip(context.Background(), req(exp), []byte(`{"aps":{}}`), 10*time.Second)
 		if err != nil || resp.Status != 200 || resp.Body != nil {
 			t.Fatalf("request %d: %+v, %v", i, resp, err)
 		}
 	}
-	fcm := &Request{Authority: addr, Path: "/v1/projects/p/messages:send", IndexPath: true, Body: []byte(`{"message":{}}`),
+	fcm := &Request{Authority: addr, Path: "/v1/projects/p/messages:send", IndexPath: true,
 		Fields: []Field{{Name: "authorization", Value: "Bearer ya29.x"}, {Name: "content-type", Value: "application/json; charset=utf-8"}}}
 	for range 2 {
-		if _, err := p.RoundTrip(context.Background(), fcm, 10*time.Second); err != nil {
+		if _, err := p.RoundTrip(context.Background(), fcm, []byte(`{"message":{}}`), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +210,7 @@ func TestErrorBodyRead(t *testing.T) {
 	})
 	p := pool()
 	rt := func(path string) Response {
-		resp, err := p.RoundTrip(context.Background(), &Request{Authority: addr, Path: path, Body: []byte("{}")}, 10*time.Second)
+		resp, err := p.RoundTrip(context.Background(), &Request{Authority: addr, Path: path}, []byte("{}"), 10*time.Second)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
@@ -225,7 +225,7 @@ func TestErrorBodyRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer big.Close()
-	resp, err := big.RoundTrip(context.Background(), &Request{Authority: addr, Path: "/fcm", Body: []byte("{}")}, 10*time.Second)
+	resp, err := big.RoundTrip(context.Background(), &Request{Authority: addr, Path: "/fcm"}, []byte("{}"), 10*time.Second)
 	if err != nil || string(resp.Body) != fcmError {
 		t.Errorf("MaxErrorBody 16 KiB: body %q, err %v, want the whole answer", resp.Body, err)
 	}
@@ -291,7 +291,7 @@ func TestGoAwayRetriesUnprocessed(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second)
+			resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 			if err == nil && resp.Status != 200 {
 				err = fmt.Errorf("status %d", resp.Status)
 			}
@@ -318,7 +318,7 @@ func TestGoAwayRetriesUnprocessed(t *testing.T) {
 func TestStreamResetIsAnError(t *testing.T) {
 	addr, pool, seen := scriptedServer(t, func(seenRequest) answer { return answer{rst: http2.ErrCodeInternal} })
 	p := pool()
-	_, err := p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second)
+	_, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 	if err == nil || errors.Is(err, ErrNotProcessed) || !strings.Contains(err.Error(), "reset the stream") {
 		t.Fatalf("err %v, want a reset error that is not 'not processed'", err)
 	}
@@ -334,7 +334,7 @@ func TestNotHTTP2(t *testing.T) {
 	defer h1.Close()
 	roots := h1.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 	p := testPool(t, strings.TrimPrefix(h1.URL, "https://"), roots)
-	_, err := p.RoundTrip(context.Background(), testRequest("x"), 10*time.Second)
+	_, err := p.RoundTrip(context.Background(), testRequest("x"), testBody, 10*time.Second)
 	if !errors.Is(err, ErrNotHTTP2) {
 		t.Fatalf("err %v, want ErrNotHTTP2", err)
 	}
@@ -356,7 +356,7 @@ func TestDialGuardRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	_, err = p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second)
+	_, err = p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 	if !errors.Is(err, endpoint.ErrRefused) {
 		t.Fatalf("err %v, want endpoint.ErrRefused", err)
 	}

@@ -1,5 +1,7 @@
 package h2
 
+import "strings"
+
 // hpackEncoder is the request side of HPACK (RFC 7541) for push requests.
 //
 // A push request repeats the same few header fields — above all the long
@@ -140,7 +142,10 @@ func (e *hpackEncoder) insert(name, value string) {
 		return
 	}
 	e.evict(size)
-	e.entries = append(e.entries, hpackEntry{name: name, value: value, seq: e.inserted})
+	// Copies: the table outlives the request, and keeping the caller's
+	// strings would make every Request's fields escape to the heap. An
+	// insert is rare (a repeated field's first use on a connection).
+	e.entries = append(e.entries, hpackEntry{name: strings.Clone(name), value: strings.Clone(value), seq: e.inserted})
 	e.inserted++
 	e.size += size
 }

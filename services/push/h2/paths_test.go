@@ -103,8 +103,11 @@ func answer201(pings bool) func(fr *http2.Framer, c net.Conn) {
 }
 
 func testRequest(addr string) *Request {
-	return pushRequest(addr, "/wpush/1", "vapid t=x, k=y", "60", []byte("hello"))
+	return pushRequest(addr, "/wpush/1", "vapid t=x, k=y", "60")
 }
+
+// testBody is testRequest's body.
+var testBody = []byte("hello")
 
 // TestUnansweredPingClosesConnection: a peer that stops reading and
 // answering (a dead NAT entry, a hung server) is found by a PING after the
@@ -123,7 +126,7 @@ func TestUnansweredPingClosesConnection(t *testing.T) {
 	p := testPool(t, addr, roots)
 	p.readIdle, p.pingTimeout = 150*time.Millisecond, 150*time.Millisecond
 	t.Cleanup(p.Close)
-	_, err := p.RoundTrip(context.Background(), testRequest(addr), time.Minute)
+	_, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "did not answer a PING") {
 		t.Fatalf("err %v, want the connection closed for an unanswered PING", err)
 	}
@@ -137,7 +140,7 @@ func TestAnsweredPingKeepsConnection(t *testing.T) {
 	p.readIdle, p.pingTimeout = 60*time.Millisecond, 2*time.Second
 	t.Cleanup(p.Close)
 	for i := 0; i < 2; i++ {
-		resp, err := p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second)
+		resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 		if err != nil || resp.Status != 201 {
 			t.Fatalf("request %d: status %d, err %v", i, resp.Status, err)
 		}
@@ -182,7 +185,7 @@ func TestResponseHeadersInContinuation(t *testing.T) {
 	})
 	p := testPool(t, addr, roots)
 	t.Cleanup(p.Close)
-	resp, err := p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second)
+	resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +255,7 @@ func TestRequestHeadersSplitIntoContinuation(t *testing.T) {
 	t.Cleanup(p.Close)
 	req := testRequest(addr)
 	req.Path = longPath
-	resp, err := p.RoundTrip(context.Background(), req, 10*time.Second)
+	resp, err := p.RoundTrip(context.Background(), req, testBody, 10*time.Second)
 	if err != nil || resp.Status != 201 {
 		t.Fatalf("status %d, err %v", resp.Status, err)
 	}
@@ -274,7 +277,7 @@ func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
 	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) { streams.Add(1); serve(fr, c) })
 	p := testPool(t, addr, roots)
 	t.Cleanup(p.Close)
-	if _, err := p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second); err != nil {
+	if _, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
@@ -284,7 +287,7 @@ func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
 	cc.nextID = h2MaxStreamID // the last id a client may use
 	cc.mu.Unlock()
 	for i := 0; i < 3; i++ {
-		resp, err := p.RoundTrip(context.Background(), testRequest(addr), 10*time.Second)
+		resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 		if err != nil || resp.Status != 201 {
 			t.Fatalf("request %d after the last id: status %d, err %v", i, resp.Status, err)
 		}

@@ -622,9 +622,9 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 		fields[n] = h2.Field{Name: "topic", Value: msg.Topic, Unique: true}
 		n++
 	}
-	req := h2.Request{Authority: ep.host, Path: ep.path, Fields: fields[:n], Body: body}
+	req := h2.Request{Authority: ep.host, Path: ep.path, Fields: fields[:n]}
 	started := time.Now()
-	resp, err := o.pool.RoundTrip(ctx, &req, s.cfg.Timeout)
+	resp, err := o.pool.RoundTrip(ctx, &req, body, s.cfg.Timeout)
 	s.m.latency.UpdateDuration(started)
 	if err != nil {
 		switch {
