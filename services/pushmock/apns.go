@@ -162,14 +162,8 @@ func (s *Server) handleAPNs(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	m.received.Add(1)
 	status, reason := s.judgeAPNs(r, start)
-	if d := s.latency(); d > 0 {
-		t := time.NewTimer(time.Until(start.Add(d)))
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !s.awaitLatency(w, r, start) {
+		return
 	}
 	m.byStatus[status].Add(1)
 	if status == http.StatusOK {

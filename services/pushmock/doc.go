@@ -16,8 +16,9 @@
 // by a frame loop per connection (h2.go) instead of net/http's goroutine per
 // stream, answers wait in a millisecond-grained releaser instead of a timer
 // each and leave in batches with one flush per connection, and while a
-// server runs the GC target is 400% unless GOGC is set (gc.go). HTTP/1.1
-// goes through net/http as usual.
+// server runs the GC target is 400% unless GOGC is set (gc.go). FCM and
+// APNs sends over HTTP/2 take the same path (their handlers run on the
+// frame loop). HTTP/1.1 goes through net/http as usual.
 //
 // With DecryptSample > 0 it re-derives the browser keys of a deterministic
 // fraction of subscription ids (seed.DeriveSubscriptionKeys, as `notify

@@ -235,11 +235,8 @@ func (f *fcmSide) handleSend(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	f.received.Add(1)
 	status, code, msg, retryAfter, name := f.judge(r, start)
-	if d := f.s.latency(); d > 0 {
-		f.s.release.wait(start.Add(d))
-		if r.Context().Err() != nil {
-			return
-		}
+	if !f.s.awaitLatency(w, r, start) {
+		return
 	}
 	f.byStatus[min(status, len(f.byStatus)-1)].Add(1)
 	if status == http.StatusOK {

@@ -34,9 +34,10 @@ import (
 // It implements what a push sender needs: SETTINGS, PING, flow control
 // (receive windows are large and replenished; responses carry no DATA
 // except for the small /stats, /healthz and error bodies), RST_STREAM,
-// GOAWAY on shutdown, and HPACK via x/net/http2's Framer. Requests other
-// than POST /wpush/<id> (stats, health, odd paths) go through the same
-// http.Handler as HTTP/1.1, buffered. Not implemented: server push,
+// GOAWAY on shutdown, and HPACK via x/net/http2's Framer. FCM and APNs
+// sends run their handlers on the frame loop and wait in the releaser too
+// (serveApp). Other requests (stats, health, the token endpoint, odd paths)
+// go through the same http.Handler as HTTP/1.1, buffered. Not implemented: server push,
 // priorities (ignored), response bodies over 64 KiB (truncated: nothing
 // the mock serves comes close), idle timeouts.
 
@@ -99,7 +100,8 @@ type h2stream struct {
 	body         []byte
 }
 
-// h2answer is a judged push message waiting for its latency.
+// h2answer is a judged push message waiting for its latency, or (rec set)
+// the recorded response to an FCM or APNs send.
 type h2answer struct {
 	c          *h2conn
 	stream     uint32
@@ -107,8 +109,13 @@ type h2answer struct {
 	retryAfter string
 	idText     string
 	start      time.Time
+	rec        *recorder
 	canceled   bool // under c.mu: the stream was reset or the connection lost
 }
+
+// app reports whether the answer is an FCM or APNs one, which the push
+// message accounting (Server.inflight, byStatus) does not count.
+func (a *h2answer) app() bool { return a.rec != nil }
 
 // serveH2 is the TLSNextProto handler for "h2": it serves the connection
 // until it closes.
@@ -142,7 +149,9 @@ func (s *Server) serveH2(hs *http.Server, tc *tls.Conn, _ http.Handler) {
 		delete(c.waiting, id)
 		a.canceled = true
 		c.pending--
-		s.inflight.Add(-1)
+		if !a.app() {
+			s.inflight.Add(-1)
+		}
 	}
 	c.mu.Unlock()
 	// serve always returns why the connection ended.
@@ -354,6 +363,10 @@ func (c *h2conn) processData(f *http2.DataFrame) error {
 // finish judges a complete request and schedules its answer.
 func (c *h2conn) finish(st *h2stream) {
 	if !st.push {
+		if h, key, val := c.s.appRoute(st.method, st.path); h != nil {
+			c.serveApp(st, h, key, val)
+			return
+		}
 		go c.serveOther(st)
 		return
 	}
@@ -405,7 +418,9 @@ func (c *h2conn) cancel(id uint32) {
 	c.pending--
 	done := c.draining && c.pending <= 0
 	c.mu.Unlock()
-	c.s.inflight.Add(-1)
+	if !a.app() {
+		c.s.inflight.Add(-1)
+	}
 	if done {
 		c.conn.Close()
 	}
@@ -423,8 +438,15 @@ func (c *h2conn) drop(st *h2stream) {
 	c.answered(1)
 }
 
-// writeAnswerLocked writes a push answer and counts it. c.wmu is held.
+// writeAnswerLocked writes a push answer and counts it, or an FCM or APNs
+// answer as its handler recorded it. c.wmu is held.
 func (c *h2conn) writeAnswerLocked(a *h2answer) {
+	if a.app() {
+		if !c.dead.Load() {
+			c.writeRecordedLocked(a.stream, a.rec)
+		}
+		return
+	}
 	c.s.inflight.Add(-1)
 	if c.dead.Load() {
 		return // the client is gone: nobody received this answer
@@ -451,18 +473,88 @@ func (c *h2conn) writeAnswerLocked(a *h2answer) {
 // server's handler and writes the buffered response.
 func (c *h2conn) serveOther(st *h2stream) {
 	rec := &recorder{header: http.Header{}}
-	u, err := url.ParseRequestURI(st.path)
-	if err != nil || st.method == "" {
+	if r := c.request(st); r == nil {
 		rec.WriteHeader(http.StatusBadRequest)
 	} else {
-		r := &http.Request{
-			Method: st.method, URL: u, RequestURI: st.path, Host: st.h.host,
-			Proto: "HTTP/2.0", ProtoMajor: 2, Header: st.header,
-			Body: io.NopCloser(bytes.NewReader(st.body)), ContentLength: int64(len(st.body)),
-			RemoteAddr: c.conn.RemoteAddr().String(),
-		}
 		c.s.srv.Handler.ServeHTTP(rec, r)
 	}
+	c.wmu.Lock()
+	if !c.dead.Load() {
+		c.writeRecordedLocked(st.id, rec)
+		c.flushLocked()
+	}
+	c.wmu.Unlock()
+	c.answered(1)
+}
+
+// serveApp is the fast path of FCM and APNs sends, which the benchmarks
+// send by the hundred thousand: the handler h runs on the reader goroutine
+// (no goroutine per request, no mux), its response is recorded, and the
+// answer waits out the latency in the releaser and leaves with the others
+// due in the same tick, one flush per connection — as push messages do.
+// Through serveOther each cost a goroutine (whose stack the JSON checks
+// grew), a timer or a wait, and a write system call of its own. The
+// handler is the same one HTTP/1.1 requests reach, so the checks are the
+// same; only its wait (awaitLatency) is deferred, and what it counts is
+// counted when the request is judged rather than when it is answered.
+func (c *h2conn) serveApp(st *h2stream, h http.HandlerFunc, key, val string) {
+	rec := &recorder{header: http.Header{}, deferred: true}
+	r := c.request(st)
+	r.SetPathValue(key, val)
+	h(rec, r)
+	a := &h2answer{c: c, stream: st.id, status: rec.status, start: st.start, rec: rec}
+	if rec.due.After(time.Now()) {
+		c.mu.Lock()
+		c.waiting[st.id] = a
+		c.mu.Unlock()
+		c.s.release.schedule(rec.due, a)
+		return
+	}
+	c.wmu.Lock()
+	c.writeAnswerLocked(a)
+	c.needFlush = true
+	c.wmu.Unlock()
+	c.answered(1)
+}
+
+// appRoute returns the handler of an FCM or APNs send and the path value
+// it reads, for exactly the paths the mux would route to it unchanged
+// (nothing it would clean or redirect); nil for any other request.
+func (s *Server) appRoute(method, path string) (h http.HandlerFunc, key, val string) {
+	if method != http.MethodPost {
+		return nil, "", ""
+	}
+	plain := func(v string) bool { return v != "" && !strings.ContainsAny(v, "/?%.#") }
+	if s.apns != nil && strings.HasPrefix(path, apnsPrefix) && plain(path[len(apnsPrefix):]) {
+		return s.handleAPNs, "token", path[len(apnsPrefix):]
+	}
+	const projects, send = "/v1/projects/", "/messages:send"
+	if s.fcm != nil && strings.HasPrefix(path, projects) && strings.HasSuffix(path, send) && len(path) > len(projects)+len(send) {
+		if p := path[len(projects) : len(path)-len(send)]; plain(p) {
+			return s.fcm.handleSend, "project", p
+		}
+	}
+	return nil, "", ""
+}
+
+// request makes the http.Request of a complete stream for a handler; nil
+// when its path is not a request URI.
+func (c *h2conn) request(st *h2stream) *http.Request {
+	u, err := url.ParseRequestURI(st.path)
+	if err != nil || st.method == "" {
+		return nil
+	}
+	return &http.Request{
+		Method: st.method, URL: u, RequestURI: st.path, Host: st.h.host,
+		Proto: "HTTP/2.0", ProtoMajor: 2, Header: st.header,
+		Body: io.NopCloser(bytes.NewReader(st.body)), ContentLength: int64(len(st.body)),
+		RemoteAddr: c.conn.RemoteAddr().String(),
+	}
+}
+
+// writeRecordedLocked writes a buffered response on stream id. c.wmu is
+// held and the caller flushes.
+func (c *h2conn) writeRecordedLocked(id uint32, rec *recorder) {
 	if rec.status == 0 {
 		rec.status = http.StatusOK
 	}
@@ -470,26 +562,23 @@ func (c *h2conn) serveOther(st *h2stream) {
 	if len(body) > h2MaxResponseBody {
 		body = body[:h2MaxResponseBody]
 	}
-	c.wmu.Lock()
-	if !c.dead.Load() {
-		c.hbuf.Reset()
-		c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(rec.status)})
-		for k, vs := range rec.header {
-			for _, v := range vs {
-				c.enc.WriteField(hpack.HeaderField{Name: strings.ToLower(k), Value: v})
-			}
+	c.hbuf.Reset()
+	c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(rec.status)})
+	for k, vs := range rec.header {
+		if k == "Content-Length" {
+			continue // written below, for the body as sent
 		}
-		c.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
-		c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: c.hbuf.Bytes(), EndStream: len(body) == 0, EndHeaders: true})
-		for len(body) > 0 {
-			chunk := body[:min(len(body), 16384)]
-			body = body[len(chunk):]
-			c.fr.WriteData(st.id, len(body) == 0, chunk)
+		for _, v := range vs {
+			c.enc.WriteField(hpack.HeaderField{Name: strings.ToLower(k), Value: v})
 		}
-		c.flushLocked()
 	}
-	c.wmu.Unlock()
-	c.answered(1)
+	c.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
+	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndStream: len(body) == 0, EndHeaders: true})
+	for len(body) > 0 {
+		chunk := body[:min(len(body), 16384)]
+		body = body[len(chunk):]
+		c.fr.WriteData(id, len(body) == 0, chunk)
+	}
 }
 
 // write runs fn (a frame write) under wmu and flushes before the reader
@@ -652,11 +741,15 @@ func statusText(code int) string {
 	return strconv.Itoa(code)
 }
 
-// recorder buffers a response for serveOther.
+// recorder buffers a response for serveOther and serveApp.
 type recorder struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	// deferred (serveApp): the handler does not wait out the latency;
+	// awaitLatency sets due, when the answer is to leave.
+	deferred bool
+	due      time.Time
 }
 
 func (r *recorder) Header() http.Header { return r.header }

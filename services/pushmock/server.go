@@ -388,6 +388,23 @@ func (h pushFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
+// awaitLatency holds the answer to a request that arrived at start until
+// the injected latency has passed, and reports false when the client gave
+// up meanwhile (nothing is to be written then). On the HTTP/2 fast path
+// (h2conn.serveApp) the handler's response is recorded instead, and the
+// wait is the releaser's: awaitLatency only notes when the answer is due.
+func (s *Server) awaitLatency(w http.ResponseWriter, r *http.Request, start time.Time) bool {
+	d := s.latency()
+	if rec, ok := w.(*recorder); ok && rec.deferred {
+		rec.due = start.Add(d)
+		return true
+	}
+	if d > 0 {
+		s.release.wait(start.Add(d))
+	}
+	return r.Context().Err() == nil
+}
+
 func (s *Server) latency() time.Duration {
 	if s.cfg.Latency == NoLatency {
 		return 0

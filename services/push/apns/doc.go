@@ -9,8 +9,11 @@
 // the token at once (one caller replaces it; the others pick it up) and
 // the notification is sent once more.
 //
-// Requests are POST /3/device/<hex token> over HTTP/2 only (net/http's
-// Transport with HTTP/1.1 switched off), on api.push.apple.com or, for
+// Requests are POST /3/device/<hex token> over HTTP/2 only (the push
+// worker's own HTTP/2 client, package h2, which refuses a server that does
+// not negotiate h2; connections per origin up to Config.MaxConnections,
+// one more dialed only when all are at the stream limit), on
+// api.push.apple.com or, for
 // devices of development builds, api.sandbox.push.apple.com — or one
 // Config.Endpoint for both, such as the mock in services/pushmock. Their
 // headers are authorization, apns-topic (the bundle id), apns-push-type

@@ -50,7 +50,7 @@
 //
 // # Connections
 //
-// Each origin gets its own pool of HTTP/2 connections (h2client.go), a
+// Each origin gets its own pool of HTTP/2 connections (package h2), a
 // client built for push requests rather than net/http: a request is
 // encoded straight into its connection's write buffer, one writer
 // goroutine per connection sends whatever accumulated in one write (under

@@ -20,6 +20,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	endpointpolicy "github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/push/h2"
 	"github.com/notify-dev/notify/services/push/outcome"
 )
 
@@ -275,7 +276,7 @@ type Sender struct {
 
 type origin struct {
 	name  string
-	pool  *h2Pool
+	pool  *h2.Pool
 	limit *adaptiveLimit
 	// answers tells a sparse 429 (the recipient's) from a sustained one
 	// (the origin's).
@@ -323,7 +324,7 @@ func (s *Sender) Close() {
 	defer s.mu.Unlock()
 	s.closed.Store(true)
 	s.origins.Range(func(_, v any) bool {
-		v.(*origin).pool.close()
+		v.(*origin).pool.Close()
 		return true
 	})
 }
@@ -397,15 +398,15 @@ func plainPath(p string) bool {
 	return true
 }
 
-func (s *Sender) origin(ep endpoint) *origin {
+func (s *Sender) origin(ep endpoint) (*origin, error) {
 	name := ep.origin
 	if v, ok := s.origins.Load(name); ok {
-		return v.(*origin)
+		return v.(*origin), nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if v, ok := s.origins.Load(name); ok {
-		return v.(*origin)
+		return v.(*origin), nil
 	}
 	name = strings.Clone(name) // the key must not pin a caller's endpoint string
 	u := &url.URL{Host: ep.host}
@@ -413,15 +414,22 @@ func (s *Sender) origin(ep endpoint) *origin {
 	if port == "" {
 		port = "443"
 	}
-	o := &origin{name: name, pool: newH2Pool(net.JoinHostPort(u.Hostname(), port), u.Hostname(), s.tls, s.cfg.DialTimeout, s.cfg.Logger)}
-	o.pool.dialFn = s.cfg.Dial
+	pool, err := h2.NewPool(h2.Options{Addr: net.JoinHostPort(u.Hostname(), port), ServerName: u.Hostname(), TLS: s.tls,
+		DialTimeout: s.cfg.DialTimeout, Dial: s.cfg.Dial, MaxErrorBody: maxDetail, Logger: s.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	o := &origin{name: name, pool: pool}
 	limitGauge := s.m.originLimit(name)
 	o.limit = newAdaptiveLimit(s.cfg.OriginInitialLimit, s.cfg.OriginMaxLimit, limitGauge.Set)
 	o.answers = newRateWindow(s.cfg.RateLimitWindow, s.cfg.RateLimitRatio, s.cfg.RateLimitMinAnswers)
 	s.origins.Store(name, o)
 	s.cfg.Logger.Debug("new push service origin", "origin", name)
-	return o
+	return o, nil
 }
+
+// maxDetail is how much of an error answer's body an outcome quotes.
+const maxDetail = 256
 
 func permanent(status int, err error) Outcome {
 	return Outcome{Kind: PermanentFailure, Status: status, Err: err}
@@ -462,7 +470,10 @@ func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 		return permanent(0, err)
 	}
 
-	o := s.origin(ep)
+	o, err := s.origin(ep)
+	if err != nil {
+		return permanent(0, err)
+	}
 	if out, ok := s.admit(ctx, o); !ok {
 		s.m.count(out.Kind)
 		return out
@@ -596,26 +607,33 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 		return permanent(0, err), signalNone, time.Time{}
 	}
 
-	req := &h2Request{
-		authority: ep.host,
-		path:      ep.path,
-		auth:      auth,
-		ttl:       s.ttlString(ttlSecs),
-		urgency:   string(msg.Urgency),
-		topic:     msg.Topic,
-		body:      body,
+	fields := [6]h2.Field{
+		{Name: "content-type", Value: "application/octet-stream"},
+		{Name: "content-encoding", Value: "aes128gcm"},
+		{Name: "ttl", Value: s.ttlString(ttlSecs)},
+		{Name: "authorization", Value: auth},
 	}
+	n := 4
+	if msg.Urgency != "" {
+		fields[n] = h2.Field{Name: "urgency", Value: string(msg.Urgency)}
+		n++
+	}
+	if msg.Topic != "" {
+		fields[n] = h2.Field{Name: "topic", Value: msg.Topic, Unique: true}
+		n++
+	}
+	req := h2.Request{Authority: ep.host, Path: ep.path, Fields: fields[:n]}
 	started := time.Now()
-	resp, err := o.pool.roundTrip(ctx, req, s.cfg.Timeout)
+	resp, err := o.pool.RoundTrip(ctx, &req, body, s.cfg.Timeout)
 	s.m.latency.UpdateDuration(started)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			// The caller gave up (shutdown): nothing to learn about the origin.
 			return Outcome{Kind: Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}, signalNone, started
-		case errors.Is(err, errRequestTimeout):
+		case errors.Is(err, h2.ErrTimeout):
 			return Outcome{Kind: Retryable, Err: fmt.Errorf("push service did not answer within %s: %w", s.cfg.Timeout, context.DeadlineExceeded)}, signalOverload, started
-		case errors.Is(err, errPoolClosed):
+		case errors.Is(err, h2.ErrClosed):
 			return Outcome{Kind: Retryable, Err: ErrSenderClosed}, signalNone, started
 		case errors.Is(err, endpointpolicy.ErrRefused):
 			// Refused by policy before anything was sent: retrying cannot help.
@@ -623,7 +641,7 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 		}
 		return Outcome{Kind: Retryable, Err: fmt.Errorf("send to %s: %w", o.name, err)}, signalOverload, started
 	}
-	out, sig := classify(resp.status, resp.retryAfter, resp.detail, time.Now(), s.cfg.MaxRetryAfter)
+	out, sig := classify(resp.Status, resp.RetryAfter, resp.Body, time.Now(), s.cfg.MaxRetryAfter)
 	return out, sig, started
 }
 

@@ -1,4 +1,4 @@
-package webpush
+package h2
 
 import (
 	"bytes"
@@ -98,11 +98,11 @@ func TestRefusedStreamIsRetried(t *testing.T) {
 		}
 		return 201
 	})
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
-	t.Cleanup(p.close)
-	resp, err := p.roundTrip(context.Background(), &h2Request{authority: addr, path: "/wpush/1", auth: "vapid t=x, k=y", ttl: "60", body: []byte("hello")}, 10*time.Second)
-	if err != nil || resp.status != 201 {
-		t.Fatalf("status %d, err %v", resp.status, err)
+	p := testPool(t, addr, roots)
+	t.Cleanup(p.Close)
+	resp, err := p.RoundTrip(context.Background(), pushRequest(addr, "/wpush/1", "vapid t=x, k=y", "60"), []byte("hello"), 10*time.Second)
+	if err != nil || resp.Status != 201 {
+		t.Fatalf("status %d, err %v", resp.Status, err)
 	}
 	if calls.Load() != 2 {
 		t.Fatalf("server saw %d requests, want the refused one and its retry", calls.Load())
@@ -113,10 +113,31 @@ func TestRefusedStreamIsRetried(t *testing.T) {
 // not-processed error after a few retries, not a loop.
 func TestRefusedForeverGivesUp(t *testing.T) {
 	addr, roots := rawH2Server(t, func(uint32) int { return 0 })
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
-	t.Cleanup(p.close)
-	_, err := p.roundTrip(context.Background(), &h2Request{authority: addr, path: "/wpush/1", auth: "a", ttl: "60", body: []byte("x")}, 10*time.Second)
-	if err == nil || !errors.Is(err, errNotProcessed) {
-		t.Fatalf("err %v, want errNotProcessed", err)
+	p := testPool(t, addr, roots)
+	t.Cleanup(p.Close)
+	_, err := p.RoundTrip(context.Background(), pushRequest(addr, "/wpush/1", "a", "60"), []byte("x"), 10*time.Second)
+	if err == nil || !errors.Is(err, ErrNotProcessed) {
+		t.Fatalf("err %v, want ErrNotProcessed", err)
 	}
+}
+
+// testPool is a pool to addr trusting roots, closed with the test.
+func testPool(t testing.TB, addr string, roots *x509.CertPool) *Pool {
+	t.Helper()
+	p, err := NewPool(Options{Addr: addr, TLS: &tls.Config{RootCAs: roots}, DialTimeout: 5 * time.Second, Logger: slog.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// pushRequest is a Web Push request, as the webpush sender makes them.
+func pushRequest(authority, path, auth, ttl string) *Request {
+	return &Request{Authority: authority, Path: path, Fields: []Field{
+		{Name: "content-type", Value: "application/octet-stream"},
+		{Name: "content-encoding", Value: "aes128gcm"},
+		{Name: "ttl", Value: ttl},
+		{Name: "authorization", Value: auth},
+	}}
 }

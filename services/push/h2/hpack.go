@@ -1,10 +1,13 @@
-package webpush
+package h2
+
+import "strings"
 
 // hpackEncoder is the request side of HPACK (RFC 7541) for push requests.
 //
-// A push request repeats the same few header fields — above all the ~500
-// byte VAPID Authorization — and adds two that differ per request (:path,
-// content-length). The general x/net encoder hashes every field into two
+// A push request repeats the same few header fields — above all the long
+// Authorization (a ~500-byte VAPID header, an FCM access token, an APNs
+// provider JWT) — and adds a few that differ per request (:path,
+// content-length, Field.Unique ones). The general x/net encoder hashes every field into two
 // maps per request; here the repeated fields are found by a short linear
 // scan of the few entries we inserted ourselves, the per-request fields are
 // sent as never-indexed literals so they never evict the repeated ones, and
@@ -82,6 +85,26 @@ const (
 	hpackContentType     = 31
 )
 
+// staticNameIndex is a request field's name in the static table, 0 for a
+// name it does not hold (sent as a literal).
+func staticNameIndex(name string) uint64 {
+	switch name {
+	case "accept":
+		return 19
+	case "authorization":
+		return hpackAuthorization
+	case "content-encoding":
+		return hpackContentEncoding
+	case "content-length":
+		return hpackContentLength
+	case "content-type":
+		return hpackContentType
+	case "user-agent":
+		return 58
+	}
+	return 0
+}
+
 // indexed writes a field the peer should remember: an index when the
 // table has it, else a literal that inserts it. nameIdx is the field's
 // static name index, 0 for a literal name.
@@ -119,7 +142,10 @@ func (e *hpackEncoder) insert(name, value string) {
 		return
 	}
 	e.evict(size)
-	e.entries = append(e.entries, hpackEntry{name: name, value: value, seq: e.inserted})
+	// Copies: the table outlives the request, and keeping the caller's
+	// strings would make every Request's fields escape to the heap. An
+	// insert is rare (a repeated field's first use on a connection).
+	e.entries = append(e.entries, hpackEntry{name: strings.Clone(name), value: strings.Clone(value), seq: e.inserted})
 	e.inserted++
 	e.size += size
 }

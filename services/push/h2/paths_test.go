@@ -1,4 +1,4 @@
-package webpush
+package h2
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
-	"log/slog"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -103,9 +102,12 @@ func answer201(pings bool) func(fr *http2.Framer, c net.Conn) {
 	}
 }
 
-func testRequest(addr string) *h2Request {
-	return &h2Request{authority: addr, path: "/wpush/1", auth: "vapid t=x, k=y", ttl: "60", body: []byte("hello")}
+func testRequest(addr string) *Request {
+	return pushRequest(addr, "/wpush/1", "vapid t=x, k=y", "60")
 }
+
+// testBody is testRequest's body.
+var testBody = []byte("hello")
 
 // TestUnansweredPingClosesConnection: a peer that stops reading and
 // answering (a dead NAT entry, a hung server) is found by a PING after the
@@ -121,10 +123,10 @@ func TestUnansweredPingClosesConnection(t *testing.T) {
 		fr.WriteSettingsAck()
 		io.Copy(io.Discard, c) // silent from now on: no answers, no PING ACK
 	})
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	p := testPool(t, addr, roots)
 	p.readIdle, p.pingTimeout = 150*time.Millisecond, 150*time.Millisecond
-	t.Cleanup(p.close)
-	_, err := p.roundTrip(context.Background(), testRequest(addr), time.Minute)
+	t.Cleanup(p.Close)
+	_, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "did not answer a PING") {
 		t.Fatalf("err %v, want the connection closed for an unanswered PING", err)
 	}
@@ -134,13 +136,13 @@ func TestUnansweredPingClosesConnection(t *testing.T) {
 // the PING probe and is reused.
 func TestAnsweredPingKeepsConnection(t *testing.T) {
 	addr, roots := frameServer(t, answer201(true))
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
+	p := testPool(t, addr, roots)
 	p.readIdle, p.pingTimeout = 60*time.Millisecond, 2*time.Second
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	for i := 0; i < 2; i++ {
-		resp, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second)
-		if err != nil || resp.status != 201 {
-			t.Fatalf("request %d: status %d, err %v", i, resp.status, err)
+		resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
+		if err != nil || resp.Status != 201 {
+			t.Fatalf("request %d: status %d, err %v", i, resp.Status, err)
 		}
 		time.Sleep(400 * time.Millisecond) // several PING rounds while idle
 	}
@@ -181,14 +183,14 @@ func TestResponseHeadersInContinuation(t *testing.T) {
 			}
 		}
 	})
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
-	t.Cleanup(p.close)
-	resp, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second)
+	p := testPool(t, addr, roots)
+	t.Cleanup(p.Close)
+	resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.status != 429 || resp.retryAfter != "7" {
-		t.Fatalf("status %d retry-after %q, want 429 and 7 from a block split over CONTINUATION", resp.status, resp.retryAfter)
+	if resp.Status != 429 || resp.RetryAfter != "7" {
+		t.Fatalf("status %d retry-after %q, want 429 and 7 from a block split over CONTINUATION", resp.Status, resp.RetryAfter)
 	}
 }
 
@@ -249,13 +251,13 @@ func TestRequestHeadersSplitIntoContinuation(t *testing.T) {
 			}
 		}
 	})
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
-	t.Cleanup(p.close)
+	p := testPool(t, addr, roots)
+	t.Cleanup(p.Close)
 	req := testRequest(addr)
-	req.path = longPath
-	resp, err := p.roundTrip(context.Background(), req, 10*time.Second)
-	if err != nil || resp.status != 201 {
-		t.Fatalf("status %d, err %v", resp.status, err)
+	req.Path = longPath
+	resp, err := p.RoundTrip(context.Background(), req, testBody, 10*time.Second)
+	if err != nil || resp.Status != 201 {
+		t.Fatalf("status %d, err %v", resp.Status, err)
 	}
 	s := <-got
 	if s.continuations < 2 {
@@ -273,9 +275,9 @@ func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
 	var streams atomic.Int64
 	serve := answer201(false)
 	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) { streams.Add(1); serve(fr, c) })
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
-	t.Cleanup(p.close)
-	if _, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second); err != nil {
+	p := testPool(t, addr, roots)
+	t.Cleanup(p.Close)
+	if _, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
@@ -285,9 +287,9 @@ func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
 	cc.nextID = h2MaxStreamID // the last id a client may use
 	cc.mu.Unlock()
 	for i := 0; i < 3; i++ {
-		resp, err := p.roundTrip(context.Background(), testRequest(addr), 10*time.Second)
-		if err != nil || resp.status != 201 {
-			t.Fatalf("request %d after the last id: status %d, err %v", i, resp.status, err)
+		resp, err := p.RoundTrip(context.Background(), testRequest(addr), testBody, 10*time.Second)
+		if err != nil || resp.Status != 201 {
+			t.Fatalf("request %d after the last id: status %d, err %v", i, resp.Status, err)
 		}
 	}
 	if n := p.dials.Load(); n != 2 {

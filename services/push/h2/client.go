@@ -1,4 +1,4 @@
-package webpush
+package h2
 
 import (
 	"bufio"
@@ -18,42 +18,21 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// This file is a purpose-built HTTP/2 client for push requests: POST with a
-// body of at most 4 KiB, answered by a status and a few headers. A general
-// client (net/http, x/net/http2) spends as much CPU per request as the
-// message's ECDH does — a goroutine per request, a write system call per
-// request, a header map — which would halve the deliveries per CPU-second.
-// Here a request is encoded straight into the connection's write buffer
-// under one lock, one writer goroutine per connection flushes whatever has
-// accumulated in a single write (so under load many requests share a TLS
-// record and a system call), and one reader goroutine per connection
-// completes streams. Framing and HPACK decoding come from
-// golang.org/x/net/http2.
-//
-// Measured (h2client_compare_test.go: the same requests, 256 concurrent,
-// against the same HTTP/2 server in a child process, 3 interleaved runs on
-// 2026-12-01): 4.2–4.9 µs of client CPU per request here, 23.8–24.5 µs
-// through x/net/http2's Transport — about 5×, on a path where the message's
-// own crypto costs ~80 µs.
-//
-// What it implements of RFC 9113: the connection preface and SETTINGS in
-// both directions (MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE,
-// MAX_FRAME_SIZE, HEADER_TABLE_SIZE, MAX_HEADER_LIST_SIZE), send-side flow
-// control on the connection and each stream, receive-side WINDOW_UPDATEs,
-// PING (answering, and probing idle connections), GOAWAY (streams above the
-// last processed id are retried on another connection), RST_STREAM
-// (REFUSED_STREAM is retried), CONTINUATION, and server push refused. A
-// connection at the server's stream limit makes the pool dial another.
+// ErrNotProcessed: the push service did not act on the request
+// (REFUSED_STREAM, or GOAWAY naming a lower stream), so sending it again
+// cannot deliver twice. RoundTrip retries such requests on another
+// connection a few times before returning it.
+var ErrNotProcessed = errors.New("push service did not process the request")
 
-var (
-	// errNotProcessed: the push service did not act on the request
-	// (REFUSED_STREAM, or GOAWAY naming a lower stream), so sending it again
-	// cannot deliver twice.
-	errNotProcessed = errors.New("push service did not process the request")
-	// errRequestTimeout: no answer within Config.Timeout.
-	errRequestTimeout = errors.New("push service did not answer in time")
-	errPoolClosed     = errors.New("connection pool closed")
-)
+// ErrTimeout: no answer within RoundTrip's timeout.
+var ErrTimeout = errors.New("push service did not answer in time")
+
+// ErrClosed: the pool was closed.
+var ErrClosed = errors.New("connection pool closed")
+
+// ErrNotHTTP2 is wrapped by the error of a connection whose server did not
+// negotiate HTTP/2 (ALPN): a caller that can speak HTTP/1.1 may fall back.
+var ErrNotHTTP2 = errors.New("push service does not speak HTTP/2")
 
 const (
 	h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -62,7 +41,6 @@ const (
 	h2StreamRecvWindow = 1 << 20
 	h2ConnRecvWindow   = 16 << 20
 	maxResponseBody    = 64 << 10
-	maxDetail          = 256
 	h2MaxHeaderList    = 64 << 10
 	h2MaxStreamID      = 1<<31 - 1
 	h2WriteTimeout     = 15 * time.Second
@@ -72,40 +50,99 @@ const (
 	// h2NotProcessedRetries is how often a request the server did not
 	// process is moved to another connection before giving up.
 	h2NotProcessedRetries = 3
-	// h2MaxConns caps connections per origin. Reached only when the server
-	// allows very few streams per connection (or none, for a while): then
-	// requests wait for a stream to finish instead of dialing on and on.
-	h2MaxConns = 256
 )
 
-// h2Request is one push request.
-type h2Request struct {
-	authority string // host[:port]
-	path      string
-	auth      string // Authorization
-	ttl       string
-	urgency   string
-	topic     string
-	body      []byte
+// Defaults of Options.
+const (
+	// DefaultMaxConns caps connections per pool. Reached only when the
+	// server allows very few streams per connection (or none, for a
+	// while): then requests wait for a stream to finish instead of
+	// dialing on and on.
+	DefaultMaxConns = 256
+	// DefaultMaxErrorBody is how much of an error answer's body is kept.
+	DefaultMaxErrorBody = 256
+	// DefaultDialTimeout bounds the TCP connect, TLS handshake and the
+	// server's first SETTINGS.
+	DefaultDialTimeout = 3 * time.Second
+)
+
+// Field is one request header field.
+type Field struct {
+	// Name is lower case (RFC 9113 §8.2.1); not a pseudo-header and not
+	// content-length, which RoundTrip sends from the body.
+	Name, Value string
+	// Unique marks a value that differs from request to request (an
+	// expiry, a topic): it goes out as a never-indexed literal, so it
+	// never evicts the repeated fields — above all the long Authorization
+	// — from the peer's 4 KiB HPACK table. Other fields are indexed: sent
+	// in full once per connection, then as a byte or two.
+	Unique bool
 }
 
-// h2Response is what came back.
-type h2Response struct {
-	status     int
-	retryAfter string
-	detail     []byte // first bytes of the body, for error messages
+// Request is one push request's head: a POST whose body RoundTrip takes
+// apart. Apart, because the pool keeps the body (flow control) but only
+// reads the head: so a Request and its Fields stay on the caller's stack,
+// where holding both in one struct put every request's fields on the heap.
+type Request struct {
+	Authority string // host[:port]
+	Path      string
+	// IndexPath indexes :path like a repeated field: for a path shared by
+	// every request (FCM's messages:send). Default: a never-indexed
+	// literal, for paths naming the recipient.
+	IndexPath bool
+	Fields    []Field
 }
 
-// h2Pool holds the connections to one origin.
-type h2Pool struct {
-	addr        string // host:port to dial
-	tlsCfg      *tls.Config
-	dialTimeout time.Duration
-	log         *slog.Logger
+// Response is what came back.
+type Response struct {
+	Status     int
+	RetryAfter string
+	// Body is the first Options.MaxErrorBody bytes of the body of an
+	// answer outside 2xx — push services explain refusals there (JSON for
+	// FCM and APNs); nil for a 2xx, whose body is read and dropped.
+	Body []byte
+}
+
+// Options configure a Pool.
+type Options struct {
+	// Addr is the host:port dialed. Required.
+	Addr string
+	// ServerName is the name the TLS certificate is checked for. Default
+	// Addr's host.
+	ServerName string
+	// TLS is the base TLS configuration (roots, session cache); cloned,
+	// with ServerName and ALPN h2 set. Default: the system roots, TLS 1.2+.
+	TLS *tls.Config
+	// DialTimeout bounds opening a connection: TCP, TLS and the server's
+	// SETTINGS. Default DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Dial opens the TCP connection; an allow-list guard
+	// (endpoint.Policy.Dialer) goes here, and its refusal is returned
+	// wrapped. Default: a plain net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxConns caps the connections. Default DefaultMaxConns.
+	MaxConns int
+	// MaxErrorBody is how many bytes of an error answer's body
+	// Response.Body keeps. Default DefaultMaxErrorBody.
+	MaxErrorBody int
+	// Logger receives connection-level events (GOAWAY with an error).
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Pool holds the HTTP/2 connections to one origin. It is safe for
+// concurrent use. Build it with NewPool.
+type Pool struct {
+	addr         string // host:port to dial
+	tlsCfg       *tls.Config
+	dialTimeout  time.Duration
+	maxConns     int
+	maxErrorBody int
+	log          *slog.Logger
 	// readIdle and pingTimeout are h2ReadIdleTimeout and h2PingTimeout;
 	// fields so that tests can shorten them.
 	readIdle, pingTimeout time.Duration
-	// dialFn opens the TCP connection (Config.Dial); nil: a plain
+	// dialFn opens the TCP connection (Options.Dial); nil: a plain
 	// net.Dialer.
 	dialFn func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -128,22 +165,73 @@ type h2Dial struct {
 	err  error
 }
 
-func newH2Pool(addr, serverName string, base *tls.Config, dialTimeout time.Duration, log *slog.Logger) *h2Pool {
-	cfg := base.Clone()
-	cfg.ServerName = serverName
-	cfg.NextProtos = []string{http2.NextProtoTLS}
-	return &h2Pool{addr: addr, tlsCfg: cfg, dialTimeout: dialTimeout, log: log,
-		readIdle: h2ReadIdleTimeout, pingTimeout: h2PingTimeout}
+// NewPool validates o and returns a pool; it dials on the first request.
+func NewPool(o Options) (*Pool, error) {
+	host, port, err := net.SplitHostPort(o.Addr)
+	if err != nil || host == "" || port == "" {
+		return nil, fmt.Errorf("h2 pool: Addr %q: want host:port", o.Addr)
+	}
+	switch {
+	case o.MaxConns < 0:
+		return nil, fmt.Errorf("h2 pool: MaxConns %d: must not be negative", o.MaxConns)
+	case o.MaxErrorBody < 0:
+		return nil, fmt.Errorf("h2 pool: MaxErrorBody %d: must not be negative", o.MaxErrorBody)
+	case o.DialTimeout < 0:
+		return nil, fmt.Errorf("h2 pool: DialTimeout %s: must not be negative", o.DialTimeout)
+	}
+	if o.ServerName == "" {
+		o.ServerName = host
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.MaxErrorBody == 0 {
+		o.MaxErrorBody = DefaultMaxErrorBody
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	var cfg *tls.Config
+	if o.TLS != nil {
+		cfg = o.TLS.Clone()
+	} else {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	cfg.ServerName = o.ServerName
+	// http/1.1 offered too, so a server without HTTP/2 completes the
+	// handshake and is told apart (ErrNotHTTP2) from a broken one.
+	cfg.NextProtos = []string{http2.NextProtoTLS, "http/1.1"}
+	return &Pool{addr: o.Addr, tlsCfg: cfg, dialTimeout: o.DialTimeout, maxConns: o.MaxConns, maxErrorBody: o.MaxErrorBody,
+		log: o.Logger, dialFn: o.Dial, readIdle: h2ReadIdleTimeout, pingTimeout: h2PingTimeout}, nil
 }
 
-// roundTrip sends req and waits for the answer, at most timeout. Requests
+// Conns is the number of connections open and taking requests.
+func (p *Pool) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, cc := range p.conns {
+		if !cc.unusable() {
+			n++
+		}
+	}
+	return n
+}
+
+// Dials is the number of connections opened so far.
+func (p *Pool) Dials() int64 { return p.dials.Load() }
+
+// RoundTrip sends req with body and waits for the answer, at most timeout. Requests
 // the server did not process are moved to another connection.
 //
 // The timeout is enforced by the connection's sweep (see sweepExpired), not
 // a timer per request: at thousands of requests a second, creating,
 // stopping and selecting on a timer each was a measurable share of the
 // sender's CPU.
-func (p *h2Pool) roundTrip(ctx context.Context, req *h2Request, timeout time.Duration) (h2Response, error) {
+func (p *Pool) RoundTrip(ctx context.Context, req *Request, body []byte, timeout time.Duration) (Response, error) {
 	p.noteTimeout(timeout)
 	deadline := time.Now().Add(timeout)
 	st := h2Streams.Get().(*h2Stream)
@@ -153,23 +241,23 @@ func (p *h2Pool) roundTrip(ctx context.Context, req *h2Request, timeout time.Dur
 	}()
 	for attempt := 0; ; attempt++ {
 		*st = h2Stream{done: st.done, deadline: deadline.UnixNano()}
-		cc, err := p.start(ctx, deadline, st, req)
+		cc, err := p.start(ctx, deadline, st, req, body)
 		if err != nil {
-			return h2Response{}, err
+			return Response{}, err
 		}
 		select {
 		case <-st.done:
 		case <-ctx.Done():
 			cc.cancel(st, ctx.Err())
 			<-st.done // finished by now, by cancel or just before it
-			if st.err == errRequestTimeout {
-				return h2Response{}, st.err
+			if st.err == ErrTimeout {
+				return Response{}, st.err
 			}
-			return h2Response{}, ctx.Err()
+			return Response{}, ctx.Err()
 		}
-		if errors.Is(st.err, errNotProcessed) && attempt < h2NotProcessedRetries {
+		if errors.Is(st.err, ErrNotProcessed) && attempt < h2NotProcessedRetries {
 			if time.Now().After(deadline) {
-				return h2Response{}, errRequestTimeout
+				return Response{}, ErrTimeout
 			}
 			continue
 		}
@@ -182,7 +270,7 @@ func (p *h2Pool) roundTrip(ctx context.Context, req *h2Request, timeout time.Dur
 var h2Streams = sync.Pool{New: func() any { return &h2Stream{done: make(chan struct{}, 1)} }}
 
 // noteTimeout lowers the sweep period to suit timeout.
-func (p *h2Pool) noteTimeout(timeout time.Duration) {
+func (p *Pool) noteTimeout(timeout time.Duration) {
 	every := int64(min(max(timeout/16, time.Millisecond), time.Second))
 	for {
 		cur := p.sweepEvery.Load()
@@ -195,7 +283,7 @@ func (p *h2Pool) noteTimeout(timeout time.Duration) {
 	}
 }
 
-func (p *h2Pool) sweepPeriod() time.Duration {
+func (p *Pool) sweepPeriod() time.Duration {
 	if d := p.sweepEvery.Load(); d > 0 {
 		return time.Duration(d)
 	}
@@ -204,12 +292,12 @@ func (p *h2Pool) sweepPeriod() time.Duration {
 
 // start opens a stream for req on a connection with room, dialing a new
 // connection when every one is at the server's stream limit.
-func (p *h2Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req *h2Request) (*h2Conn, error) {
+func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req *Request, body []byte) (*h2Conn, error) {
 	for {
 		// Fast path: the published list of connections, no pool lock.
 		if snap := p.snap.Load(); snap != nil {
 			for _, cc := range *snap {
-				if ok, err := cc.startStream(st, req); err != nil || ok {
+				if ok, err := cc.startStream(st, req, body); err != nil || ok {
 					return cc, err
 				}
 			}
@@ -217,20 +305,20 @@ func (p *h2Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, re
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, errPoolClosed
+			return nil, ErrClosed
 		}
 		p.pruneLocked()
 		for _, cc := range p.conns { // one may have been added meanwhile
-			if ok, err := cc.startStream(st, req); err != nil || ok {
+			if ok, err := cc.startStream(st, req, body); err != nil || ok {
 				p.mu.Unlock()
 				return cc, err
 			}
 		}
-		if len(p.conns) >= h2MaxConns {
+		if len(p.conns) >= p.maxConns {
 			p.mu.Unlock()
 			wait := time.Until(deadline)
 			if wait <= 0 {
-				return nil, errRequestTimeout
+				return nil, ErrTimeout
 			}
 			t := time.NewTimer(min(wait, 10*time.Millisecond))
 			select {
@@ -259,14 +347,14 @@ func (p *h2Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, re
 			t.Stop()
 			return nil, ctx.Err()
 		case <-t.C:
-			return nil, errRequestTimeout
+			return nil, ErrTimeout
 		}
 	}
 }
 
 // pruneLocked drops connections that take no new streams and publishes
 // the list for the fast path.
-func (p *h2Pool) pruneLocked() {
+func (p *Pool) pruneLocked() {
 	live := make([]*h2Conn, 0, len(p.conns)+1)
 	for _, cc := range p.conns {
 		if !cc.unusable() {
@@ -280,13 +368,13 @@ func (p *h2Pool) pruneLocked() {
 
 // dial opens one connection. It is shared by every request waiting for
 // room and is not tied to any of their contexts.
-func (p *h2Pool) dial(d *h2Dial) {
+func (p *Pool) dial(d *h2Dial) {
 	cc, err := dialH2(p, p.addr, p.tlsCfg, p.dialTimeout)
 	p.mu.Lock()
 	p.dialing = nil
 	if err == nil {
 		if p.closed {
-			cc.close(errPoolClosed)
+			cc.close(ErrClosed)
 		} else {
 			p.conns = append(p.conns, cc)
 			p.pruneLocked()
@@ -299,7 +387,7 @@ func (p *h2Pool) dial(d *h2Dial) {
 }
 
 // close stops new requests; connections close once their streams finish.
-func (p *h2Pool) close() {
+func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
 	conns := p.conns
@@ -317,16 +405,18 @@ type h2Stream struct {
 	window   int64  // send window
 	body     []byte // not yet sent (flow control)
 	received int    // answer body bytes
-	finished bool
-	deadline int64         // unix nanos; the sweep fails the stream after it
-	done     chan struct{} // capacity 1: one signal when finished
-	resp     h2Response
-	err      error
+	// maxErrorBody is the pool's Options.MaxErrorBody.
+	maxErrorBody int
+	finished     bool
+	deadline     int64         // unix nanos; the sweep fails the stream after it
+	done         chan struct{} // capacity 1: one signal when finished
+	resp         Response
+	err          error
 }
 
 // h2Conn is one HTTP/2 connection.
 type h2Conn struct {
-	pool *h2Pool
+	pool *Pool
 	nc   net.Conn
 	fr   *http2.Framer // reading only, owned by readLoop
 
@@ -355,7 +445,7 @@ type h2Conn struct {
 // h2KeepAlive is the TCP keep-alive of push service connections.
 const h2KeepAlive = 30 * time.Second
 
-func dialH2(p *h2Pool, addr string, cfg *tls.Config, timeout time.Duration) (*h2Conn, error) {
+func dialH2(p *Pool, addr string, cfg *tls.Config, timeout time.Duration) (*h2Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	dial := p.dialFn
@@ -373,7 +463,7 @@ func dialH2(p *h2Pool, addr string, cfg *tls.Config, timeout time.Duration) (*h2
 	}
 	if proto := nc.ConnectionState().NegotiatedProtocol; proto != http2.NextProtoTLS {
 		nc.Close()
-		return nil, fmt.Errorf("push service at %s does not speak HTTP/2 (ALPN %q)", addr, proto)
+		return nil, fmt.Errorf("%w: %s negotiated ALPN %q", ErrNotHTTP2, addr, proto)
 	}
 	cc := &h2Conn{
 		pool:       p,
@@ -468,7 +558,7 @@ func (cc *h2Conn) unusable() bool {
 
 // startStream encodes req onto the connection if it has room. It returns
 // false when the connection is full or going away.
-func (cc *h2Conn) startStream(st *h2Stream, req *h2Request) (bool, error) {
+func (cc *h2Conn) startStream(st *h2Stream, req *Request, body []byte) (bool, error) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.closed || cc.goAway || uint32(len(cc.streams)) >= cc.maxStreams {
@@ -480,9 +570,10 @@ func (cc *h2Conn) startStream(st *h2Stream, req *h2Request) (bool, error) {
 	}
 	if cc.maxHeaderList > 0 {
 		// RFC 9113 §6.5.2: sum of name and value lengths plus 32 per field.
-		size := 11*32 + len(":method:scheme:authority:path:content-type:content-encoding:content-lengthttlauthorization") +
-			len("POSThttpsapplication/octet-streamaes128gcm") + 5 +
-			len(req.authority) + len(req.path) + len(req.auth) + len(req.ttl) + len(req.urgency) + len(req.topic)
+		size := 5*32 + len(":method:scheme:authority:path:content-lengthPOSThttps") + 5 + len(req.Authority) + len(req.Path)
+		for _, f := range req.Fields {
+			size += 32 + len(f.Name) + len(f.Value)
+		}
 		if uint32(size) > cc.maxHeaderList {
 			return false, fmt.Errorf("request headers (%d bytes) exceed the push service's limit of %d", size, cc.maxHeaderList)
 		}
@@ -490,34 +581,36 @@ func (cc *h2Conn) startStream(st *h2Stream, req *h2Request) (bool, error) {
 	st.id = cc.nextID
 	cc.nextID += 2
 	st.window = cc.initWindow
+	st.maxErrorBody = cc.pool.maxErrorBody
 
 	e := cc.henc
 	hb := e.begin(cc.hbuf[:0])
 	hb = appendHpackInt(hb, 0x80, 7, hpackMethodPost)
 	hb = appendHpackInt(hb, 0x80, 7, hpackSchemeHTTPS)
-	hb = e.indexed(hb, hpackAuthority, ":authority", req.authority)
+	hb = e.indexed(hb, hpackAuthority, ":authority", req.Authority)
 	// Values unique per request are never indexed: indexing them would
 	// evict the long Authorization value from the 4 KiB dynamic table,
 	// which then costs ~500 bytes per request instead of one.
-	hb = e.literal(hb, hpackPath, ":path", req.path)
-	hb = e.indexed(hb, hpackContentType, "content-type", "application/octet-stream")
-	hb = e.indexed(hb, hpackContentEncoding, "content-encoding", "aes128gcm")
+	if req.IndexPath {
+		hb = e.indexed(hb, hpackPath, ":path", req.Path)
+	} else {
+		hb = e.literal(hb, hpackPath, ":path", req.Path)
+	}
+	for _, f := range req.Fields {
+		if f.Unique {
+			hb = e.literal(hb, staticNameIndex(f.Name), f.Name, f.Value)
+		} else {
+			hb = e.indexed(hb, staticNameIndex(f.Name), f.Name, f.Value)
+		}
+	}
 	var digits [20]byte
 	hb = appendHpackInt(hb, 0x10, 4, hpackContentLength)
-	cl := strconv.AppendInt(digits[:0], int64(len(req.body)), 10)
+	cl := strconv.AppendInt(digits[:0], int64(len(body)), 10)
 	hb = appendHpackInt(hb, 0, 7, uint64(len(cl)))
 	hb = append(hb, cl...)
-	hb = e.indexed(hb, 0, "ttl", req.ttl)
-	hb = e.indexed(hb, hpackAuthorization, "authorization", req.auth)
-	if req.urgency != "" {
-		hb = e.indexed(hb, 0, "urgency", req.urgency)
-	}
-	if req.topic != "" {
-		hb = e.literal(hb, 0, "topic", req.topic)
-	}
 	cc.hbuf = hb
 	block := hb
-	endStream := len(req.body) == 0
+	endStream := len(body) == 0
 	for first := true; first || len(block) > 0; first = false {
 		n := min(len(block), cc.maxFrame)
 		var flags http2.Flags
@@ -537,7 +630,7 @@ func (cc *h2Conn) startStream(st *h2Stream, req *h2Request) (bool, error) {
 	}
 	cc.streams[st.id] = st
 	if !endStream {
-		st.body = req.body
+		st.body = body
 		cc.pending = append(cc.pending, st)
 		cc.sendPendingLocked()
 	}
@@ -660,11 +753,11 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		if status >= 100 && status < 200 {
 			return nil // informational
 		}
-		if st.resp.status == 0 {
-			st.resp.status = status
+		if st.resp.Status == 0 {
+			st.resp.Status = status
 			for _, hf := range f.Fields {
 				if hf.Name == "retry-after" {
-					st.resp.retryAfter = hf.Value
+					st.resp.RetryAfter = hf.Value
 				}
 			}
 		}
@@ -685,14 +778,20 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		if st == nil {
 			return nil
 		}
-		if st.resp.status == 0 {
+		if st.resp.Status == 0 {
 			cc.rstLocked(st.id, http2.ErrCodeProtocol)
 			cc.finishLocked(st, errors.New("push service sent data before headers"))
 			return nil
 		}
 		data := f.Data()
-		if room := maxDetail - len(st.resp.detail); room > 0 {
-			st.resp.detail = append(st.resp.detail, data[:min(room, len(data))]...)
+		// A 2xx body is dropped: callers need its status only.
+		if st.resp.Status >= 300 || st.resp.Status < 200 {
+			if room := st.maxErrorBody - len(st.resp.Body); room > 0 && len(data) > 0 {
+				if st.resp.Body == nil {
+					st.resp.Body = make([]byte, 0, min(st.maxErrorBody, max(len(data), 512)))
+				}
+				st.resp.Body = append(st.resp.Body, data[:min(room, len(data))]...)
+			}
 		}
 		st.received += len(data)
 		switch {
@@ -705,8 +804,8 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		if st := cc.streams[f.StreamID]; st != nil {
 			if f.ErrCode == http2.ErrCodeRefusedStream {
-				cc.finishLocked(st, fmt.Errorf("%w: stream refused", errNotProcessed))
-			} else if f.ErrCode == http2.ErrCodeNo && st.resp.status != 0 {
+				cc.finishLocked(st, fmt.Errorf("%w: stream refused", ErrNotProcessed))
+			} else if f.ErrCode == http2.ErrCodeNo && st.resp.Status != 0 {
 				cc.finishLocked(st, nil) // answered, and asked us to stop sending the body
 			} else {
 				cc.finishLocked(st, fmt.Errorf("push service reset the stream: %v", f.ErrCode))
@@ -739,7 +838,7 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		cc.goAway = true
 		for id, st := range cc.streams {
 			if id > f.LastStreamID {
-				cc.finishLocked(st, fmt.Errorf("%w: connection going away", errNotProcessed))
+				cc.finishLocked(st, fmt.Errorf("%w: connection going away", ErrNotProcessed))
 			}
 		}
 		if f.ErrCode != http2.ErrCodeNo {
@@ -837,7 +936,7 @@ func (cc *h2Conn) sweepExpired(now int64) {
 	defer cc.mu.Unlock()
 	for _, st := range cc.streams {
 		if st.deadline != 0 && now >= st.deadline {
-			cc.cancelLocked(st, errRequestTimeout)
+			cc.cancelLocked(st, ErrTimeout)
 		}
 	}
 }

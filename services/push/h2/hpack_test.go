@@ -1,4 +1,4 @@
-package webpush
+package h2
 
 import (
 	"bytes"
@@ -77,7 +77,7 @@ func TestHpackRepeatedFieldsCostOneByte(t *testing.T) {
 // with the per-request fields marked Sensitive (never indexed) in x/net's as
 // the own one sends them:
 //
-//	go test ./services/push/webpush -run '^$' -bench HpackEncode
+//	go test ./services/push/h2 -run '^$' -bench HpackEncode
 //
 // Reported: ns/op and the block's bytes (the second request onwards, when
 // the repeated fields are in the dynamic table). Recorded in RESULTS.md.

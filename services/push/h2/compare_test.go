@@ -1,4 +1,4 @@
-package webpush
+package h2
 
 import (
 	"bufio"
@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,16 +23,16 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// Why this package has its own HTTP/2 client, measured: the same push
+// Why the push senders have their own HTTP/2 client, measured: the same push
 // requests, the same concurrency, against the same HTTP/2 server running in
 // a child process (so the process's CPU is the client's alone), through
 // the own client and through golang.org/x/net/http2's Transport.
 //
-//	go test ./services/push/webpush -run '^$' -bench H2Client -benchtime 20000x
+//	go test ./services/push/h2 -run '^$' -bench H2Client -benchtime 20000x
 //
 // cpu-ns/op is the client's CPU per request. Recorded in benchmarks/RESULTS.md.
 
-const h2ServerEnv = "NOTIFY_WEBPUSH_H2_BENCH_SERVER"
+const h2ServerEnv = "NOTIFY_H2_BENCH_SERVER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(h2ServerEnv) == "1" {
@@ -129,15 +128,15 @@ func runConcurrently(b *testing.B, do func() error) {
 
 func BenchmarkH2ClientOwn(b *testing.B) {
 	addr, roots := startH2BenchServer(b)
-	p := newH2Pool(addr, "127.0.0.1", &tls.Config{RootCAs: roots}, 5*time.Second, slog.Default())
-	defer p.close()
+	p := testPool(b, addr, roots)
+	defer p.Close()
 	auth := "vapid t=" + strings.Repeat("j", 420) + ", k=" + strings.Repeat("k", 87)
 	var n atomic.Int64
 	runConcurrently(b, func() error {
-		req := &h2Request{authority: addr, path: fmt.Sprintf("/wpush/%d", n.Add(1)), auth: auth, ttl: "2419200", body: benchBody}
-		resp, err := p.roundTrip(context.Background(), req, 30*time.Second)
-		if err == nil && resp.status != 201 {
-			err = fmt.Errorf("status %d", resp.status)
+		req := pushRequest(addr, fmt.Sprintf("/wpush/%d", n.Add(1)), auth, "2419200")
+		resp, err := p.RoundTrip(context.Background(), req, benchBody, 30*time.Second)
+		if err == nil && resp.Status != 201 {
+			err = fmt.Errorf("status %d", resp.Status)
 		}
 		return err
 	})
