@@ -19,6 +19,10 @@ const (
 	AggregateMaterial = "material"
 	AggregateFanout   = "fanout"
 	AggregatePush     = "push"
+	// AggregateLifecycle carries the lifecycle events other teams consume
+	// (services/lifecycle): one topic, outbox.event.lifecycle, that no
+	// notify consumer reads.
+	AggregateLifecycle = "lifecycle"
 )
 
 // Event types (outbox column "type", Kafka header "eventType").
@@ -56,6 +60,10 @@ type Topics struct {
 	PushPartitions int32
 	// DLQPartitions is the partition count of notify.push.dlq. Default 1.
 	DLQPartitions int32
+	// LifecyclePartitions is the partition count of outbox.event.lifecycle.
+	// Default 3. Other teams consume this topic; the key is the event id
+	// (the user id for DeviceGone), so one event's lifecycle is in order.
+	LifecyclePartitions int32
 
 	// ReplicationFactor is the replication factor of the topics
 	// EnsureTopics creates. 0 (the default) means min(3, brokers in the
@@ -74,7 +82,7 @@ type Topics struct {
 // DefaultTopics returns the production topic layout with the documented
 // default partition counts.
 func DefaultTopics() Topics {
-	return Topics{MaterialPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1}
+	return Topics{MaterialPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1, LifecyclePartitions: 3}
 }
 
 // WithPrefix returns a copy whose topic and group names all start with p.
@@ -94,6 +102,10 @@ func (t Topics) Fanout() string { return t.Outbox(AggregateFanout) }
 
 // Push is the topic of push commands.
 func (t Topics) Push() string { return t.Outbox(AggregatePush) }
+
+// Lifecycle is the topic of lifecycle events (FanoutStarted, …, DeviceGone;
+// see services/lifecycle).
+func (t Topics) Lifecycle() string { return t.Outbox(AggregateLifecycle) }
 
 // DLQ is the dead-letter topic for push commands and malformed records.
 func (t Topics) DLQ() string { return t.Prefix + "notify.push.dlq" }
@@ -115,6 +127,7 @@ func (t Topics) Validate() error {
 		{"fanout partitions", t.FanoutPartitions},
 		{"push partitions", t.PushPartitions},
 		{"dlq partitions", t.DLQPartitions},
+		{"lifecycle partitions", t.LifecyclePartitions},
 	} {
 		if c.n < 1 || c.n > 10000 {
 			return fmt.Errorf("%s must be between 1 and 10000, got %d", c.name, c.n)
@@ -148,6 +161,7 @@ func (t Topics) Specs() []TopicSpec {
 		{t.Fanout(), t.FanoutPartitions},
 		{t.Push(), t.PushPartitions},
 		{t.DLQ(), t.DLQPartitions},
+		{t.Lifecycle(), t.LifecyclePartitions},
 	}
 }
 

@@ -102,7 +102,7 @@ func TestMigrateReplicationFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("migrate --json printed %q: %v", stdout, err)
 	}
-	if len(res.Topics) != 4 {
+	if len(res.Topics) != 5 { // material, fanout, push, dlq, lifecycle
 		t.Fatalf("topics: %+v", res.Topics)
 	}
 	for _, r := range res.Topics {
