@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/lifecycle"
 )
 
 func init() {
@@ -30,6 +32,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	plannerOnly := fs.Bool("planner-only", false, "run only the planner (consumes outbox.event.material) and the scheduler (starts scheduled events at their send_at)")
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
+	finishEvery := fs.Duration("finish-interval", lifecycle.DefaultFinishInterval, "how often running events whose pushes all have an outcome are moved to 'finished' (PushFinished on the lifecycle topic)")
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them (broker allows 6s–30m by default)")
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if *plannerOnly && *slicesOnly {
@@ -70,6 +73,37 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
-		return &hosted{svc: svc, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: *metricsAddr}, nil
+		fin, err := lifecycle.NewFinisher(lifecycle.FinisherConfig{Pool: pool, Interval: *finishEvery, Logger: log.With("role", "finisher")})
+		if err != nil {
+			_ = svc.Stop(context.Background()) // never started: releases its clients
+			pool.Close()
+			return nil, usageError{msg: err.Error()}
+		}
+		return &hosted{svc: &fanoutFinishing{Service: svc, fin: fin}, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: *metricsAddr}, nil
 	}
+}
+
+// fanoutFinishing is the fan-out service with the lifecycle finisher beside
+// it: every fan-out process also finishes events (any number may, the
+// state's UPDATE decides). Failed and Ready are the fan-out's: the finisher
+// retries its passes and never fails on its own.
+type fanoutFinishing struct {
+	*fanout.Service
+	fin *lifecycle.Finisher
+}
+
+func (s *fanoutFinishing) Start(ctx context.Context) error {
+	if err := s.Service.Start(ctx); err != nil {
+		_ = s.fin.Stop(ctx)
+		return err
+	}
+	if err := s.fin.Start(ctx); err != nil {
+		_ = s.Service.Stop(ctx)
+		return err
+	}
+	return nil
+}
+
+func (s *fanoutFinishing) Stop(ctx context.Context) error {
+	return errors.Join(s.fin.Stop(ctx), s.Service.Stop(ctx))
 }

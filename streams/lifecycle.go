@@ -1,0 +1,129 @@
+package streams
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Lifecycle event types (outbox column "type", Kafka header "eventType") on
+// outbox.event.lifecycle. They are written by the triggers of schema
+// migration 0013, one per change in the database; services/lifecycle
+// documents when each is written, streams/asyncapi.yaml their schemas.
+const (
+	TypeFanoutStarted  = "FanoutStarted"
+	TypeFanoutFinished = "FanoutFinished"
+	TypePushFinished   = "PushFinished"
+	TypeEventPaused    = "EventPaused"
+	TypeEventResumed   = "EventResumed"
+	TypeEventCancelled = "EventCancelled"
+	TypeDeviceGone     = "DeviceGone"
+)
+
+// LifecycleTypes lists every lifecycle event type.
+var LifecycleTypes = []string{TypeFanoutStarted, TypeFanoutFinished, TypePushFinished,
+	TypeEventPaused, TypeEventResumed, TypeEventCancelled, TypeDeviceGone}
+
+// FanoutStarted: the event's fan-out began (its run was planned running, or
+// a scheduled run reached its send_at). Key: the event id.
+type FanoutStarted struct {
+	EventID     string     `json:"event_id"`
+	CourseID    string     `json:"course_id"`
+	MaterialID  string     `json:"material_id"`
+	PublishedAt time.Time  `json:"published_at"`
+	Ranges      int        `json:"ranges"`
+	SendAt      *time.Time `json:"send_at,omitempty"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	At          time.Time  `json:"at"`
+}
+
+// FanoutFinished: every student of the event has their notification (the
+// last slice committed). Notified is how many students were notified; the
+// pushes to their devices may still be under way. Key: the event id.
+type FanoutFinished struct {
+	EventID   string    `json:"event_id"`
+	CourseID  string    `json:"course_id"`
+	Notified  int64     `json:"notified"`
+	StartedAt time.Time `json:"started_at"`
+	At        time.Time `json:"at"`
+}
+
+// PushFinished: the event is finished, every device it targeted has its
+// final outcome; the counts are final. Key: the event id.
+type PushFinished struct {
+	EventID   string    `json:"event_id"`
+	CourseID  string    `json:"course_id"`
+	Notified  int64     `json:"notified"`
+	Delivered int64     `json:"delivered"`
+	Gone      int64     `json:"gone"`
+	Failed    int64     `json:"failed"`
+	Cancelled int64     `json:"cancelled"`
+	Expired   int64     `json:"expired"`
+	At        time.Time `json:"at"`
+}
+
+// EventStateChanged is the payload of EventPaused, EventResumed and
+// EventCancelled: the event's state changed from PreviousState. Key: the
+// event id.
+type EventStateChanged struct {
+	EventID       string    `json:"event_id"`
+	CourseID      string    `json:"course_id"`
+	PreviousState string    `json:"previous_state"`
+	At            time.Time `json:"at"`
+}
+
+// Reasons of a DeviceGone.
+const (
+	// DeviceGonePushService: the push service answered that the device no
+	// longer exists (Web Push 404/410, FCM UNREGISTERED, APNs
+	// Unregistered); EventID and HTTPStatus say which push found out.
+	DeviceGonePushService = "push_service"
+	// DeviceGoneRemoved: the device was removed otherwise (the student
+	// unsubscribed or deleted it through the API, an operator).
+	DeviceGoneRemoved = "removed"
+)
+
+// DeviceGone: notify deleted a device and will never push to it again.
+// Key: the user id.
+type DeviceGone struct {
+	UserID     string    `json:"user_id"`
+	Platform   string    `json:"platform"`
+	DeviceID   int64     `json:"device_id"`
+	Reason     string    `json:"reason"`
+	EventID    string    `json:"event_id,omitempty"`
+	HTTPStatus int       `json:"http_status,omitempty"`
+	At         time.Time `json:"at"`
+}
+
+// DecodeLifecycle parses a lifecycle record's value by its event type (the
+// eventType header) into one of the types above. Like
+// DecodeMaterialPublished it accepts the expanded object and Debezium's
+// default string form.
+func DecodeLifecycle(eventType string, b []byte) (any, error) {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("%w: lifecycle %s: %v", ErrMalformed, eventType, err)
+		}
+		b = []byte(s)
+	}
+	var v any
+	switch eventType {
+	case TypeFanoutStarted:
+		v = new(FanoutStarted)
+	case TypeFanoutFinished:
+		v = new(FanoutFinished)
+	case TypePushFinished:
+		v = new(PushFinished)
+	case TypeEventPaused, TypeEventResumed, TypeEventCancelled:
+		v = new(EventStateChanged)
+	case TypeDeviceGone:
+		v = new(DeviceGone)
+	default:
+		return nil, fmt.Errorf("%w: unknown lifecycle event type %q", ErrMalformed, eventType)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return nil, fmt.Errorf("%w: lifecycle %s: %v", ErrMalformed, eventType, err)
+	}
+	return v, nil
+}
