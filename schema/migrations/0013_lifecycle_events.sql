@@ -152,3 +152,8 @@ END $$;
 CREATE TRIGGER push_subscriptions_lifecycle_gone AFTER DELETE ON push_subscriptions
 REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
 EXECUTE FUNCTION push_subscriptions_lifecycle_gone();
+
+-- `notify events list`: newest published first, keyset-paginated on
+-- (published_at, event_id), for all courses or one.
+CREATE INDEX fanout_runs_recent ON fanout_runs (published_at, event_id);
+CREATE INDEX fanout_runs_course_recent ON fanout_runs (course_id, published_at, event_id);
