@@ -8,8 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/notify-dev/notify/services/lifecycle"
 )
@@ -69,17 +69,45 @@ func writeEventsTable(w io.Writer, p lifecycle.Page, o lifecycle.ListOptions) er
 		_, err := fmt.Fprintln(w, "no events")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "PUBLISHED\tEVENT\tSTATE\tNOTIFIED\tDELIVERED\tGONE\tFAILED\tCANCELLED\tEXPIRED\tPENDING\t TITLE\t")
+	// Text columns left-aligned, counts right-aligned.
+	head := []string{"PUBLISHED", "EVENT", "STATE", "NOTIFIED", "DELIVERED", "GONE", "FAILED", "CANCELLED", "EXPIRED", "PENDING", "TITLE"}
+	numeric := func(col int) bool { return col >= 3 && col <= 9 }
+	rows := [][]string{head}
 	for _, e := range p.Events {
 		title := e.Title
-		if r := []rune(title); len(r) > 32 {
-			title = string(r[:31]) + "…"
+		if r := []rune(title); len(r) > 40 {
+			title = string(r[:39]) + "…"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t %s\t\n", e.PublishedAt.UTC().Format(time.RFC3339), e.EventID, e.State,
-			e.Notified, e.Delivered, e.Gone, e.Failed, e.Cancelled, e.Expired, e.Pending, title)
+		rows = append(rows, []string{e.PublishedAt.UTC().Format(time.RFC3339), e.EventID, e.State,
+			strconv.FormatInt(e.Notified, 10), strconv.FormatInt(e.Delivered, 10), strconv.FormatInt(e.Gone, 10),
+			strconv.FormatInt(e.Failed, 10), strconv.FormatInt(e.Cancelled, 10), strconv.FormatInt(e.Expired, 10),
+			strconv.FormatInt(e.Pending, 10), title})
 	}
-	if err := tw.Flush(); err != nil {
+	width := make([]int, len(head))
+	for _, r := range rows {
+		for i, c := range r {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		for i, c := range r {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			switch {
+			case numeric(i):
+				b.WriteString(pad + c)
+			case i == len(r)-1:
+				b.WriteString(c)
+			default:
+				b.WriteString(c + pad)
+			}
+			if i < len(r)-1 {
+				b.WriteString("  ")
+			}
+		}
+		b.WriteString("\n")
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
 	if p.NextCursor == "" {
