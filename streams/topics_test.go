@@ -22,8 +22,8 @@ func TestEnsureTopicsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 4 {
-		t.Fatalf("got %d results, want 4", len(res))
+	if len(res) != 5 { // material, fanout, push, dlq, lifecycle
+		t.Fatalf("got %d results, want 5", len(res))
 	}
 	for _, r := range res {
 		if r.Created {

@@ -246,11 +246,20 @@ func TestStateUpdatesAnnouncedOnce(t *testing.T) {
 	c := newRun("scheduled")
 	move(c, "scheduled", "cancelled", 1)
 
+	// A device removed while two events of its student had not reached it
+	// yet: migration 0006 records it gone for each, and it is one device
+	// lost, announced once.
 	var user string
 	if err := e.db.Pool.QueryRow(e.ctx, `INSERT INTO push_subscriptions (user_id, platform, token) VALUES (gen_random_uuid(), 'fcm', 'token-1') RETURNING user_id::text`).Scan(&user); err != nil {
 		t.Fatal(err)
 	}
+	e.exec(`INSERT INTO notifications (event_id, user_id, created_at) SELECT gen_random_uuid(), $1, now() FROM generate_series(1, 2)`, user)
 	e.exec(`DELETE FROM push_subscriptions WHERE user_id = $1`, user)
+	var goneRows int
+	if err := e.db.Pool.QueryRow(e.ctx, `SELECT count(*) FROM push_deliveries d JOIN notifications n ON n.event_id = d.event_id
+		WHERE n.user_id = $1 AND d.status = 'gone'`, user).Scan(&goneRows); err != nil || goneRows != 2 {
+		t.Fatalf("%d gone outcomes recorded for the removed device (%v), want 2", goneRows, err)
+	}
 	e.drained()
 
 	recs := e.lifecycle()
