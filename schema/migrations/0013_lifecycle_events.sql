@@ -24,7 +24,7 @@
 -- Times in payloads are RFC 3339 in UTC with microseconds, whatever the
 -- session's TimeZone (to_jsonb of a timestamptz would follow it).
 CREATE FUNCTION lifecycle_time(t timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 

@@ -49,4 +49,7 @@
 // never does (EventCancelled is its last record). An event with a device
 // that never gets an outcome — one subscribed after its student's push
 // command ran, counted unsent by the status report — stays running.
+// 'finished' is final: a dead-letter redrive afterwards (`notify dlq
+// redrive`, failed → retrying) sends again but does not reopen the event,
+// and its PushFinished counts are those of the moment it finished.
 package lifecycle
