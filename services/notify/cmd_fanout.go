@@ -33,6 +33,8 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
 	finishEvery := fs.Duration("finish-interval", lifecycle.DefaultFinishInterval, "how often running events whose pushes all have an outcome are moved to 'finished' (PushFinished on the lifecycle topic)")
+	var ret retentionFlags
+	ret.register(fs)
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them (broker allows 6s–30m by default)")
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if *plannerOnly && *slicesOnly {
@@ -58,8 +60,12 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			n = *ranges
 		}
 		// One connection per concurrent slice plus the planner's and the
-		// scheduler's.
-		pool, err := infra.servicePool(ctx, int32(max(n+3, 5)))
+		// scheduler's (and the retention sweeper's, when on).
+		conns := max(n+3, 5)
+		if ret.keep != "" {
+			conns++
+		}
+		pool, err := infra.servicePool(ctx, int32(conns))
 		if err != nil {
 			return nil, err
 		}
@@ -79,7 +85,13 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
-		return &hosted{svc: &fanoutFinishing{Service: svc, fin: fin}, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: *metricsAddr}, nil
+		hsvc, err := ret.wrap(&fanoutFinishing{Service: svc, fin: fin}, pool, log)
+		if err != nil {
+			_ = svc.Stop(context.Background())
+			pool.Close()
+			return nil, err
+		}
+		return &hosted{svc: hsvc, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: *metricsAddr}, nil
 	}
 }
 

@@ -1,0 +1,34 @@
+// Package retention keeps notify's per-recipient history bounded: it drops
+// whole day partitions of notifications and push_deliveries older than a
+// configured age, and creates the partitions of the coming days ahead of
+// time (schema migration 0014 partitions both tables by the UTC day of
+// their UUIDv7 event id).
+//
+// Dropping a partition is one catalog operation whatever its size — never
+// a DELETE of millions of rows, no dead tuples, no vacuum debt. Each day is
+// one transaction over both tables:
+//
+//  1. the day's partitions are locked ACCESS EXCLUSIVE (no writer can add
+//     to them while the day is judged), bounded by LockTimeout so a long
+//     transaction elsewhere makes the run fail fast instead of queueing
+//     every writer behind it;
+//  2. if an event of that day is still running — scheduled or paused, or
+//     running with its fan-out unfinished or a device without a final
+//     outcome (the derivation `notify status` uses for "done"; the
+//     lifecycle finisher writes state 'finished' for exactly that) — the
+//     day is refused and nothing changes;
+//  3. otherwise the day's fanout_ranges, event_counters and fanout_runs
+//     rows are deleted by event id range (a few rows per event, primary key
+//     range scans) and the partitions are dropped.
+//
+// The run then creates the partitions of today and the next Ahead days
+// that do not exist yet (CREATE TABLE … LIKE + ATTACH, which only takes
+// SHARE UPDATE EXCLUSIVE on the parent). A day whose rows already sit in
+// the default partition (written while no partition for it existed) cannot
+// get its partition; it is reported "blocked" and its rows stay in the
+// default, which is never dropped.
+//
+// One run at a time: a session advisory lock makes a concurrent run (the
+// CLI next to a sweeper) fail with ErrBusy. Materials are kept: they are
+// the course's content, one row per event, not per-recipient history.
+package retention

@@ -1,0 +1,45 @@
+package retention
+
+// advisoryLockKey serialises retention runs: "retain" as bytes.
+const advisoryLockKey = 0x72657461696e
+
+// sqlPartitioned tells a partitioned table from a plain one.
+const sqlPartitioned = `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`
+
+// sqlPartitions lists a parent's partitions with their bounds as Postgres
+// prints them ("DEFAULT" or "FOR VALUES FROM ('…') TO ('…')") and the
+// planner's row estimate (-1: never analysed).
+const sqlPartitions = `
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples::bigint
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass($1)
+ORDER BY c.relname`
+
+// sqlRunningEvents: events of [$1, $2) that still need their rows. A
+// 'running' event whose fan-out finished and whose every target has a
+// final outcome (delivered, gone, failed, cancelled, expired — retrying is
+// not final) is done, whether or not anything has written 'finished' yet.
+const sqlRunningEvents = `
+SELECT r.event_id::text, r.state FROM fanout_runs r
+WHERE r.event_id >= $1::uuid AND r.event_id < $2::uuid
+  AND (r.state IN ('scheduled', 'paused')
+       OR (r.state = 'running' AND (r.finished_at IS NULL OR
+           (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
+            FROM event_counters c WHERE c.event_id = r.event_id) > 0)))
+ORDER BY r.event_id
+LIMIT $3`
+
+// The per-event bookkeeping of a dropped day, deleted in the drop's
+// transaction (ranges first: they reference their run).
+const (
+	sqlDeleteRanges   = `DELETE FROM fanout_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteCounters = `DELETE FROM event_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteRuns     = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+)
+
+// Partition creation is migration 0014's SQL function, so the migration
+// and retention create partitions exactly alike.
+const (
+	sqlCreatePartition = `SELECT coalesce(event_partition_create(to_regclass($1), $2::date), '')`
+	sqlRowsInDefault   = `SELECT event_partition_rows_in_default(to_regclass($1), $2::date)`
+)
