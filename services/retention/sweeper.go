@@ -65,7 +65,7 @@ func (s *Sweeper) loop(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, ErrBusy):
-			log.Info("retention: another run in progress; next sweep in "+s.interval.String())
+			log.Info("retention: another run in progress; next sweep in " + s.interval.String())
 		case err != nil:
 			log.Error("retention sweep failed", "err", err, "retry_in", s.interval.String())
 		default:
