@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -187,8 +188,17 @@ func TestUUID(t *testing.T) {
 	t.Parallel()
 	u := NewUUID()
 	s := u.String()
-	if s[14] != '4' || !strings.ContainsRune("89ab", rune(s[19])) {
-		t.Fatalf("%s is not a v4 uuid", s)
+	if s[14] != '7' || !strings.ContainsRune("89ab", rune(s[19])) {
+		t.Fatalf("%s is not a v7 uuid", s)
+	}
+	// Time-ordered: its first 48 bits are now in Unix milliseconds (what
+	// notifications and push_deliveries are partitioned by).
+	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+	if d := time.Since(time.UnixMilli(ms)); d < 0 || d > time.Minute {
+		t.Fatalf("%s carries time %s, want about now", s, time.UnixMilli(ms))
+	}
+	if next := NewUUID(); next.String() <= s {
+		t.Fatalf("%s made after %s sorts before it", next, s)
 	}
 	p, err := ParseUUID(strings.ToUpper(s))
 	if err != nil || p != u {
