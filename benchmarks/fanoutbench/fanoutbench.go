@@ -536,4 +536,7 @@ func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string) (time.T
 // observeCDC is a hook for experiments (nil in normal runs).
 var observeCDC func(time.Duration)
 
-func newUUID() string { return uuid.NewString() }
+// newUUID makes ids as the API does: time-ordered (v7), so the events'
+// notifications land in their day's partition as in production, not in
+// the default one.
+func newUUID() string { return uuid.Must(uuid.NewV7()).String() }
