@@ -23,7 +23,13 @@
 //
 // The run then creates the partitions of today and the next Ahead days
 // that do not exist yet (CREATE TABLE … LIKE + ATTACH, which only takes
-// SHARE UPDATE EXCLUSIVE on the parent). A day whose rows already sit in
+// SHARE UPDATE EXCLUSIVE on the parent). Attaching makes Postgres check
+// that the default partition — which holds the pre-v7 history, possibly
+// large — has no row of the new day, by a full scan under an ACCESS
+// EXCLUSIVE lock on it; for days after tomorrow (nobody writes them yet)
+// the run first adds and validates a temporary CHECK on the default
+// saying exactly that (VALIDATE reads it without blocking anyone), so the
+// attach skips its scan, and drops the check once attached. A day whose rows already sit in
 // the default partition (written while no partition for it existed) cannot
 // get its partition; it is reported "blocked" and its rows stay in the
 // default, which is never dropped.

@@ -224,7 +224,7 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 			if existing[table][d] {
 				continue
 			}
-			p, err := r.createDay(ctx, conn, table, d, dryRun)
+			p, err := r.createDay(ctx, conn, table, d, today, dryRun)
 			if err != nil {
 				return nil, fmt.Errorf("retention: create %s partition of %s: %w", table, d.Format(time.DateOnly), err)
 			}
@@ -339,7 +339,7 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 
 // createDay creates table's partition of day d (dry run: checks that it
 // could be).
-func (r *Retainer) createDay(ctx context.Context, conn *pgxpool.Conn, table string, d time.Time, dryRun bool) (Partition, error) {
+func (r *Retainer) createDay(ctx context.Context, conn *pgxpool.Conn, table string, d, today time.Time, dryRun bool) (Partition, error) {
 	p := Partition{Table: table, Partition: table + "_p" + d.Format("20060102"), Day: d.Format(time.DateOnly), Action: ActionCreate, day: d}
 	if dryRun {
 		var n int64
@@ -350,6 +350,33 @@ func (r *Retainer) createDay(ctx context.Context, conn *pgxpool.Conn, table stri
 			p.Action, p.Reason = ActionBlocked, fmt.Sprintf("the default partition holds %d rows of this day", n)
 		}
 		return p, nil
+	}
+	// A day after tomorrow has no writer yet: its default-partition check
+	// can run as a constraint validation, which reads the default without
+	// blocking anyone, instead of inside ATTACH under an ACCESS EXCLUSIVE
+	// lock (the default holds the pre-v7 history: one pass over it per day
+	// created). Today's and tomorrow's may have writers in the default
+	// right now, whose inserts the constraint would refuse: plain ATTACH.
+	var excl *exclusion
+	if d.After(today.Add(Day)) {
+		// A day already in the default is blocked: say so below without
+		// a pass over the default (an index probe).
+		var n int64
+		if err := conn.QueryRow(ctx, sqlRowsInDefault, table, p.Day).Scan(&n); err != nil {
+			return p, err
+		}
+		var err error
+		if n == 0 {
+			excl, err = r.excludeFromDefault(ctx, conn, table, p.Day)
+		}
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23514" { // check_violation: the default holds rows of the day
+				excl = nil
+			} else {
+				return p, err
+			}
+		}
 	}
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := r.setLockTimeout(ctx, tx); err != nil {
@@ -362,8 +389,21 @@ func (r *Retainer) createDay(ctx context.Context, conn *pgxpool.Conn, table stri
 		if name != "" {
 			p.Partition = name
 		}
+		if excl != nil {
+			// Attached: the default's own partition constraint now says
+			// what the check said.
+			_, err := tx.Exec(ctx, excl.drop)
+			return err
+		}
 		return nil
 	})
+	if err != nil && excl != nil {
+		// Never leave the check behind: it would refuse that day's rows
+		// in the default while the day still has no partition.
+		if _, derr := conn.Exec(context.WithoutCancel(ctx), excl.drop); derr != nil {
+			r.cfg.Logger.Error("retention: could not remove the default partition's temporary check; drop it by hand", "sql", excl.drop, "err", derr)
+		}
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55000" { // object_not_in_prerequisite_state
 		p.Action, p.Reason = ActionBlocked, pgErr.Message
@@ -375,6 +415,53 @@ func (r *Retainer) createDay(ctx context.Context, conn *pgxpool.Conn, table stri
 	}
 	p.RowsEstimate = 0
 	return p, nil
+}
+
+// exclusion is a temporary check on a default partition: no row of one
+// day.
+type exclusion struct{ drop string }
+
+// excludeFromDefault adds to table's default partition a check that it
+// holds no row of day, and validates it: ADD … NOT VALID locks the default
+// for an instant, VALIDATE reads it under SHARE UPDATE EXCLUSIVE (reads
+// and writes go on). ATTACH PARTITION then finds the check implies what it
+// would otherwise have scanned the default for, and skips the scan. A
+// check left by an interrupted run is replaced.
+func (r *Retainer) excludeFromDefault(ctx context.Context, conn *pgxpool.Conn, table, day string) (*exclusion, error) {
+	var def, lo, hi string
+	err := conn.QueryRow(ctx, sqlDefaultAndBounds, table, day).Scan(&def, &lo, &hi)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // no default partition: nothing to scan
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find the default partition of %s: %w", table, err)
+	}
+	name := pgx.Identifier{def + "_excl_" + strings.ReplaceAll(day, "-", "")}.Sanitize()
+	defID := pgx.Identifier{def}.Sanitize()
+	e := &exclusion{drop: "ALTER TABLE " + defID + " DROP CONSTRAINT IF EXISTS " + name}
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := r.setLockTimeout(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, e.drop); err != nil {
+			return err
+		}
+		// Literal bounds, exactly the partition's: the implication ATTACH
+		// looks for is proven on constants.
+		_, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ADD CONSTRAINT %s CHECK (NOT (event_id IS NOT NULL AND event_id >= '%s'::uuid AND event_id < '%s'::uuid)) NOT VALID",
+			defID, name, lo, hi))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("add the default partition's check: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE "+defID+" VALIDATE CONSTRAINT "+name); err != nil {
+		if _, derr := conn.Exec(context.WithoutCancel(ctx), e.drop); derr != nil {
+			r.cfg.Logger.Error("retention: could not remove the default partition's temporary check; drop it by hand", "sql", e.drop, "err", derr)
+		}
+		return nil, fmt.Errorf("validate the default partition's check: %w", err)
+	}
+	return e, nil
 }
 
 func (r *Retainer) setLockTimeout(ctx context.Context, tx pgx.Tx) error {

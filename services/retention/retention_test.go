@@ -92,6 +92,16 @@ func (e *env) event(t time.Time, state string, finished bool, outcome string) uu
 	return ev
 }
 
+// noExclusionChecksLeft: the default partitions carry no temporary check
+// (one left behind would refuse its day's rows while the day has no
+// partition).
+func (e *env) noExclusionChecksLeft() {
+	e.t.Helper()
+	if n := e.count(`SELECT count(*) FROM pg_constraint WHERE conrelid IN ('notifications_default'::regclass, 'push_deliveries_default'::regclass) AND conname LIKE '%\_excl\_%'`); n != 0 {
+		e.t.Fatalf("%d checks left on the default partitions", n)
+	}
+}
+
 func (e *env) count(sql string, args ...any) int64 {
 	e.t.Helper()
 	var n int64
@@ -177,6 +187,7 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 	if e.count(`SELECT count(*) FROM notifications WHERE event_id = $1`, legacyEv) != 1 {
 		t.Error("the default partition's row is gone")
 	}
+	e.noExclusionChecksLeft()
 	// A second run has nothing left to do.
 	again := e.run(30*retention.Day, false)
 	if again.Counts["drop"] != 0 || again.Counts["create"] != 0 {
@@ -285,21 +296,27 @@ func TestRetentionDryRunChangesNothing(t *testing.T) {
 func TestRetentionReportsBlockedDay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tomorrow := daysAgo(-1)
-	e.exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'delivered')`, v7At(tomorrow.Add(time.Hour)))
+	// Tomorrow (created by a plain ATTACH) and in four days (through the
+	// default's temporary check).
+	tomorrow, later := daysAgo(-1), daysAgo(-4)
+	for _, d := range []time.Time{tomorrow, later} {
+		e.exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'delivered')`, v7At(d.Add(time.Hour)))
+	}
 	for _, dry := range []bool{true, false} {
 		rep := e.run(30*retention.Day, dry)
 		b := rep.Blocked()
-		if len(b) != 1 || b[0].Partition != "push_deliveries_p"+tomorrow.Format("20060102") || b[0].Reason == "" {
+		if len(b) != 2 || b[0].Partition != "push_deliveries_p"+tomorrow.Format("20060102") || b[1].Partition != "push_deliveries_p"+later.Format("20060102") || b[0].Reason == "" {
 			t.Fatalf("dry run %v: blocked %+v", dry, b)
 		}
 		if got := action(rep, "notifications_p"+tomorrow.Format("20060102")); got != "create" {
 			t.Fatalf("dry run %v: notifications of tomorrow %q, want create", dry, got)
 		}
 	}
-	if e.exists("push_deliveries_p"+tomorrow.Format("20060102")) || !e.exists("push_deliveries_p"+daysAgo(-2).Format("20060102")) {
-		t.Fatal("the blocked day was created, or the next one was not")
+	if e.exists("push_deliveries_p"+tomorrow.Format("20060102")) || e.exists("push_deliveries_p"+later.Format("20060102")) ||
+		!e.exists("push_deliveries_p"+daysAgo(-2).Format("20060102")) {
+		t.Fatal("a blocked day was created, or the next one was not")
 	}
+	e.noExclusionChecksLeft()
 }
 
 // One run at a time.

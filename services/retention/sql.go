@@ -43,3 +43,11 @@ const (
 	sqlCreatePartition = `SELECT coalesce(event_partition_create(to_regclass($1), $2::date), '')`
 	sqlRowsInDefault   = `SELECT event_partition_rows_in_default(to_regclass($1), $2::date)`
 )
+
+// sqlDefaultAndBounds: table's default partition and the bounds of day's
+// partition, as uuid text (no row: no default partition).
+const sqlDefaultAndBounds = `
+SELECT c.relname, event_id_floor($2::date::timestamp AT TIME ZONE 'UTC')::text,
+       event_id_floor(($2::date + 1)::timestamp AT TIME ZONE 'UTC')::text
+FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partdefid
+WHERE p.partrelid = to_regclass($1)`
