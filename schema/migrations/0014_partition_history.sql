@@ -53,7 +53,10 @@
 -- before the triggers exist, so the event_counters triggers of 0006/0008/
 -- 0009 do not count history a second time; statement triggers with
 -- transition tables on a partitioned table see the rows of every
--- partition the statement wrote, once per statement.
+-- partition the statement wrote, once per statement. They fire only for
+-- statements on the parent: every writer writes through the parent (as
+-- all of notify does); only retention touches partitions by name, and it
+-- drops them whole together with their events' counters.
 
 -- event_id_floor: the smallest UUIDv7 of the millisecond of t (its 48-bit
 -- Unix-millisecond prefix, every other bit 0). A day's partition is
