@@ -35,6 +35,8 @@
 // default, which is never dropped.
 //
 // One run at a time: a session advisory lock makes a concurrent run (the
-// CLI next to a sweeper) fail with ErrBusy. Materials are kept: they are
-// the course's content, one row per event, not per-recipient history.
+// CLI next to a sweeper) fail with ErrBusy. Materials are kept — they are
+// the course's content, one row per event, not per-recipient history — but
+// their event_id is cleared with the day, so the event's status reads "no
+// such event" rather than "waiting for the planner".
 package retention

@@ -38,15 +38,18 @@ func daysAgo(n int) time.Time {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type env struct {
-	t    *testing.T
-	pool *pgxpool.Pool
+	t                  *testing.T
+	pool               *pgxpool.Pool
+	course, instructor uuid.UUID
 }
 
 // newEnv is a fresh database without the day partitions the migration
 // made around the real today (empty), so each test sees only its own days.
 func newEnv(t *testing.T) *env {
 	db := schematest.NewDatabase(t)
-	e := &env{t: t, pool: db.Pool}
+	e := &env{t: t, pool: db.Pool, course: uuid.New(), instructor: uuid.New()}
+	e.exec(`INSERT INTO users (id, name) VALUES ($1, 'instructor')`, e.instructor)
+	e.exec(`INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'c')`, e.course, e.instructor)
 	e.exec(`DO $$ DECLARE r record; BEGIN
 		FOR r IN SELECT c.oid::regclass AS p FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		         WHERE i.inhparent IN ('notifications'::regclass, 'push_deliveries'::regclass) AND NOT c.relpartbound::text LIKE '%:is_default true%' LOOP
@@ -81,7 +84,9 @@ func (e *env) event(t time.Time, state string, finished bool, outcome string) uu
 		fin = t.Add(time.Minute)
 	}
 	e.exec(`INSERT INTO fanout_runs (event_id, course_id, material_id, published_at, ranges, slice_size, finished_at, state)
-		VALUES ($1, gen_random_uuid(), gen_random_uuid(), $2, 1, 5000, $3, $4)`, ev, t, fin, state)
+		VALUES ($1, $5, gen_random_uuid(), $2, 1, 5000, $3, $4)`, ev, t, fin, state, e.course)
+	e.exec(`INSERT INTO materials (id, event_id, course_id, author_id, title, body, published_at)
+		VALUES (gen_random_uuid(), $1, $2, $3, 'm', 'b', $4)`, ev, e.course, e.instructor, t)
 	e.exec(`INSERT INTO fanout_ranges (event_id, range_index, lo, hi, done_at) VALUES ($1, 0, '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', $2)`, ev, fin)
 	users := []uuid.UUID{uuid.New(), uuid.New()}
 	e.exec(`INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth)
@@ -173,13 +178,19 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 		t.Errorf("counts %v, events removed %d; want 4 dropped, 16 created, 2 events", rep.Counts, rep.EventsRemoved)
 	}
 	for _, ev := range []uuid.UUID{oldEv, edgeEv} {
-		for _, table := range []string{"fanout_runs", "fanout_ranges", "event_counters", "notifications", "push_deliveries"} {
+		for _, table := range []string{"fanout_runs", "fanout_ranges", "event_counters", "notifications", "push_deliveries", "materials"} {
 			if n := e.count(`SELECT count(*) FROM `+table+` WHERE event_id = $1`, ev); n != 0 {
 				t.Errorf("dropped event %s: %d rows left in %s", ev, n, table)
 			}
 		}
 	}
+	if n := e.count(`SELECT count(*) FROM materials WHERE event_id IS NULL`); n != 2 {
+		t.Errorf("%d materials unlinked, want the 2 dropped events'", n)
+	}
 	for _, ev := range []uuid.UUID{keptEv, recentEv} {
+		if e.count(`SELECT count(*) FROM materials WHERE event_id = $1`, ev) != 1 {
+			t.Errorf("kept event %s lost its material", ev)
+		}
 		if e.count(`SELECT count(*) FROM notifications WHERE event_id = $1`, ev) != 2 || e.count(`SELECT count(*) FROM fanout_runs WHERE event_id = $1`, ev) != 1 {
 			t.Errorf("kept event %s lost rows", ev)
 		}

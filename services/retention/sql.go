@@ -30,11 +30,15 @@ ORDER BY r.event_id
 LIMIT $3`
 
 // The per-event bookkeeping of a dropped day, deleted in the drop's
-// transaction (ranges first: they reference their run).
+// transaction (ranges first: they reference their run). The material, the
+// course's content, stays but no longer names the event: `notify status`
+// and GET /v1/events/{id} then answer "no such event" instead of reporting
+// an event waiting for its planner.
 const (
-	sqlDeleteRanges   = `DELETE FROM fanout_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
-	sqlDeleteCounters = `DELETE FROM event_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
-	sqlDeleteRuns     = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteRanges    = `DELETE FROM fanout_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteCounters  = `DELETE FROM event_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlUnlinkMaterials = `UPDATE materials SET event_id = NULL WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteRuns      = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 )
 
 // Partition creation is migration 0014's SQL function, so the migration
