@@ -19,7 +19,10 @@
 //     day is refused and nothing changes;
 //  3. otherwise the day's fanout_ranges, event_counters and fanout_runs
 //     rows are deleted by event id range (a few rows per event, primary key
-//     range scans) and the partitions are dropped.
+//     range scans) and the partitions are dropped. DROP locks the parent
+//     ACCESS EXCLUSIVE for an instant; DETACH … CONCURRENTLY, which would
+//     not, is refused on a table with a default partition. LockTimeout
+//     bounds how long writers can queue behind that lock request.
 //
 // The run then creates the partitions of today and the next Ahead days
 // that do not exist yet (CREATE TABLE … LIKE + ATTACH, which only takes

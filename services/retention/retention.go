@@ -23,8 +23,11 @@ const (
 	// sweeper that was down for days still finds them.
 	DefaultAhead = 7
 	// DefaultLockTimeout bounds each lock a run waits for (the day's
-	// partitions, the parent's attach lock).
-	DefaultLockTimeout = 5 * time.Second
+	// partitions; the parent, which DROP of a partition locks ACCESS
+	// EXCLUSIVE for an instant — while that lock is awaited every new
+	// statement on the table queues behind it, so the wait must stay
+	// short; a run that times out fails and the next one retries).
+	DefaultLockTimeout = 2 * time.Second
 )
 
 // DefaultTables are the partitioned per-recipient tables.
