@@ -115,19 +115,22 @@ type retentionFlags struct {
 }
 
 func (f *retentionFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.keep, "retention-keep", "", `also run retention in this process: drop history older than this (e.g. 30d; "" = off, the default)`)
-	fs.DurationVar(&f.interval, "retention-interval", retention.DefaultSweepInterval, "how often the retention sweeper runs (with --retention-keep)")
+	fs.StringVar(&f.keep, "retention-keep", "", `drop history older than this in this process (e.g. 30d); "" (the default) drops nothing and only creates the coming days' partitions`)
+	fs.DurationVar(&f.interval, "retention-interval", retention.DefaultSweepInterval, "how often the retention sweeper runs (it creates partitions ahead even without --retention-keep)")
 }
 
-// wrap returns svc, or svc with a retention sweeper beside it when
-// --retention-keep is set.
+// wrap returns svc with a retention sweeper beside it. Without
+// --retention-keep the sweeper keeps everything and only creates the
+// coming days' partitions (retention.Forever): otherwise a database
+// migrated more than --ahead days ago would file every new event in the
+// default partition, where no retention can reach it.
 func (f *retentionFlags) wrap(svc startstop.Service, pool *pgxpool.Pool, log *slog.Logger) (startstop.Service, error) {
-	if f.keep == "" {
-		return svc, nil
-	}
-	k, err := retention.ParseKeep(f.keep)
-	if err != nil {
-		return nil, usageError{msg: "--retention-" + err.Error()}
+	k := retention.Forever
+	if f.keep != "" {
+		var err error
+		if k, err = retention.ParseKeep(f.keep); err != nil {
+			return nil, usageError{msg: "--retention-" + err.Error()}
+		}
 	}
 	if f.interval < time.Minute {
 		return nil, usageError{msg: fmt.Sprintf("--retention-interval %s is shorter than a minute", f.interval)}

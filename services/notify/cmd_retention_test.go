@@ -80,15 +80,19 @@ func TestRetentionCommand(t *testing.T) {
 	}
 }
 
-// --retention-keep is off by default; on, the sweeper runs beside the
-// service under one lifecycle.
+// The sweeper always runs beside the service under one lifecycle: without
+// --retention-keep it drops nothing and creates the coming days'
+// partitions.
 func TestRetentionFlagsWrap(t *testing.T) {
 	db := schematest.NewDatabase(t)
 	svc := &nopService{}
-	var off retentionFlags
+	off := retentionFlags{interval: time.Hour}
 	got, err := off.wrap(svc, db.Pool, slog.New(slog.DiscardHandler))
-	if err != nil || got != startstop.Service(svc) {
-		t.Fatalf("off by default: %T %v", got, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := got.(*withSweeper); !ok || w.sweeper == nil {
+		t.Fatalf("without --retention-keep: %T, want the service with a create-only sweeper", got)
 	}
 	for _, bad := range []retentionFlags{{keep: "1h", interval: time.Hour}, {keep: "x", interval: time.Hour}, {keep: "30d", interval: time.Second}} {
 		if _, err := bad.wrap(svc, db.Pool, slog.New(slog.DiscardHandler)); err == nil {

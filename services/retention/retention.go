@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"math"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -53,7 +54,8 @@ type Config struct {
 	// Pool is required.
 	Pool *pgxpool.Pool
 	// Keep is how much history stays: a day partition is dropped once its
-	// whole day is older than now − Keep. Required, at least Day.
+	// whole day is older than now − Keep. Required: at least Day, or
+	// Forever (drop nothing, only create the coming days' partitions).
 	Keep time.Duration
 	// Ahead is how many days after today get their partitions now
 	// (default DefaultAhead; today's is always made).
@@ -78,7 +80,7 @@ func New(cfg Config) (*Retainer, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("retention: Config.Pool is required")
 	}
-	if cfg.Keep < Day {
+	if cfg.Keep < Day && cfg.Keep != Forever {
 		return nil, fmt.Errorf("retention: keep %s is shorter than one day (partitions are days; e.g. 30d)", cfg.Keep)
 	}
 	if cfg.Ahead < 0 {
@@ -175,7 +177,10 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 	}()
 
 	now := r.cfg.Now().UTC()
-	rep := &Report{Keep: FormatKeep(r.cfg.Keep), Horizon: now.Add(-r.cfg.Keep), DryRun: dryRun, Counts: map[string]int{}}
+	rep := &Report{Keep: FormatKeep(r.cfg.Keep), DryRun: dryRun, Counts: map[string]int{}}
+	if r.cfg.Keep != Forever {
+		rep.Horizon = now.Add(-r.cfg.Keep)
+	}
 	existing := map[string]map[time.Time]bool{} // table → days with a partition
 	var old []Partition
 	for _, table := range r.cfg.Tables {
@@ -188,7 +193,7 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 			if p.Day != "" {
 				existing[table][p.day] = true
 			}
-			if p.Day != "" && !p.day.Add(Day).After(rep.Horizon) {
+			if p.Day != "" && r.cfg.Keep != Forever && !p.day.Add(Day).After(rep.Horizon) {
 				old = append(old, p)
 				continue
 			}
@@ -549,8 +554,18 @@ func floorMillis(s string) (int64, bool) {
 	return int64(binary.BigEndian.Uint64(ts[:])), true
 }
 
-// ParseKeep reads a retention age: "30d" (days), or a Go duration ("720h").
+// Forever as Config.Keep drops nothing: a run only creates the coming
+// days' partitions. Every fan-out process runs so by default, so that new
+// events land in day partitions (not the default one, where retention
+// could never reach them) even where nobody configured retention.
+const Forever time.Duration = math.MaxInt64
+
+// ParseKeep reads a retention age: "30d" (days), a Go duration ("720h"),
+// or "forever".
 func ParseKeep(s string) (time.Duration, error) {
+	if s == "forever" {
+		return Forever, nil
+	}
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		var days int
 		if _, err := fmt.Sscanf(n, "%d", &days); err != nil || fmt.Sprint(days) != n || days < 1 {
@@ -567,6 +582,9 @@ func ParseKeep(s string) (time.Duration, error) {
 
 // FormatKeep prints a Keep the way ParseKeep reads it.
 func FormatKeep(d time.Duration) string {
+	if d == Forever {
+		return "forever"
+	}
 	if d%Day == 0 {
 		return fmt.Sprintf("%dd", d/Day)
 	}

@@ -418,3 +418,35 @@ func TestSweeperRunsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Keep Forever (every fan-out process's sweeper without --retention-keep)
+// drops nothing, however old, and still creates the coming days.
+func TestRetentionForeverOnlyCreates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.partitions(daysAgo(400))
+	old := e.event(daysAgo(400).Add(time.Hour), "finished", true, "delivered")
+	rep := e.run(retention.Forever, false)
+	if rep.Keep != "forever" || !rep.Horizon.IsZero() {
+		t.Errorf("report keep %q horizon %v, want forever and none", rep.Keep, rep.Horizon)
+	}
+	for _, table := range retention.DefaultTables {
+		if got := action(rep, table+"_p"+daysAgo(400).Format("20060102")); got != "keep" {
+			t.Errorf("%s of 400 days ago: %q, want keep", table, got)
+		}
+		for _, d := range []int{0, -7} {
+			if name := table + "_p" + daysAgo(d).Format("20060102"); !e.exists(name) {
+				t.Errorf("%s not created", name)
+			}
+		}
+	}
+	if rep.Counts["drop"] != 0 || rep.Counts["create"] != 16 || rep.EventsRemoved != 0 {
+		t.Errorf("counts %v, events removed %d; want nothing dropped, 16 created", rep.Counts, rep.EventsRemoved)
+	}
+	if e.count(`SELECT count(*) FROM notifications WHERE event_id = $1`, old) != 2 {
+		t.Error("the old event's rows are gone")
+	}
+	if d, err := retention.ParseKeep("forever"); err != nil || d != retention.Forever {
+		t.Errorf("ParseKeep(forever) = %v, %v", d, err)
+	}
+}

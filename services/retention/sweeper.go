@@ -14,7 +14,8 @@ import (
 const DefaultSweepInterval = time.Hour
 
 // Sweeper runs retention in a long-running service: at Start, then every
-// Interval, until Stop. It is opt-in (notify run fanout --retention-keep).
+// Interval, until Stop. Every notify run fanout has one: with Keep Forever
+// (no --retention-keep) it only creates the coming days' partitions.
 type Sweeper struct {
 	startstop.Base
 	r        *Retainer
