@@ -19,6 +19,7 @@ import (
 
 	"github.com/notify-dev/notify/services/api/webapp"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/eventcontrol"
 	"github.com/notify-dev/notify/services/startstop"
 )
 
@@ -153,6 +154,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/me/notifications", s.authed(s.handleInbox))
 	m.HandleFunc("POST /v1/me/notifications/{event_id}/read", s.authed(s.handleMarkRead))
 	m.HandleFunc("GET /v1/events/{event_id}", s.authed(s.handleEvent))
+	m.HandleFunc("POST /v1/events/{event_id}/pause", s.authed(s.handleControl(eventcontrol.Pause)))
+	m.HandleFunc("POST /v1/events/{event_id}/resume", s.authed(s.handleControl(eventcontrol.Resume)))
+	m.HandleFunc("POST /v1/events/{event_id}/cancel", s.authed(s.handleControl(eventcontrol.Cancel)))
 	m.HandleFunc("GET /healthz", s.handleHealthz)
 	m.HandleFunc("GET /readyz", s.handleReadyz)
 	m.HandleFunc("GET /openapi.json", s.handleOpenAPI)

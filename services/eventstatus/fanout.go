@@ -27,7 +27,9 @@ const (
 
 // Fanout is the fan-out progress of one event.
 type Fanout struct {
-	EventID     string    `json:"event_id"`
+	EventID string `json:"event_id"`
+	// stored is fanout_runs.state (see state.go); "" before planning.
+	stored      string
 	CourseID    string    `json:"course_id"`
 	MaterialID  string    `json:"material_id"`
 	Title       string    `json:"title"`
@@ -159,6 +161,7 @@ func (st *Fanout) finish(run runRow, rs []rangeProgress) {
 	if run.notified != nil {
 		st.Notified = *run.notified
 	}
+	st.control(run.state)
 	if run.state == StateScheduled {
 		// Nothing has run yet: started_at is when it was planned, and
 		// the scheduler sets it again at the start.

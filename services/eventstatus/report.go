@@ -26,8 +26,9 @@ type Querier interface {
 // delivered, gone, failed, pending, …) at the top level.
 //
 // "finished" is the fan-out's: every student is notified. "done" is the
-// whole event's: finished, and every target subscription has a final
-// push outcome.
+// whole event's: nothing more will be sent — finished (or cancelled), and
+// every target subscription has a final push outcome. "state" is the
+// event's (see state.go).
 type Report struct {
 	Fanout
 	PushCounts
@@ -101,7 +102,7 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 		return Report{}, true, err
 	}
 	r.PushCounts, r.PushCountsAt = ps.PushCounts, time.Now()
-	r.EventDone = r.Finished && r.PushCounts.Done()
+	r.settle()
 	return r, true, nil
 }
 
@@ -112,7 +113,7 @@ func (r *Report) RefreshPush(ctx context.Context, q Querier) error {
 		return err
 	}
 	r.PushCounts, r.PushCountsAt = ps.PushCounts, time.Now()
-	r.EventDone = r.Finished && r.PushCounts.Done()
+	r.settle()
 	return nil
 }
 

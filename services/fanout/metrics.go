@@ -10,6 +10,9 @@ var (
 	metricSlicesDone   = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="done"}`)
 	// Redelivered or replayed commands that found their work committed.
 	metricSlicesSkipped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="skipped"}`)
+	// A paused event's slices parked, a cancelled one's dropped.
+	metricSlicesParked  = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="parked"}`)
+	metricSlicesDropped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="dropped"}`)
 	metricPushCommands  = metrics.GetOrCreateCounter(`notify_fanout_push_commands_total`)
 	metricSliceDuration = metrics.GetOrCreateHistogram(`notify_fanout_slice_duration_seconds`)
 	// From the commit that wrote a slice command to the start of its

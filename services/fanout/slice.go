@@ -78,6 +78,9 @@ type SliceResult struct {
 	// Skipped: the command had been executed before (redelivery or
 	// replay); nothing was written.
 	Skipped bool
+	// Parked: the event is paused; the command waits in parked_commands
+	// for its resume. Dropped: the event is cancelled; nothing was written.
+	Parked, Dropped bool
 	// Students is the number of students in the slice; Inserted how many
 	// notification rows were new.
 	Students int64
@@ -128,6 +131,10 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 		metricSlicesSkipped.Inc()
 		return res, nil
 	}
+	if res.Parked || res.Dropped {
+		w.cfg.Logger.Debug("slice not run", "event_id", cmd.EventID, "range", cmd.RangeIndex, "seq", cmd.Seq, "parked", res.Parked, "dropped", res.Dropped)
+		return res, nil
+	}
 	metricSliceDuration.UpdateDuration(start)
 	w.cfg.Logger.Debug("slice done", "event_id", cmd.EventID, "range", cmd.RangeIndex, "seq", cmd.Seq,
 		"students", res.Students, "inserted", res.Inserted, "ms", time.Since(start).Milliseconds(), "range_done", res.RangeDone)
@@ -144,8 +151,8 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	var cursor, url *string
 	var slicesDone int
 	var done bool
-	var title string
-	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url)
+	var title, state string
+	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url, &state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
 	}
@@ -161,6 +168,9 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		// previous slice, so a command ahead of its range cannot come from
 		// this pipeline.
 		return fmt.Errorf("%w: slice command seq %d ahead of range %d (%d slices done)", streams.ErrMalformed, cmd.Seq, cmd.RangeIndex, slicesDone)
+	}
+	if stop, err := w.controlSlice(ctx, tx, cmd, state, res); stop || err != nil {
+		return err
 	}
 
 	// The database's cursor, not the command's, decides where the slice

@@ -28,8 +28,9 @@ VALUES (gen_random_uuid(), $1, $2, $3, $4::text::jsonb, $5)`
 
 // sqlLockRange serialises the commands of one range and tells a fresh
 // command from a redelivered one (seq behind slices_done, or done_at set).
+// It also reads the event's control state (unlocked: see controlSlice).
 const sqlLockRange = `
-SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url
+SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
 FOR UPDATE OF g`

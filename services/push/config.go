@@ -111,6 +111,11 @@ type Config struct {
 	// for longer. Keep it well under the consumer's revoke timeout.
 	// Default 5 s.
 	HoldMax time.Duration
+	// StateRefresh is how often the worker reads again the control state
+	// of an event it is sending (pause, cancel; see package eventcontrol):
+	// the bound on how long after a pause answer it may still start sends
+	// of the event. Default eventcontrol.DefaultRefresh (500ms).
+	StateRefresh time.Duration
 	// RevokeTimeout bounds how long a revoke (rebalance) or a lost
 	// partition waits for the partition's in-flight commands before handing
 	// it back; commands still sending then are not cancelled (they start no

@@ -32,6 +32,9 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	// those on the wire finish and are recorded (the give-up path below),
 	// and the next owner sends only the rest.
 	released := streams.PartitionReleased(ctx)
+	// halt: the event's state stopped the dispatch (see control.go);
+	// written before dispatched is sent, read after it is received.
+	var halt string
 	go func() {
 		n := 0
 		defer func() { dispatched <- n }()
@@ -49,6 +52,13 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 				return false
 			case <-released:
 				w.origins.release(origin)
+				return false
+			}
+			// Checked with the slot in hand: the wait for it may be long.
+			if s, stop := w.halted(sendCtx, cmd.EventID); stop {
+				<-w.tokens
+				w.origins.release(origin)
+				halt = s
 				return false
 			}
 			w.m.unrecorded.Inc()
@@ -187,6 +197,13 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	}
 	if failure == nil && b.unknown > 0 {
 		failure = fmt.Errorf("%d sends ended without an answer; the command will be redone for them", b.unknown)
+	}
+	if failure == nil && total < len(recips) && halt != "" {
+		// Paused or cancelled mid-command: record what was sent; the
+		// caller parks the command or cancels the rest.
+		if failure = w.flush(ctx, src, cmd, b, true); failure == nil {
+			return &errHalted{state: halt}
+		}
 	}
 	if failure == nil && total < len(recips) {
 		failure = fmt.Errorf("dispatched %d of %d sends", total, len(recips))

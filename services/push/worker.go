@@ -58,6 +58,7 @@ type Worker struct {
 	restoreGC func()
 
 	stats stats
+	ctl   *workerControl
 }
 
 type stats struct {
@@ -88,6 +89,10 @@ type Stats struct {
 	// Expired counts devices recorded expired (not sent: the event's
 	// expires_at had passed).
 	Expired int64 `json:"expired"`
+	// Parked counts commands of paused events parked; Cancelled devices
+	// recorded cancelled (see package eventcontrol).
+	Parked    int64 `json:"parked"`
+	Cancelled int64 `json:"cancelled"`
 }
 
 // New validates cfg and builds the worker; it joins the group on Start.
@@ -109,6 +114,7 @@ func New(cfg Config) (*Worker, error) {
 	activeN := max(1, cfg.MaxCommands/2)
 	w.active = make(chan struct{}, activeN)
 	w.maxHolders = int64(max(1, cfg.MaxCommands-activeN))
+	w.ctl = newWorkerControl(cfg, w.m)
 	w.log = cfg.Logger
 	if cfg.WorkerID != "" {
 		w.log = w.log.With("worker", cfg.WorkerID)
@@ -190,7 +196,8 @@ func (w *Worker) finish(ctx context.Context, _ bool) error {
 	s := w.Stats()
 	w.log.Info("push worker stopped", "fresh_commands", s.FreshCommands, "retry_commands", s.RetryCommands,
 		"empty_commands", s.EmptyCommands, "requeued", s.Requeued, "delivered", s.Delivered, "gone", s.Gone,
-		"failed", s.Failed, "retrying", s.Retrying, "deferred", s.Deferred, "dead_lettered", s.DeadLettered, "disabled", s.Disabled)
+		"failed", s.Failed, "retrying", s.Retrying, "deferred", s.Deferred, "dead_lettered", s.DeadLettered, "disabled", s.Disabled,
+		"parked", s.Parked, "cancelled", s.Cancelled)
 	return err
 }
 
@@ -201,7 +208,7 @@ func (w *Worker) Stats() Stats {
 		FreshCommands: s.fresh.Load(), RetryCommands: s.retries.Load(), EmptyCommands: s.empty.Load(),
 		Requeued: s.requeued.Load(), Delivered: s.delivered.Load(), Gone: s.gone.Load(), Failed: s.failed.Load(),
 		Retrying: s.retrying.Load(), Deferred: s.deferred.Load(), DeadLettered: s.deadLettered.Load(),
-		Disabled: s.disabled.Load(), Expired: s.expired.Load(),
+		Disabled: s.disabled.Load(), Expired: s.expired.Load(), Parked: w.ctl.nParked.Load(), Cancelled: w.ctl.nCancel.Load(),
 	}
 }
 
@@ -219,6 +226,9 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	w.m.inFlight.Inc()
 	defer w.m.inFlight.Dec()
 	retry := isRetry(cmd)
+	if done, err := w.control(ctx, r, cmd); done || err != nil {
+		return err
+	}
 
 	if cmd.NotBefore != nil {
 		if wait := time.Until(holdUntil(&cmd)); wait > 0 {
@@ -258,22 +268,37 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	defer func() { <-w.active }()
 
 	start := time.Now()
-	recips, err := loadRecipients(ctx, w.cfg.Pool, cmd)
-	w.m.loadDuration.UpdateDuration(start)
-	if err != nil {
-		return err
-	}
-	if len(recips) == 0 {
-		if retry {
-			w.m.retryEmpty.Inc()
-		} else {
-			w.m.freshEmpty.Inc()
+	var recips []recipient
+	for {
+		// The command may have waited for its slot or its hold: the
+		// event may be paused or cancelled by now. A delivery halted by
+		// the event's state comes back here to be parked or cancelled,
+		// or to go on if a resume came first.
+		if done, err := w.control(ctx, r, cmd); done || err != nil {
+			return err
 		}
-		w.stats.empty.Add(1)
-		return nil
-	}
-	if err := w.deliver(ctx, r, cmd, recips); err != nil {
-		return err
+		start = time.Now()
+		recips, err = loadRecipients(ctx, w.cfg.Pool, cmd)
+		w.m.loadDuration.UpdateDuration(start)
+		if err != nil {
+			return err
+		}
+		if len(recips) == 0 {
+			if retry {
+				w.m.retryEmpty.Inc()
+			} else {
+				w.m.freshEmpty.Inc()
+			}
+			w.stats.empty.Add(1)
+			return nil
+		}
+		err = w.deliver(ctx, r, cmd, recips)
+		if err == nil {
+			break
+		}
+		if !isHalted(err) {
+			return err
+		}
 	}
 	if retry {
 		w.m.retryDone.Inc()

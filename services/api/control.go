@@ -1,0 +1,64 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/notify-dev/notify/services/eventcontrol"
+)
+
+// Error codes of event control (409s).
+const (
+	errEventFinal      = "event_final"
+	errInvalidState    = "invalid_state"
+	errEventNotPlanned = "event_not_planned"
+)
+
+// handleControl serves POST /v1/events/{event_id}/pause|resume|cancel:
+// authorized exactly as GET /v1/events/{event_id} (one indexed row, the
+// course's instructor only), then one transition of package eventcontrol,
+// answered with the event's new state.
+func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, *http.Request, UUID) {
+	return func(w http.ResponseWriter, r *http.Request, user UUID) {
+		id, e := pathUUID(r, "event_id", errEventNotFound, "event")
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		_, instructor, err := s.cfg.Status.EventOwner(r.Context(), id)
+		if errors.Is(err, ErrEventNotFound) {
+			writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))
+			return
+		}
+		if err != nil {
+			s.internalError(w, r, "event owner", err)
+			return
+		}
+		if instructor == (UUID{}) || instructor != user {
+			writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may %s this event", a))
+			return
+		}
+		ctl, err := eventcontrol.New(s.pool, eventcontrol.Config{})
+		if err != nil {
+			s.internalError(w, r, "event control", err)
+			return
+		}
+		res, err := ctl.Apply(r.Context(), id.String(), a)
+		switch {
+		case err == nil:
+			s.log.Info("event state changed", "event_id", res.EventID, "action", string(a), "state", res.State,
+				"previous", res.Previous, "by", user.String(), "requeued", res.Requeued, "dropped", res.Dropped)
+			writeJSON(w, http.StatusOK, res)
+		case errors.Is(err, eventcontrol.ErrUnknownEvent):
+			writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))
+		case errors.Is(err, eventcontrol.ErrFinal):
+			writeError(w, newError(http.StatusConflict, errEventFinal, "%s", err.Error()))
+		case errors.Is(err, eventcontrol.ErrWrongState):
+			writeError(w, newError(http.StatusConflict, errInvalidState, "%s", err.Error()))
+		case errors.Is(err, eventcontrol.ErrNotPlanned):
+			writeError(w, newError(http.StatusConflict, errEventNotPlanned, "the event is published but its fan-out is not planned yet; try again in a moment"))
+		default:
+			s.internalError(w, r, "event control", err)
+		}
+	}
+}
