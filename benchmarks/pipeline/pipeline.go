@@ -184,6 +184,8 @@ type Published struct {
 	DatabaseURL string
 	// PublishedAt is when the publish request was sent.
 	PublishedAt time.Time
+	// Mock is the run's mock push service (its Stats: what it received).
+	Mock *benchkit.Mock
 }
 
 // Snapshot is the pipeline's progress at one moment.
@@ -508,7 +510,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		go func() {
 			defer close(hookDone)
 			cfg.Published(hctx, Published{EventID: res.EventID, APIAddr: res.APIAddr, Token: strings.TrimSpace(string(token)),
-				DatabaseURL: dbURL, PublishedAt: t0})
+				DatabaseURL: dbURL, PublishedAt: t0, Mock: mock})
 		}()
 	} else {
 		close(hookDone)

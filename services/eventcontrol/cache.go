@@ -13,10 +13,10 @@ import (
 // A final state is never read again.
 //
 // Cheaper than a lookup per command, and it is what makes a check per send
-// affordable: a lookup is a round trip (about 0.2–0.5 ms here, more under
-// load) against a lock and a map (well under a microsecond); with Refresh
-// 500 ms one worker asks Postgres at most twice a second per event whatever
-// its commands.
+// affordable: a primary-key lookup is a round trip, 64 µs on this machine's
+// loopback under the usual load, against 0.22 µs and no allocation for the
+// cache (BenchmarkStateLookup); with Refresh 500 ms one worker asks
+// Postgres at most twice a second per event, whatever its commands.
 type StateCache struct {
 	q       Querier
 	refresh time.Duration

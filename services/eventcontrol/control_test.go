@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -272,3 +273,5 @@ func BenchmarkStateLookup(b *testing.B) {
 		}
 	})
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

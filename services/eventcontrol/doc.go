@@ -63,5 +63,5 @@
 // read it through a StateCache, refreshed at most every Refresh (500 ms by
 // default) per event, once per command and before every send of a large
 // command: within Refresh plus one round trip of the pause answer, no new
-// send starts (measured by `notify bench pause`).
+// send starts.
 package eventcontrol

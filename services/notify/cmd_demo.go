@@ -79,8 +79,14 @@ func runDemo(ctx context.Context, args []string) error {
 	withBrowser := fs.Bool("browser", false, "also run a real headless Firefox on the web app (/app/) as one of the students and show what it received (needs firefox-esr)")
 	withProm := fs.Bool("prometheus", false, "also start Prometheus (the prometheus executable, infra/prometheus's config and alerts) scraping every service, and keep it after the run until Ctrl-C")
 	promAddr := fs.String("prometheus-addr", "127.0.0.1:9090", "Prometheus' listen address with --prometheus")
+	pauseAt := fs.String("pause-at", "", "pause the event through the API once this share of the devices is pushed (e.g. 30%), hold it --pause-for, then resume")
+	pauseFor := fs.Duration("pause-for", 5*time.Second, "how long --pause-at holds the pause")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	pauseFrac, err := parsePercent(*pauseAt)
+	if err != nil {
+		return usageError{msg: err.Error()}
 	}
 	if *withBrowser {
 		ff, err := firefox.Find()
@@ -119,6 +125,9 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	p.cfg.Say = func(s string) { fmt.Fprintf(out, "• %s\n", s) }
 	p.cfg.Progress = runProgressPrinter(out)
+	if pauseFrac > 0 {
+		p.cfg.Published = demoPause(pauseFrac, *pauseFor, out)
+	}
 	mix := pipeline.DefaultMix()
 	if p.cfg.Mix != nil {
 		mix = *p.cfg.Mix

@@ -42,6 +42,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", push.DefaultBackoffMax, "cap of the retry backoff")
 	fs.IntVar(&cfg.BatchSize, "batch-size", push.DefaultBatchSize, "outcomes recorded per transaction (one round trip)")
 	fs.DurationVar(&cfg.FlushInterval, "flush-interval", push.DefaultFlushInterval, "longest an outcome waits for its batch to fill")
+	fs.DurationVar(&cfg.StateRefresh, "state-refresh", 0, "how often an event's pause/cancel state is read again while its pushes are sent: the bound on sends starting after a pause answer (default 500ms)")
 	fs.DurationVar(&cfg.HoldMax, "hold-max", push.DefaultHoldMax, "longest an early retry is held in memory before it is re-queued through the outbox")
 	fs.DurationVar(&cfg.RevokeTimeout, "revoke-timeout", 15*time.Second, "on a rebalance, how long commands of revoked partitions may take to finish before they are cancelled uncommitted")
 	fs.DurationVar(&cfg.LagInterval, "lag-interval", push.DefaultLagInterval, "how often the group's committed lag is read into metrics (negative: never)")
