@@ -121,6 +121,22 @@ func (p *pipeline) start() {
 	}
 }
 
+// waitLog waits until pr logs a line containing msg.
+func (p *pipeline) waitLog(pr *benchkit.Proc, msg string) {
+	p.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, _ := os.ReadFile(pr.LogPath)
+		if strings.Contains(string(b), msg) {
+			return
+		}
+		if pr.Exited() || time.Now().After(deadline) {
+			p.t.Fatalf("%s did not log %q:\n%s", pr.Name, msg, pr.LogTail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // kill ends every service with SIGKILL.
 func (p *pipeline) kill() {
 	p.t.Helper()
@@ -328,7 +344,13 @@ func TestPipelinePauseRestartResume(t *testing.T) {
 
 	p.kill()
 	p.start()
-	time.Sleep(8 * time.Second) // the services rejoin and catch up on whatever was in flight
+	// The restarted services own their partitions (the killed ones' are
+	// freed after their session timeout) and have read whatever was not
+	// committed: it must all stay parked.
+	for _, pr := range p.procs[len(p.procs)-2:] {
+		p.waitLog(pr, "partitions assigned")
+	}
+	time.Sleep(3 * time.Second)
 	if got, _ := s.last(); got != n {
 		t.Fatalf("%d pushes while paused, across the restart", got-n)
 	}
