@@ -30,6 +30,9 @@ type cached struct {
 	state   string
 	at      time.Time
 	loading bool
+	// read is closed once the state was first read (or failed to be):
+	// until then there is no previous value to hand out.
+	read chan struct{}
 }
 
 // DefaultRefresh is StateCache's default refresh interval.
@@ -59,6 +62,20 @@ func (c *StateCache) State(ctx context.Context, eventID string) string {
 	now := time.Now()
 	c.mu.Lock()
 	e, ok := c.m[eventID]
+	if ok && e.loading && e.at.IsZero() {
+		// The first read is under way: wait for it rather than answer
+		// "no run" (which would let a paused event's command run).
+		read := e.read
+		c.mu.Unlock()
+		select {
+		case <-read:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		s := e.state
+		c.mu.Unlock()
+		return s
+	}
 	if ok && (Final(e.state) || e.loading || now.Sub(e.at) < c.refresh) {
 		s := e.state
 		c.mu.Unlock()
@@ -72,8 +89,11 @@ func (c *StateCache) State(ctx context.Context, eventID string) string {
 				}
 			}
 		}
-		e = &cached{}
+		e = &cached{read: make(chan struct{})}
 		c.m[eventID] = e
+	}
+	if e.at.IsZero() && e.read == nil {
+		e.read = make(chan struct{}) // a first read again, after a failed one
 	}
 	e.loading = true
 	prev := e.state
@@ -84,6 +104,10 @@ func (c *StateCache) State(ctx context.Context, eventID string) string {
 	cancel()
 	c.mu.Lock()
 	e.loading = false
+	if e.read != nil {
+		close(e.read)
+		e.read = nil
+	}
 	if err != nil {
 		s = prev
 		if ctx.Err() == nil {

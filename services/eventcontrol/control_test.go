@@ -275,3 +275,28 @@ func BenchmarkStateLookup(b *testing.B) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestStateCacheFirstRead: callers that ask while the first read of an
+// event is under way wait for it instead of seeing "no run" (which would
+// let a paused event's commands go).
+func TestStateCacheFirstRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, eventcontrol.Config{})
+	ev := e.run(eventcontrol.StatePaused)
+	c := eventcontrol.NewStateCache(e.db.Pool, time.Minute, nil)
+	var wg sync.WaitGroup
+	var wrong atomic.Int64
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c.State(context.Background(), ev) != eventcontrol.StatePaused {
+				wrong.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := wrong.Load(); n > 0 {
+		t.Fatalf("%d of 50 callers did not see the pause", n)
+	}
+}
