@@ -11,6 +11,7 @@ package pausebench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,8 +146,9 @@ func cycle(ctx context.Context, cfg Config, p pipeline.Published) ([]Pause, erro
 		}
 		asked := time.Now()
 		if err := post("pause"); err != nil {
-			if ctx.Err() != nil {
-				return out, nil
+			var se *StatusError
+			if ctx.Err() != nil || (errors.As(err, &se) && se.Code == "event_final") {
+				return out, nil // the run ended between two looks
 			}
 			return out, err
 		}
@@ -201,10 +203,29 @@ func Control(ctx context.Context, p pipeline.Published, action string) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %d %s", action, resp.StatusCode, body)
+		se := &StatusError{Action: action, Status: resp.StatusCode, Body: string(body)}
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil {
+			se.Code = e.Error.Code
+		}
+		return se
 	}
 	return nil
 }
+
+// StatusError is an API answer other than 200.
+type StatusError struct {
+	Action string
+	Status int
+	Code   string // the error body's code
+	Body   string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("%s: %d %s", e.Action, e.Status, e.Body) }
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
