@@ -153,19 +153,26 @@ func cycle(ctx context.Context, cfg Config, p pipeline.Published) ([]Pause, erro
 			return out, err
 		}
 		answered := time.Now()
+		resume := func() error {
+			// Also when the run is ending: an event left paused would
+			// never finish.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			return Control(rctx, p, "resume")
+		}
 		at, err := received()
 		if err != nil {
-			return out, nil // the run is ending
+			return out, resume() // the run is ending
 		}
 		pz := Pause{AnswerMs: ms(answered.Sub(asked))}
 		n, last := at, answered
 		for time.Since(answered) < cfg.Paused {
 			if !sleep(ctx, cfg.Sample) {
-				return out, nil
+				return out, resume()
 			}
 			now, err := received()
 			if err != nil {
-				return out, nil
+				return out, resume()
 			}
 			if now != n {
 				if time.Since(answered) > Bound {
@@ -175,10 +182,7 @@ func cycle(ctx context.Context, cfg Config, p pipeline.Published) ([]Pause, erro
 			}
 		}
 		pz.SentAfterAnswer, pz.LastSendMs = n-at, ms(last.Sub(answered))
-		if err := post("resume"); err != nil {
-			if ctx.Err() != nil {
-				return out, nil
-			}
+		if err := resume(); err != nil {
 			return out, err
 		}
 		out = append(out, pz)

@@ -59,6 +59,22 @@ func demoPause(frac float64, hold time.Duration, out io.Writer) func(context.Con
 			say("pause: %v", err)
 			return
 		}
+		resumed := false
+		defer func() {
+			if resumed {
+				return
+			}
+			// The run ended while paused: every push was already on the
+			// wire (a small run within the worker's in-flight cap). Resume
+			// anyway, so the event is not left paused.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := pausebench.Control(rctx, p, "resume"); err != nil {
+				say("resume: %v", err)
+				return
+			}
+			say("RESUMED (every push had left before the pause took hold: they were in flight)")
+		}()
 		answered := time.Now()
 		at, _ := p.Mock.Stats(ctx)
 		say("PAUSED at %d of %d devices pushed (POST /v1/events/%s/pause); holding %s", at.Received, devices, p.EventID, hold)
@@ -74,6 +90,7 @@ func demoPause(frac float64, hold time.Duration, out io.Writer) func(context.Con
 			}
 		}
 		say("while paused: %d more push(es) arrived, the last %d ms after the pause answer (in flight); resuming", n-at.Received, last.Sub(answered).Milliseconds())
+		resumed = true
 		if err := pausebench.Control(ctx, p, "resume"); err != nil {
 			say("resume: %v", err)
 			return
