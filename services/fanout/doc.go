@@ -37,6 +37,12 @@
 // that also advances the range's cursor. The R chains of an event run in
 // parallel on different partitions of the fan-out topic.
 //
+// A command of a paused event runs no slice: it is parked in Postgres
+// (eventcontrol.Park, under the run row's lock) and its offset committed,
+// and the resume sends it back; one of a cancelled event is dropped. The
+// state is read with the range's lock, so a running event pays nothing
+// (control.go).
+//
 // # Exactly once
 //
 // The range row is locked first and carries the number of slices done: a

@@ -95,6 +95,16 @@
 // expiry is held only until it. What is sent before then gets the
 // remaining lifetime as its time-to-live on every platform. See expiry.go.
 //
+// # Pause and cancel
+//
+// The event's control state (package eventcontrol) is checked when a
+// command arrives, again before it loads its recipients, and before every
+// send, through a per-worker cache refreshed every Config.StateRefresh: a
+// paused event's command is parked in Postgres and committed (whatever it
+// had sent is recorded first), never held; a cancelled event's devices not
+// yet sent are recorded 'cancelled' by the worker, so a device on the wire
+// while the cancel commits keeps the outcome of its send. See control.go.
+//
 // # Files
 //
 // worker.go is the lifecycle (startstop) and one command's flow; hold.go
