@@ -347,3 +347,34 @@ func TestManyPausesLoseNothing(t *testing.T) {
 		t.Fatalf("%d commands still parked", left)
 	}
 }
+
+// TestCancelWhilePaused: the commands parked by a pause are sent back by
+// the cancel, and the workers record their devices cancelled: delivered +
+// cancelled = target, nothing sent after the pause took hold.
+func TestCancelWhilePaused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{users: 3000, subsRatio: 1.1, mock: pushmock.Config{Latency: 20 * time.Millisecond}})
+	f.plan(f.eventID)
+	f.startRelay()
+	f.newWorker(slowWorker)
+	f.produceCommands(f.commands(24))
+	sends := f.watchSends()
+	f.waitUnique(f.seed.Subscriptions*3/10, 2*time.Minute)
+	f.control(f.eventID, eventcontrol.Pause)
+	n, _ := f.quiet(sends, 2*time.Second, time.Minute)
+	f.waitCaughtUp(time.Minute)
+	parked := f.count(`SELECT count(*) FROM parked_commands WHERE event_id = $1`, f.eventID)
+	res, _ := f.control(f.eventID, eventcontrol.Cancel)
+	if parked == 0 || res.Requeued != parked {
+		t.Fatalf("cancel re-queued %d of %d parked commands", res.Requeued, parked)
+	}
+	st := f.waitSettled(2 * time.Minute)
+	if got, _ := sends.last(); got != n {
+		t.Fatalf("%d sends after the pause", got-n)
+	}
+	ms := f.mock.Stats()
+	if st.Delivered+st.Cancelled != st.Target || st.Cancelled == 0 || ms.Unique != st.Delivered || ms.Duplicates != 0 {
+		t.Fatalf("status %+v, mock %+v", st.PushCounts, ms)
+	}
+	f.verify()
+}
