@@ -267,7 +267,7 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	}
 	defer func() { <-w.active }()
 
-	start := time.Now()
+	var start time.Time
 	var recips []recipient
 	for {
 		// The command may have waited for its slot or its hold: the
