@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventcontrol"
 	"github.com/notify-dev/notify/services/eventstatus"
@@ -53,6 +54,7 @@ type pipeline struct {
 
 func newPipeline(t *testing.T, users int) *pipeline {
 	t.Helper()
+	localtest.Short(t, "builds the notify binary and runs the whole pipeline as processes")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	p := &pipeline{t: t, ctx: ctx, db: schematest.NewDatabase(t), topics: streamstest.NewTopics(t), bin: notifytest.Binary(t), dir: t.TempDir()}
