@@ -216,7 +216,7 @@ func TestPartitionCreateRefusedWhileDefaultHoldsTheDay(t *testing.T) {
 	}
 }
 
-// Migration 0014 converts a populated database exactly: every row of both
+// Migration 0013 converts a populated database exactly: every row of both
 // tables (checksummed), the counters (not recounted), and the columns,
 // indexes and triggers a parallel migration added before it.
 func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
@@ -232,7 +232,7 @@ func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Everything before this one (0014, or whatever number it was given at
+	// Everything before this one (0013, or whatever number it was given at
 	// merge), as Migrate would have applied it.
 	conv := -1
 	for _, m := range ms {

@@ -8,7 +8,7 @@ import (
 
 // Lifecycle event types (outbox column "type", Kafka header "eventType") on
 // outbox.event.lifecycle. They are written by the triggers of schema
-// migration 0013, one per change in the database; services/lifecycle
+// migration 0012, one per change in the database; services/lifecycle
 // documents when each is written, streams/asyncapi.yaml their schemas.
 const (
 	TypeFanoutStarted  = "FanoutStarted"

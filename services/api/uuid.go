@@ -29,7 +29,7 @@ func (u *UUID) ScanUUID(v pgtype.UUID) error {
 // NewUUID returns a time-ordered (version 7) UUID: event and material ids.
 // An event id's first 48 bits are its publish time in Unix milliseconds,
 // which is what notifications and push_deliveries are partitioned by
-// (schema migration 0014: one partition per UTC day of event ids).
+// (schema migration 0013: one partition per UTC day of event ids).
 // google/uuid keeps the ids of one process increasing within a
 // millisecond too.
 func NewUUID() UUID { return UUID(uuid.Must(uuid.NewV7())) }

@@ -125,7 +125,7 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 		t.Fatalf("second plan planned again: %v %v", ok, err)
 	}
 	// Planning also announces the run once on the lifecycle topic
-	// (FanoutStarted, migration 0013); the slice commands are the rest.
+	// (FanoutStarted, migration 0012); the slice commands are the rest.
 	if n := count(t, db.Pool, `SELECT count(*) FROM outbox WHERE aggregatetype = 'fanout'`); n != 3 {
 		t.Fatalf("%d slice commands after planning twice, want 3", n)
 	}

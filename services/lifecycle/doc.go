@@ -7,7 +7,7 @@
 //
 // # Events
 //
-// Each is written to the outbox by a trigger of schema migration 0013 in
+// Each is written to the outbox by a trigger of schema migration 0012 in
 // the transaction that makes the change, so there is exactly one per
 // change in the database, whoever makes it, and none for a redelivered
 // command that changes nothing. Payload types are in package streams

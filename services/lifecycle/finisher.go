@@ -38,7 +38,7 @@ type FinisherConfig struct {
 
 // Finisher moves running events whose fan-out finished and whose every
 // device has a final outcome to 'finished' (the state rules' only
-// running → finished transition); migration 0013's trigger writes the
+// running → finished transition); migration 0012's trigger writes the
 // PushFinished record in that transaction. Its lifecycle is startstop's.
 // Any number of finishers may run (one per fan-out process): the UPDATE …
 // WHERE state = 'running' decides, so each event is finished once.

@@ -1,7 +1,7 @@
 // Package retention keeps notify's per-recipient history bounded: it drops
 // whole day partitions of notifications and push_deliveries older than a
 // configured age, and creates the partitions of the coming days ahead of
-// time (schema migration 0014 partitions both tables by the UTC day of
+// time (schema migration 0013 partitions both tables by the UTC day of
 // their UUIDv7 event id).
 //
 // Dropping a partition is one catalog operation whatever its size — never

@@ -491,7 +491,7 @@ func listPartitions(ctx context.Context, conn *pgxpool.Conn, table string) ([]Pa
 		return nil, fmt.Errorf("retention: inspect %s: %w", table, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("retention: table %s is not partitioned (apply schema migration 0014: notify migrate)", table)
+		return nil, fmt.Errorf("retention: table %s is not partitioned (apply schema migration 0013: notify migrate)", table)
 	}
 	rows, err := conn.Query(ctx, sqlPartitions, table)
 	if err != nil {

@@ -41,7 +41,7 @@ const (
 	sqlDeleteRuns      = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 )
 
-// Partition creation is migration 0014's SQL function, so the migration
+// Partition creation is migration 0013's SQL function, so the migration
 // and retention create partitions exactly alike.
 const (
 	sqlCreatePartition = `SELECT coalesce(event_partition_create(to_regclass($1), $2::date), '')`
