@@ -14,16 +14,21 @@ import (
 // Target is every subscription the event should reach: the subscriptions
 // the notified students hold now, plus those with an outcome recorded for
 // the event that no longer exist (gone ones are deleted when recorded; a
-// browser may also unsubscribe after its push was delivered). Counting at
-// query time means a browser that subscribes after its student's command
-// was handled is counted as pending — it exists and was never pushed to,
-// and the status says so rather than hiding it.
+// browser may also unsubscribe after its push was delivered). A browser
+// that subscribes after its student's command was handled is counted as
+// pending — it exists and was never pushed to, and the status says so
+// rather than hiding it.
 //
-// Every count is read from event_counters (schema migration 0006), which
-// the writers of the rows keep exact in the same transactions: Target,
-// Delivered, Gone, Failed, Retrying, Cancelled and Expired are counted,
-// Unsent is Target minus the rest. Verify recomputes each term separately
-// from the tables and names any difference.
+// Every count is read from event_counters (schema migrations 0006, 0010),
+// which the writers of the rows keep exact in the same transactions:
+// Target, Delivered, Gone, Failed, Retrying, Cancelled and Expired are
+// counted, Unsent is Target minus the rest. Verify recomputes each term
+// separately from the tables and names any difference.
+//
+// Target counts the devices of the students whose push command has run
+// (it counts them when it loads them; PushDetail.AwaitingPush says how
+// many students are still to come), so while a fan-out runs Target grows
+// with the push stage, as Delivered does.
 type PushCounts struct {
 	Target    int64 `json:"target"`
 	Delivered int64 `json:"delivered"`
@@ -46,7 +51,64 @@ type PushCounts struct {
 }
 
 // Done reports whether every target subscription has a final outcome.
+// Whether every notified student is in the target yet is Push.Done's.
 func (c PushCounts) Done() bool { return c.Pending == 0 }
+
+// Platform names, as push_subscriptions.platform and
+// push_deliveries.platform spell them.
+const (
+	PlatformWebPush = "webpush"
+	PlatformFCM     = "fcm"
+	PlatformAPNs    = "apns"
+)
+
+// Platforms is the push accounting per platform: each platform's
+// PushCounts, whose sums over the platforms are the totals. Every
+// platform is always present (zero when the event has no such device),
+// so readers find the same shape for every event.
+type Platforms struct {
+	WebPush PushCounts `json:"webpush"`
+	FCM     PushCounts `json:"fcm"`
+	APNs    PushCounts `json:"apns"`
+}
+
+// Of returns the counts of platform, nil for an unknown one.
+func (p *Platforms) Of(platform string) *PushCounts {
+	switch platform {
+	case PlatformWebPush:
+		return &p.WebPush
+	case PlatformFCM:
+		return &p.FCM
+	case PlatformAPNs:
+		return &p.APNs
+	}
+	return nil
+}
+
+// All lists the platforms with their counts, in the JSON's order.
+func (p *Platforms) All() []struct {
+	Name   string
+	Counts *PushCounts
+} {
+	return []struct {
+		Name   string
+		Counts *PushCounts
+	}{{PlatformWebPush, &p.WebPush}, {PlatformFCM, &p.FCM}, {PlatformAPNs, &p.APNs}}
+}
+
+// PushDetail is what the counters say beyond the totals. It comes after
+// every other field in the JSON of Push and Report, so the bytes of the
+// fields readers had before it are unchanged.
+type PushDetail struct {
+	// AwaitingPush is the number of notified students whose push command
+	// has not counted their devices yet (schema migration 0010: the push
+	// worker counts a command's devices when it loads them, not the
+	// fan-out when it notifies). Until it does, their devices are in no
+	// count: not in Target, not pending. 0 once every command ran.
+	AwaitingPush int64 `json:"awaiting_push"`
+	// Platforms splits the counts by the devices' platform.
+	Platforms Platforms `json:"platforms"`
+}
 
 // Push is the push accounting of one event with its identity.
 type Push struct {
@@ -55,28 +117,69 @@ type Push struct {
 	// (notifications rows).
 	Notified int64 `json:"notified"`
 	PushCounts
+	PushDetail
 }
 
+// Done reports whether nothing more will be pushed: every notified
+// student's devices are counted and each has a final outcome.
+func (s Push) Done() bool { return s.AwaitingPush == 0 && s.PushCounts.Done() }
+
 // LoadPush returns the push accounting of eventID (a uuid) from its
-// counters: at most 32 event_counters rows, whatever the audience size, so it is cheap enough for every poll. An
-// unknown event has all counts zero.
+// counters: at most 48 event_counters rows and 48 per platform, whatever
+// the audience size, so it is cheap enough for every poll. An unknown
+// event has all counts zero.
 func LoadPush(ctx context.Context, q Querier, eventID string) (Push, error) {
 	s := Push{EventID: eventID}
 	if err := checkEventID(eventID); err != nil {
 		return s, err
 	}
-	return s, scanPush(q.QueryRow(ctx, sqlPushCounters, eventID), &s)
+	rows, err := q.Query(ctx, sqlPushCounters, eventID)
+	if err != nil {
+		return s, fmt.Errorf("push status of %s: %w", eventID, err)
+	}
+	return s, scanPush(rows, &s)
 }
 
-// scanPush reads sqlPushCounters' row into s.
-func scanPush(row pgx.Row, s *Push) error {
-	err := row.Scan(&s.Notified, &s.Target, &s.Delivered, &s.Gone, &s.Failed, &s.Retrying, &s.Cancelled, &s.Expired, &s.NotConfigured)
-	if err != nil {
+// scanPush reads sqlPushCounters' rows into s: the totals (platform ""),
+// then one row per platform with counters.
+func scanPush(rows pgx.Rows, s *Push) error {
+	defer rows.Close()
+	var totals bool
+	for rows.Next() {
+		var platform string
+		var targetedStudents int64
+		var c PushCounts
+		var notified int64
+		if err := rows.Scan(&platform, &notified, &targetedStudents, &c.Target, &c.Delivered, &c.Gone, &c.Failed, &c.Retrying, &c.Cancelled, &c.Expired, &c.NotConfigured); err != nil {
+			return fmt.Errorf("push status of %s: %w", s.EventID, err)
+		}
+		c.derive()
+		if platform == "" {
+			totals = true
+			s.Notified, s.PushCounts = notified, c
+			// Negative only if the counters drifted from the rows, which
+			// Verify names; shown as it is rather than hidden.
+			s.AwaitingPush = notified - targetedStudents
+			continue
+		}
+		p := s.Platforms.Of(platform)
+		if p == nil {
+			return fmt.Errorf("push status of %s: counters of unknown platform %q", s.EventID, platform)
+		}
+		*p = c
+	}
+	if err := rows.Err(); err != nil {
 		return fmt.Errorf("push status of %s: %w", s.EventID, err)
 	}
-	// Negative only if the counters drifted from the rows, which Verify
-	// names; shown as it is rather than hidden.
-	s.Unsent = s.Target - s.Delivered - s.Gone - s.Failed - s.Retrying - s.Cancelled - s.Expired
-	s.Pending = s.Retrying + s.Unsent
+	if !totals {
+		return fmt.Errorf("push status of %s: no totals row", s.EventID)
+	}
 	return nil
+}
+
+// derive fills Unsent and Pending from the counted terms. Negative only
+// if the counters drifted from the rows, which Verify names.
+func (c *PushCounts) derive() {
+	c.Unsent = c.Target - c.Delivered - c.Gone - c.Failed - c.Retrying - c.Cancelled - c.Expired
+	c.Pending = c.Retrying + c.Unsent
 }

@@ -34,8 +34,11 @@ type Report struct {
 	PushCounts
 	// PushCountsAt is when the push counts were read.
 	PushCountsAt time.Time `json:"push_counts_at"`
-	// EventDone is Finished and no push pending.
+	// EventDone is Finished and nothing more to push (Push.Done).
 	EventDone bool `json:"done"`
+	// PushDetail (students awaiting their push, counts per platform) comes
+	// last, after the fields the report had before it.
+	PushDetail
 }
 
 // Batcher sends statements in one round trip; *pgxpool.Pool, *pgx.Conn
@@ -98,11 +101,14 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 	}
 	r.finish(run, rs)
 	ps := Push{EventID: eventID}
-	if err := scanPush(br.QueryRow(), &ps); err != nil {
+	rows, err = br.Query()
+	if err != nil {
+		return Report{}, true, fmt.Errorf("push status of %s: %w", eventID, err)
+	}
+	if err := scanPush(rows, &ps); err != nil {
 		return Report{}, true, err
 	}
-	r.PushCounts, r.PushCountsAt = ps.PushCounts, time.Now()
-	r.settle()
+	r.setPush(ps)
 	return r, true, nil
 }
 
@@ -112,9 +118,14 @@ func (r *Report) RefreshPush(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	r.PushCounts, r.PushCountsAt = ps.PushCounts, time.Now()
-	r.settle()
+	r.setPush(ps)
 	return nil
+}
+
+// setPush puts the push accounting into r and settles its state.
+func (r *Report) setPush(ps Push) {
+	r.PushCounts, r.PushDetail, r.PushCountsAt = ps.PushCounts, ps.PushDetail, time.Now()
+	r.settle()
 }
 
 // Done reports whether the event needs no more watching.

@@ -31,6 +31,7 @@ func TestLoadBothStages(t *testing.T) {
 	mustExec(`INSERT INTO fanout_ranges (event_id, range_index, lo, hi, slices_done, notified, done_at)
 		VALUES ($1, 0, '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 1, 50, now())`, ev)
 	mustExec(`INSERT INTO notifications (event_id, user_id, created_at) SELECT $1, user_id, now() FROM enrollments`, ev)
+	loadCommand(t, db, ev, firstUser, lastUser)
 	// All but 3 subscriptions delivered, 1 gone (deleted), 2 still unsent.
 	mustExec(`INSERT INTO push_deliveries (event_id, subscription_id, status)
 		SELECT $1, id, 'delivered' FROM push_subscriptions WHERE id > 3`, ev)

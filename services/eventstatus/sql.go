@@ -35,32 +35,66 @@ SELECT lo::text, hi::text, cursor::text, slices_done, notified, done_at IS NOT N
 FROM fanout_ranges WHERE event_id = $1`
 )
 
-// sqlPushCounters sums the event's counter shards (≤ 32 rows by primary
-// key prefix).
+// sqlPushCounters sums the event's counter shards: the totals (≤ 48
+// event_counters rows by primary key prefix, platform '') and then each
+// platform's (≤ 48 event_platform_counters rows each), in one statement.
 const sqlPushCounters = `
-SELECT
-  coalesce(sum(notified), 0)::bigint,
+SELECT ''::text,
+  coalesce(sum(notified), 0)::bigint, coalesce(sum(targeted_students), 0)::bigint,
   coalesce(sum(targeted), 0)::bigint, coalesce(sum(delivered), 0)::bigint, coalesce(sum(gone), 0)::bigint,
   coalesce(sum(failed), 0)::bigint, coalesce(sum(retrying), 0)::bigint,
   coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint,
   coalesce(sum(not_configured), 0)::bigint
-FROM event_counters WHERE event_id = $1`
+FROM event_counters WHERE event_id = $1
+UNION ALL
+SELECT platform, 0, 0,
+  sum(targeted)::bigint, sum(delivered)::bigint, sum(gone)::bigint,
+  sum(failed)::bigint, sum(retrying)::bigint,
+  sum(cancelled)::bigint, sum(expired)::bigint,
+  sum(not_configured)::bigint
+FROM event_platform_counters WHERE event_id = $1
+GROUP BY platform`
 
 // Verify's terms, recomputed from the rows, each on its own so that a
-// mistake in one cannot hide in another.
+// mistake in one cannot hide in another. The device terms are grouped by
+// platform (the subscription's for current devices, the outcome's for
+// outcomes); their totals are the sums. "Counted" students are those
+// inside an event_target_ranges row of the event (their push command
+// counted them), joined range by range: a range scan of notifications'
+// primary key each.
 const (
 	sqlVerifyNotified = `SELECT count(*) FROM notifications WHERE event_id = $1`
 
+	sqlVerifyTargetedStudents = `
+SELECT count(*) FROM event_target_ranges r
+JOIN notifications n ON n.event_id = r.event_id AND n.user_id BETWEEN r.first_user AND r.last_user
+WHERE r.event_id = $1`
+
+	// Ranges of one event never overlap (a command overlapping a counted
+	// range counts nothing): an overlap would count students twice.
+	sqlVerifyOverlappingRanges = `
+SELECT count(*) FROM event_target_ranges a
+JOIN event_target_ranges b ON b.event_id = a.event_id AND b.first_user > a.first_user AND b.first_user <= a.last_user
+WHERE a.event_id = $1`
+
 	sqlVerifyCurrent = `
-SELECT count(*) FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id WHERE n.event_id = $1`
+SELECT s.platform, count(*) FROM event_target_ranges r
+JOIN notifications n ON n.event_id = r.event_id AND n.user_id BETWEEN r.first_user AND r.last_user
+JOIN push_subscriptions s ON s.user_id = n.user_id
+WHERE r.event_id = $1
+GROUP BY s.platform`
 
 	sqlVerifyOrphaned = `
-SELECT count(*) FROM push_deliveries d WHERE d.event_id = $1
-  AND NOT EXISTS (SELECT 1 FROM push_subscriptions s WHERE s.id = d.subscription_id)`
+SELECT d.platform, count(*) FROM push_deliveries d WHERE d.event_id = $1
+  AND NOT EXISTS (SELECT 1 FROM push_subscriptions s WHERE s.id = d.subscription_id)
+GROUP BY d.platform`
 
 	sqlVerifyUnsent = `
-SELECT count(*) FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id
-WHERE n.event_id = $1 AND NOT EXISTS (SELECT 1 FROM push_deliveries d WHERE d.event_id = $1 AND d.subscription_id = s.id)`
+SELECT s.platform, count(*) FROM event_target_ranges r
+JOIN notifications n ON n.event_id = r.event_id AND n.user_id BETWEEN r.first_user AND r.last_user
+JOIN push_subscriptions s ON s.user_id = n.user_id
+WHERE r.event_id = $1 AND NOT EXISTS (SELECT 1 FROM push_deliveries d WHERE d.event_id = $1 AND d.subscription_id = s.id)
+GROUP BY s.platform`
 
 	sqlVerifyStrangers = `
 SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
@@ -70,14 +104,20 @@ WHERE d.event_id = $1 AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.even
 SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
 WHERE d.event_id = $1 AND d.status = 'gone'`
 
+	// An outcome's platform is its device's while the device exists.
+	sqlVerifyPlatformMismatch = `
+SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
+WHERE d.event_id = $1 AND d.platform <> s.platform`
+
 	sqlVerifyOdd = `
 SELECT count(*) FROM push_deliveries WHERE event_id = $1
   AND (status NOT IN ('delivered', 'gone', 'failed', 'retrying', 'cancelled', 'expired') OR attempts < 0)`
 
 	sqlVerifyNotConfigured = `
-SELECT count(*) FROM push_deliveries
-WHERE event_id = $1 AND status = 'failed' AND error LIKE 'provider_not_configured%'`
+SELECT platform, count(*) FROM push_deliveries
+WHERE event_id = $1 AND status = 'failed' AND error LIKE 'provider_not_configured%'
+GROUP BY platform`
 
 	sqlVerifyByStatus = `
-SELECT status, count(*) FROM push_deliveries WHERE event_id = $1 GROUP BY status`
+SELECT platform, status, count(*) FROM push_deliveries WHERE event_id = $1 GROUP BY platform, status`
 )

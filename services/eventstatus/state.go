@@ -20,7 +20,8 @@ func (st *Fanout) control(stored string) {
 }
 
 // settle derives the event's done and state from both stages. done: nothing
-// more will be sent and every target device has its final outcome — the
+// more will be sent, every notified student's push command has counted its
+// devices and every target device has its final outcome — the
 // fan-out finished, or the event was cancelled (its remaining slices are
 // dropped and its devices not sent are recorded cancelled by the push
 // workers, which Pending then counts down to 0). A running event that is
@@ -29,11 +30,11 @@ func (st *Fanout) control(stored string) {
 func (r *Report) settle() {
 	switch r.stored {
 	case StateCancelled:
-		r.EventDone = r.PushCounts.Done()
+		r.EventDone = r.pushDone()
 	case StatePaused, StateScheduled:
 		r.EventDone = false
 	default:
-		r.EventDone = r.Finished && r.PushCounts.Done()
+		r.EventDone = r.Finished && r.pushDone()
 	}
 	if r.stored == StateRunning {
 		if r.EventDone {
@@ -42,4 +43,10 @@ func (r *Report) settle() {
 			r.State = StateRunning
 		}
 	}
+}
+
+// pushDone is Push.Done of the report's push part: every notified
+// student's push command has counted its devices and none is pending.
+func (r *Report) pushDone() bool {
+	return Push{PushCounts: r.PushCounts, PushDetail: r.PushDetail}.Done()
 }

@@ -59,8 +59,16 @@ func (r Report) WriteText(w io.Writer) error {
 		row("eta", "unknown")
 	}
 	if !r.PushCountsAt.IsZero() {
-		row("push", fmt.Sprintf("%s target: %s delivered, %s gone, %s failed, %s pending (%s retrying)",
-			group(r.Target), group(r.Delivered), group(r.Gone), group(r.Failed), group(r.Pending), group(r.Retrying)))
+		row("push", pushLine(r.PushCounts))
+		// One line per platform the event has devices or outcomes of.
+		for _, p := range r.Platforms.All() {
+			if *p.Counts != (PushCounts{}) {
+				row("  "+p.Name, pushLine(*p.Counts))
+			}
+		}
+		if r.AwaitingPush != 0 {
+			row("awaiting", fmt.Sprintf("%s students whose push command has not run yet (their devices join the target when it does)", group(r.AwaitingPush)))
+		}
 		if r.NotConfigured > 0 {
 			row("not sent", fmt.Sprintf("%s of the failed have no provider configured for their platform (provider_not_configured): set the platform's credentials (README, Platforms and devices)", group(r.NotConfigured)))
 		}
@@ -72,6 +80,17 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// pushLine is one scope's accounting: the totals or one platform's.
+// cancelled and expired are shown when there are any.
+func pushLine(c PushCounts) string {
+	s := fmt.Sprintf("%s target: %s delivered, %s gone, %s failed, %s pending (%s retrying)",
+		group(c.Target), group(c.Delivered), group(c.Gone), group(c.Failed), group(c.Pending), group(c.Retrying))
+	if c.Cancelled != 0 || c.Expired != 0 {
+		s += fmt.Sprintf(", %s cancelled, %s expired", group(c.Cancelled), group(c.Expired))
+	}
+	return s
 }
 
 // group formats n with thousands separators: 1000000 → 1,000,000.

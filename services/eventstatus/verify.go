@@ -30,18 +30,24 @@ type TxBeginner interface {
 // snapshot, so counters and rows are read at the same instant:
 //
 //   - notified = notifications rows of the event
-//   - target = |current subscriptions of notified students| +
+//   - targeted students = notified students inside the event's counted
+//     ranges (event_target_ranges: their push command counted them), and
+//     no two ranges overlap
+//   - target = |current subscriptions of counted students| +
 //     |recorded outcomes whose subscription no longer exists|
 //   - delivered, gone, failed, retrying, cancelled, expired =
 //     push_deliveries rows by status
-//   - unsent = subscriptions of notified students with no outcome
+//   - unsent = subscriptions of counted students with no outcome
 //   - delivered + gone + failed + retrying + cancelled + expired + unsent
 //     = target
+//   - each of those per platform too (the device's, the outcome's for
+//     outcomes), against the per-platform counters
 //   - no outcome for a subscription of a student who was not notified
 //     (that would be a push nobody asked for)
 //   - no gone outcome whose subscription still exists (gone ones are
 //     deleted in the transaction that records them)
-//   - no status outside the four known ones, no attempts below 0
+//   - no outcome whose platform differs from its subscription's
+//   - no status outside the six known ones, no attempts below 0
 //
 // A returned error means the checks could not run; failed checks are in
 // Verification.Problems.
@@ -59,39 +65,55 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	if v.Status, err = LoadPush(ctx, tx, eventID); err != nil {
 		return v, err
 	}
-	var (
-		notified, current, orphaned, unsent, strangers, goneAlive, odd, notConfigured int64
-		by                                                                            = map[string]int64{}
-	)
+	var notified, targetedStudents, overlapping, strangers, goneAlive, mismatched, odd int64
 	for _, c := range []struct {
 		dst *int64
 		sql string
 	}{
 		{&notified, sqlVerifyNotified},
-		{&current, sqlVerifyCurrent},
-		{&orphaned, sqlVerifyOrphaned},
-		{&unsent, sqlVerifyUnsent},
+		{&targetedStudents, sqlVerifyTargetedStudents},
+		{&overlapping, sqlVerifyOverlappingRanges},
 		{&strangers, sqlVerifyStrangers},
 		{&goneAlive, sqlVerifyGoneAlive},
+		{&mismatched, sqlVerifyPlatformMismatch},
 		{&odd, sqlVerifyOdd},
-		{&notConfigured, sqlVerifyNotConfigured},
 	} {
 		if err := tx.QueryRow(ctx, c.sql, eventID).Scan(c.dst); err != nil {
 			return v, fmt.Errorf("verify %s: %w", eventID, err)
 		}
 	}
+	// Per platform; "" holds the totals.
+	current, orphaned, unsent, notConfigured := rowCounts{}, rowCounts{}, rowCounts{}, rowCounts{}
+	for _, c := range []struct {
+		dst rowCounts
+		sql string
+	}{
+		{current, sqlVerifyCurrent},
+		{orphaned, sqlVerifyOrphaned},
+		{unsent, sqlVerifyUnsent},
+		{notConfigured, sqlVerifyNotConfigured},
+	} {
+		if err := c.dst.query(ctx, tx, c.sql, eventID); err != nil {
+			return v, fmt.Errorf("verify %s: %w", eventID, err)
+		}
+	}
+	by := map[string]map[string]int64{"": {}}
 	rows, err := tx.Query(ctx, sqlVerifyByStatus, eventID)
 	if err != nil {
 		return v, fmt.Errorf("verify %s: %w", eventID, err)
 	}
 	for rows.Next() {
-		var st string
+		var platform, st string
 		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
+		if err := rows.Scan(&platform, &st, &n); err != nil {
 			rows.Close()
 			return v, fmt.Errorf("verify %s: %w", eventID, err)
 		}
-		by[st] = n
+		if by[platform] == nil {
+			by[platform] = map[string]int64{}
+		}
+		by[platform][st] += n
+		by[""][st] += n
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -99,32 +121,24 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	}
 
 	s := v.Status
-	target := current + orphaned
 	problem := func(format string, args ...any) { v.Problems = append(v.Problems, fmt.Sprintf(format, args...)) }
-	if target != s.Target {
-		problem("target: %d current subscriptions of notified students + %d outcomes of removed subscriptions = %d, the counters say %d", current, orphaned, target, s.Target)
-	}
 	for _, c := range []struct {
 		name      string
 		got, want int64
 	}{
 		{"notified", s.Notified, notified},
-		{"delivered", s.Delivered, by[push.StatusDelivered]},
-		{"gone", s.Gone, by[push.StatusGone]},
-		{"failed", s.Failed, by[push.StatusFailed]},
-		{"retrying", s.Retrying, by[push.StatusRetrying]},
-		{"unsent", s.Unsent, unsent},
-		{"cancelled", s.Cancelled, by[push.StatusCancelled]},
-		{"expired", s.Expired, by[push.StatusExpired]},
-		{"not_configured", s.NotConfigured, notConfigured},
+		{"targeted students", s.Notified - s.AwaitingPush, targetedStudents},
 	} {
 		if c.got != c.want {
 			problem("%s: the tables hold %d, the counters say %d", c.name, c.want, c.got)
 		}
 	}
-	if sum := by[push.StatusDelivered] + by[push.StatusGone] + by[push.StatusFailed] + by[push.StatusRetrying] + by[push.StatusCancelled] + by[push.StatusExpired] + unsent; sum != target {
-		problem("delivered %d + gone %d + failed %d + retrying %d + cancelled %d + expired %d + unsent %d = %d ≠ target %d",
-			by[push.StatusDelivered], by[push.StatusGone], by[push.StatusFailed], by[push.StatusRetrying], by[push.StatusCancelled], by[push.StatusExpired], unsent, sum, target)
+	checkDevices(problem, "", s.PushCounts, current[""], orphaned[""], unsent[""], notConfigured[""], by[""])
+	for _, p := range s.Platforms.All() {
+		checkDevices(problem, p.Name+" ", *p.Counts, current[p.Name], orphaned[p.Name], unsent[p.Name], notConfigured[p.Name], by[p.Name])
+	}
+	if overlapping > 0 {
+		problem("%d pair(s) of counted ranges overlap: their students are counted twice", overlapping)
 	}
 	if strangers > 0 {
 		problem("%d outcome(s) for subscriptions of students who were not notified of the event", strangers)
@@ -132,8 +146,63 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	if goneAlive > 0 {
 		problem("%d subscription(s) recorded gone still exist", goneAlive)
 	}
+	if mismatched > 0 {
+		problem("%d outcome(s) whose platform is not their subscription's", mismatched)
+	}
 	if odd > 0 {
 		problem("%d outcome(s) with an unknown status or negative attempts", odd)
 	}
 	return v, nil
+}
+
+// checkDevices compares one scope's device counts (the totals, scope "",
+// or one platform, scope "fcm ") with the terms recomputed from the rows.
+func checkDevices(problem func(string, ...any), scope string, c PushCounts, current, orphaned, unsent, notConfigured int64, by map[string]int64) {
+	target := current + orphaned
+	if target != c.Target {
+		problem("%starget: %d current subscriptions of counted students + %d outcomes of removed subscriptions = %d, the counters say %d", scope, current, orphaned, target, c.Target)
+	}
+	for _, t := range []struct {
+		name      string
+		got, want int64
+	}{
+		{"delivered", c.Delivered, by[push.StatusDelivered]},
+		{"gone", c.Gone, by[push.StatusGone]},
+		{"failed", c.Failed, by[push.StatusFailed]},
+		{"retrying", c.Retrying, by[push.StatusRetrying]},
+		{"unsent", c.Unsent, unsent},
+		{"cancelled", c.Cancelled, by[push.StatusCancelled]},
+		{"expired", c.Expired, by[push.StatusExpired]},
+		{"not_configured", c.NotConfigured, notConfigured},
+	} {
+		if t.got != t.want {
+			problem("%s%s: the tables hold %d, the counters say %d", scope, t.name, t.want, t.got)
+		}
+	}
+	if sum := by[push.StatusDelivered] + by[push.StatusGone] + by[push.StatusFailed] + by[push.StatusRetrying] + by[push.StatusCancelled] + by[push.StatusExpired] + unsent; sum != target {
+		problem("%sdelivered %d + gone %d + failed %d + retrying %d + cancelled %d + expired %d + unsent %d = %d ≠ target %d", scope,
+			by[push.StatusDelivered], by[push.StatusGone], by[push.StatusFailed], by[push.StatusRetrying], by[push.StatusCancelled], by[push.StatusExpired], unsent, sum, target)
+	}
+}
+
+// rowCounts holds a grouped count per platform, and the total under "".
+type rowCounts map[string]int64
+
+// query runs a (platform, count) query into m.
+func (m rowCounts) query(ctx context.Context, tx pgx.Tx, sql, eventID string) error {
+	rows, err := tx.Query(ctx, sql, eventID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var platform string
+		var n int64
+		if err := rows.Scan(&platform, &n); err != nil {
+			return err
+		}
+		m[platform] += n
+		m[""] += n
+	}
+	return rows.Err()
 }

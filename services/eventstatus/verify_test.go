@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
 )
@@ -27,23 +29,49 @@ func execer(t *testing.T, db *schematest.Database) func(sql string, args ...any)
 	}
 }
 
-// recount rewrites the counters of ev from its rows (what migration 0006
+// recount rewrites the totals of ev from its rows (what migration 0006
 // does for history), after a test made them drift.
 func recount(t *testing.T, db *schematest.Database, ev string) {
 	t.Helper()
 	exec := execer(t, db)
 	exec(`DELETE FROM event_counters WHERE event_id = $1`, ev)
-	exec(`INSERT INTO event_counters (event_id, shard, notified, targeted, delivered, gone, failed, retrying)
+	exec(`INSERT INTO event_counters (event_id, shard, notified, targeted_students, targeted, delivered, gone, failed, retrying)
 		SELECT $1, 16, (SELECT count(*) FROM notifications WHERE event_id = $1),
-		  (SELECT count(*) FROM notifications n JOIN push_subscriptions s ON s.user_id = n.user_id WHERE n.event_id = $1)
+		  (SELECT count(*) FROM event_target_ranges r JOIN notifications n ON n.event_id = r.event_id AND n.user_id BETWEEN r.first_user AND r.last_user WHERE r.event_id = $1),
+		  (SELECT count(*) FROM event_target_ranges r JOIN notifications n ON n.event_id = r.event_id AND n.user_id BETWEEN r.first_user AND r.last_user
+		     JOIN push_subscriptions s ON s.user_id = n.user_id WHERE r.event_id = $1)
 		  + (SELECT count(*) FROM push_deliveries d WHERE d.event_id = $1 AND NOT EXISTS (SELECT 1 FROM push_subscriptions s WHERE s.id = d.subscription_id)),
 		  count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'gone'),
 		  count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'retrying')
 		FROM push_deliveries WHERE event_id = $1`, ev)
 }
 
+// Every user, as one push command's range.
+const (
+	firstUser = "00000000-0000-0000-0000-000000000000"
+	lastUser  = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+)
+
+// loadCommand does what the push worker does when a fresh command of ev
+// for the students in [first, last] arrives: it loads their unsent
+// devices through push_command_devices, which counts the command's
+// devices into the target once. It returns the devices' ids.
+func loadCommand(t *testing.T, db *schematest.Database, ev, first, last string) []int64 {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT id FROM push_command_devices($1, $2, $3) ORDER BY id`, ev, first, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 // seedTiny: three users with one subscription each (ids 1–3); A and B are
-// notified of evA, C is not.
+// notified of evA, C is not; evA's push command for everyone has loaded
+// (and so counted) its devices.
 func seedTiny(t *testing.T, db *schematest.Database) func(sql string, args ...any) {
 	t.Helper()
 	exec := execer(t, db)
@@ -59,6 +87,7 @@ func seedTiny(t *testing.T, db *schematest.Database) func(sql string, args ...an
 		VALUES ($1, gen_random_uuid(), gen_random_uuid(), now(), 1, 5000)`, evA)
 	exec(`INSERT INTO fanout_ranges (event_id, range_index, lo, hi, slices_done, notified)
 		VALUES ($1, 0, '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', 1, 2)`, evA)
+	loadCommand(t, db, evA, firstUser, lastUser)
 	return exec
 }
 

@@ -93,7 +93,7 @@ func errText(err error) string {
 func (b *batch) add(res result) (release bool) {
 	out := res.out
 	id := res.rc.id
-	r := row{subID: id, http: int32(out.Status), attempts: b.attempt, err: errText(out.Err)}
+	r := row{subID: id, http: int32(out.Status), attempts: b.attempt, err: errText(out.Err), platform: res.rc.platform}
 	final := func(status string) {
 		r.status = status
 		if res.token {

@@ -7,19 +7,17 @@ package push
 // [first, last], minus those with any push_deliveries row for it. A
 // 'retrying' row is excluded too: its retry command was written in the same
 // transaction that recorded it, so a redelivered fresh command must leave
-// it to that retry. notifications' primary key (event_id, user_id) is the
-// range scan; push_subscriptions_user and push_deliveries' key are probed
-// per row. Disabled subscriptions come back flagged: they are recorded
-// without a send.
+// it to that retry. push_command_devices (schema migration 0010) runs the
+// join — notifications' primary key (event_id, user_id) is the range scan;
+// push_subscriptions_user and push_deliveries' key are probed per row — and
+// in the same statement counts the command's students and devices into
+// the event's target, once per command: a redelivered copy counts nothing.
+// Disabled subscriptions come back flagged: they are recorded without a
+// send.
 const loadFreshSQL = `
 SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
        s.consecutive_failures, s.disabled_at IS NOT NULL
-FROM notifications n
-JOIN push_subscriptions s ON s.user_id = n.user_id
-WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
-  AND NOT EXISTS (
-    SELECT 1 FROM push_deliveries d
-    WHERE d.event_id = $1 AND d.subscription_id = s.id)
+FROM push_command_devices($1, $2, $3) s
 ORDER BY s.id`
 
 // loadRetrySQL: the retry's subscriptions that are still waiting for
@@ -38,19 +36,22 @@ ORDER BY d.subscription_id`
 
 // recordSQL upserts a batch of outcomes in one statement. A final status is
 // never overwritten (WHERE d.status = 'retrying'): a late or duplicate
-// writer cannot turn a delivered push back into a retrying one.
+// writer cannot turn a delivered push back into a retrying one. The
+// device's platform ($7) is counted per platform by the outcome triggers;
+// a retry's device deleted meanwhile has none here ('' → NULL), and the
+// schema takes it from its existing row (migration 0010).
 const recordSQL = `
-INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, updated_at)
-SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), now()
-FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[]) AS u(id, status, http, attempts, err)
+INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
+SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), nullif(u.platform, ''), now()
+FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[]) AS u(id, status, http, attempts, err, platform)
 ON CONFLICT (event_id, subscription_id) DO UPDATE
 SET status = excluded.status, http_status = excluded.http_status, attempts = excluded.attempts,
     error = excluded.error, updated_at = excluded.updated_at
 WHERE d.status = 'retrying'`
 
 // recordCountedSQL is recordSQL that also moves the consecutive-failure
-// count of the subscriptions named in $7 (failed for good: +1, disabled
-// at $8) and $9 (delivered after failures: back to 0), for exactly the rows
+// count of the subscriptions named in $8 (failed for good: +1, disabled
+// at $9) and $10 (delivered after failures: back to 0), for exactly the rows
 // this statement wrote — a duplicate writer, whose rows recordSQL's WHERE
 // leaves alone, counts nothing twice. The = ANY keeps each update to
 // primary-key probes of the few named ids. It returns how many
@@ -62,14 +63,14 @@ WITH rec AS (` + recordSQL + `
 ), failing AS (
   UPDATE push_subscriptions s
   SET consecutive_failures = s.consecutive_failures + 1,
-      disabled_at = CASE WHEN s.consecutive_failures + 1 >= $8 THEN coalesce(s.disabled_at, now()) ELSE s.disabled_at END
+      disabled_at = CASE WHEN s.consecutive_failures + 1 >= $9 THEN coalesce(s.disabled_at, now()) ELSE s.disabled_at END
   FROM rec
-  WHERE s.id = ANY($7::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'failed'
-  RETURNING s.consecutive_failures = $8 AS disabled
+  WHERE s.id = ANY($8::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'failed'
+  RETURNING s.consecutive_failures = $9 AS disabled
 ), recovered AS (
   UPDATE push_subscriptions s SET consecutive_failures = 0
   FROM rec
-  WHERE s.id = ANY($9::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'delivered'
+  WHERE s.id = ANY($10::bigint[]) AND rec.subscription_id = s.id AND rec.status = 'delivered'
 )
 SELECT count(*) FILTER (WHERE disabled) FROM failing`
 

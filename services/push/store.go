@@ -100,6 +100,9 @@ type row struct {
 	http     int32 // 0: no answer
 	attempts int32
 	err      string
+	// platform is the device's ("" for a retry's device deleted
+	// meanwhile: its existing row keeps its own).
+	platform string
 }
 
 // outboxCommand is one push command to queue.
@@ -140,17 +143,18 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o o
 	https := make([]int32, n)
 	attempts := make([]int32, n)
 	errs := make([]string, n)
+	platforms := make([]string, n)
 	for i, r := range o.rows {
-		ids[i], statuses[i], https[i], attempts[i], errs[i] = r.subID, r.status, r.http, r.attempts, r.err
+		ids[i], statuses[i], https[i], attempts[i], errs[i], platforms[i] = r.subID, r.status, r.http, r.attempts, r.err, r.platform
 	}
 	counted := n > 0 && (len(o.failing) > 0 || len(o.recovered) > 0)
 	var b pgx.Batch
 	switch {
 	case counted:
-		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, o.failing, o.disableAfter, o.recovered).
+		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, platforms, o.failing, o.disableAfter, o.recovered).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
 	case n > 0:
-		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs)
+		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	}
 	if len(o.gone) > 0 {
 		b.Queue(deleteGoneSQL, o.gone)
