@@ -36,7 +36,7 @@ FROM fanout_ranges WHERE event_id = $1`
 )
 
 // sqlPushCounters sums the event's counter shards: the totals (≤ 48
-// event_counters rows by primary key prefix, platform '') and then each
+// event_counters rows by primary key prefix, platform empty) and then each
 // platform's (≤ 48 event_platform_counters rows each), in one statement.
 const sqlPushCounters = `
 SELECT ''::text,

@@ -38,7 +38,7 @@ ORDER BY d.subscription_id`
 // never overwritten (WHERE d.status = 'retrying'): a late or duplicate
 // writer cannot turn a delivered push back into a retrying one. The
 // device's platform ($7) is counted per platform by the outcome triggers;
-// a retry's device deleted meanwhile has none here ('' → NULL), and the
+// a retry's device deleted meanwhile has none here (empty: NULL), and the
 // schema takes it from its existing row (migration 0010).
 const recordSQL = `
 INSERT INTO push_deliveries AS d (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
