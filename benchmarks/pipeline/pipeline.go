@@ -774,7 +774,7 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		if qerr == nil && users == int64(cfg.Users) && subs == want && fcmN == devs.fcm && apnsN == devs.apns &&
 			(devs.webpush == 0 || strings.HasPrefix(endpoint, pushBaseURL(cfg))) {
 			cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
-			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, event_counters, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
+			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, event_counters, event_platform_counters, event_target_ranges, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
 			if err != nil {
 				pool.Close()
 				return nil, "", 0, 0, fmt.Errorf("empty run tables: %w", err)

@@ -103,7 +103,7 @@ func (r *disruptRun) waitSettled(timeout time.Duration) (st eventstatus.Push, se
 	for {
 		if settled.IsZero() {
 			s, err := eventstatus.LoadPush(f.ctx, f.db.Pool, f.eventID)
-			if lastErr = err; err == nil && s.Target > 0 && s.Pending == 0 {
+			if lastErr = err; err == nil && s.Target > 0 && s.Done() {
 				st, settled = s, time.Now()
 			}
 		}

@@ -346,8 +346,9 @@ func mustVAPID(t testing.TB) *webpush.VAPIDKey {
 	return k
 }
 
-// waitSettled waits until every target subscription has a final outcome
-// and returns the status.
+// waitSettled waits until every notified student's devices are counted
+// (their push command ran) and each has a final outcome, and returns the
+// status.
 func (f *fixture) waitSettled(timeout time.Duration) eventstatus.Push {
 	f.t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -358,7 +359,7 @@ func (f *fixture) waitSettled(timeout time.Duration) eventstatus.Push {
 		if err != nil {
 			f.t.Fatal(err)
 		}
-		if st.Target > 0 && st.Pending == 0 {
+		if st.Target > 0 && st.Done() {
 			return st
 		}
 		if time.Now().After(deadline) {

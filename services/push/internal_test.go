@@ -340,6 +340,11 @@ func TestRecordMovesCountersExactlyOnce(t *testing.T) {
 		SELECT 100 + i, $1, 'https://push.example/a/' || i, $2, $3 FROM generate_series(0, 399) i`, userA, make([]byte, 65), make([]byte, 16)); err != nil {
 		t.Fatal(err)
 	}
+	// The fresh command for A and B loads their 402 devices, which counts
+	// them into the target.
+	if recips, err := loadRecipients(ctx, db.Pool, streams.PushCommand{EventID: evA, FirstUser: userA, LastUser: userB, Attempt: 1}); err != nil || len(recips) != 402 {
+		t.Fatalf("fresh command loaded %d devices (%v), want 402", len(recips), err)
+	}
 	// (eventstatus.Verify does this check for every event; it imports this
 	// package, so the test states it directly: counters = rows by status.)
 	want := func(stage string, delivered, gone, failed, retrying, unsent int64) {

@@ -314,6 +314,11 @@ func TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{users: 60, subsRatio: 1.0})
 	f.startRelay()
+	// The fresh command ran (its load counted the devices) and left every
+	// device retrying.
+	if _, err := f.db.Pool.Exec(f.ctx, `SELECT count(*) FROM push_command_devices($1, '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff')`, f.eventID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts)
 		SELECT $1, id, 'retrying', 503, 1 FROM push_subscriptions`, f.eventID); err != nil {
 		t.Fatal(err)
