@@ -304,7 +304,7 @@ func ensureSeeded(ctx context.Context, pool *pgxpool.Pool, cfg Config, res *Resu
 // full-page writes).
 func reset(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, q := range []string{
-		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries, event_counters`,
+		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries, event_counters, event_platform_counters, event_target_ranges`,
 		`DELETE FROM materials`,
 		`VACUUM ANALYZE enrollments`,
 		`VACUUM ANALYZE notifications`,

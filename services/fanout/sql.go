@@ -47,10 +47,11 @@ FOR UPDATE OF g`
 // measured with EXPLAIN ANALYZE on the 1M-student benchmark database, next
 // to 40–50 ms for the insert itself.
 //
-// The insert moves event_counters (notified, targeted) in the same
-// statement through the statement trigger of migration 0006, which sees
-// exactly the rows ON CONFLICT DO NOTHING inserted: a slice run twice
-// counts nothing the second time.
+// The insert moves event_counters.notified in the same statement through
+// the statement trigger of migrations 0006 and 0010, which sees exactly
+// the rows ON CONFLICT DO NOTHING inserted: a slice run twice counts
+// nothing the second time. The students' devices are counted into the
+// target by their push command when it loads them (0010), not here.
 //
 // Parameters: $1 course, $2 lower bound, $3 upper bound (inclusive),
 // $4 publish time, $5 slice size, $6 event.
