@@ -24,8 +24,8 @@ func runStatus(ctx context.Context, args []string) error {
 	infra.register(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
 	watch := fs.Bool("watch", false, "refresh every second until the fan-out finishes")
-	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (push counts: at most every 5s, they scan the event's deliveries)")
-	verify := fs.Bool("verify", false, "check delivered + gone + failed + pending = target against the tables; exit 1 when it does not hold")
+	interval := fs.Duration("interval", time.Second, "refresh interval of --watch")
+	verify := fs.Bool("verify", false, "check delivered + gone + failed + cancelled + expired + pending = target, in total and per platform, against the tables; exit 1 when it does not hold")
 	// Accept the event id before or after the flags.
 	var eventID string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -113,8 +113,17 @@ func verifyEvent(ctx context.Context, pool *pgxpool.Pool, eventID string, asJSON
 		fmt.Printf("%s\n", b)
 	} else {
 		c := v.Status.PushCounts
-		fmt.Printf("event %s: notified %d, target %d = delivered %d + gone %d + failed %d + pending %d\n",
-			eventID, v.Status.Notified, c.Target, c.Delivered, c.Gone, c.Failed, c.Pending)
+		fmt.Printf("event %s: notified %d, target %d = delivered %d + gone %d + failed %d + cancelled %d + expired %d + pending %d\n",
+			eventID, v.Status.Notified, c.Target, c.Delivered, c.Gone, c.Failed, c.Cancelled, c.Expired, c.Pending)
+		for _, p := range v.Status.Platforms.All() {
+			if c := *p.Counts; c != (eventstatus.PushCounts{}) {
+				fmt.Printf("  %s: target %d = delivered %d + gone %d + failed %d + cancelled %d + expired %d + pending %d\n",
+					p.Name, c.Target, c.Delivered, c.Gone, c.Failed, c.Cancelled, c.Expired, c.Pending)
+			}
+		}
+		if n := v.Status.AwaitingPush; n != 0 {
+			fmt.Printf("  %d notified students await their push command (their devices are not in the target yet)\n", n)
+		}
 		for _, p := range v.Problems {
 			fmt.Printf("problem: %s\n", p)
 		}
