@@ -46,3 +46,28 @@ func TestReportJSONIsFlat(t *testing.T) {
 		t.Fatalf("json %s", b)
 	}
 }
+
+// The text shows one line per platform the event has devices of, and the
+// students whose push command has not run yet.
+func TestReportTextPerPlatform(t *testing.T) {
+	r := Report{Fanout: Fanout{EventID: "e", State: StateRunning}, PushCountsAt: time.Now(),
+		PushCounts: PushCounts{Target: 12, Delivered: 9, Pending: 3, Unsent: 3},
+		PushDetail: PushDetail{AwaitingPush: 1500, Platforms: Platforms{
+			WebPush: PushCounts{Target: 10, Delivered: 8, Pending: 2, Unsent: 2},
+			APNs:    PushCounts{Target: 2, Delivered: 1, Pending: 1, Unsent: 1},
+		}}}
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"  webpush  10 target: 8 delivered, 0 gone, 0 failed, 2 pending (0 retrying)",
+		"  apns     2 target: 1 delivered, 0 gone, 0 failed, 1 pending (0 retrying)",
+		"awaiting   1,500 students whose push command has not run yet"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "fcm") {
+		t.Errorf("a platform without devices is shown:\n%s", b.String())
+	}
+}
