@@ -100,14 +100,13 @@ GROUP BY s.platform`
 SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
 WHERE d.event_id = $1 AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.event_id = $1 AND n.user_id = s.user_id)`
 
-	sqlVerifyGoneAlive = `
-SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
-WHERE d.event_id = $1 AND d.status = 'gone'`
-
-	// An outcome's platform is its device's while the device exists.
-	sqlVerifyPlatformMismatch = `
-SELECT count(*) FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
-WHERE d.event_id = $1 AND d.platform <> s.platform`
+	// Outcomes of devices that still exist: none may be gone (gone ones
+	// are deleted when recorded), and each has its device's platform. One
+	// pass over the event's outcomes for both.
+	sqlVerifyAlive = `
+SELECT count(*) FILTER (WHERE d.status = 'gone'), count(*) FILTER (WHERE d.platform <> s.platform)
+FROM push_deliveries d JOIN push_subscriptions s ON s.id = d.subscription_id
+WHERE d.event_id = $1`
 
 	sqlVerifyOdd = `
 SELECT count(*) FROM push_deliveries WHERE event_id = $1

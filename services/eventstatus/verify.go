@@ -74,13 +74,14 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		{&targetedStudents, sqlVerifyTargetedStudents},
 		{&overlapping, sqlVerifyOverlappingRanges},
 		{&strangers, sqlVerifyStrangers},
-		{&goneAlive, sqlVerifyGoneAlive},
-		{&mismatched, sqlVerifyPlatformMismatch},
 		{&odd, sqlVerifyOdd},
 	} {
 		if err := tx.QueryRow(ctx, c.sql, eventID).Scan(c.dst); err != nil {
 			return v, fmt.Errorf("verify %s: %w", eventID, err)
 		}
+	}
+	if err := tx.QueryRow(ctx, sqlVerifyAlive, eventID).Scan(&goneAlive, &mismatched); err != nil {
+		return v, fmt.Errorf("verify %s: %w", eventID, err)
 	}
 	// Per platform; "" holds the totals.
 	current, orphaned, unsent, notConfigured := rowCounts{}, rowCounts{}, rowCounts{}, rowCounts{}
