@@ -16,7 +16,7 @@ package push
 // send.
 const loadFreshSQL = `
 SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
-       s.consecutive_failures, s.disabled_at IS NOT NULL
+       s.consecutive_failures, s.disabled
 FROM push_command_devices($1, $2, $3) s
 ORDER BY s.id`
 
