@@ -13,12 +13,14 @@
 //     transaction elsewhere makes the run fail fast instead of queueing
 //     every writer behind it;
 //  2. if an event of that day is still running — scheduled or paused, or
-//     running with its fan-out unfinished or a device without a final
-//     outcome (the derivation `notify status` uses for "done"; the
+//     running with its fan-out unfinished, a student whose push command
+//     has not counted its devices yet or a device without a final outcome
+//     (the derivation `notify status` uses for "done"; the
 //     lifecycle finisher writes state 'finished' for exactly that) — the
 //     day is refused and nothing changes;
-//  3. otherwise the day's fanout_ranges, event_counters and fanout_runs
-//     rows are deleted by event id range (a few rows per event, primary key
+//  3. otherwise the day's fanout_ranges, event_counters,
+//     event_platform_counters, event_target_ranges and fanout_runs rows
+//     are deleted by event id range (a few rows per event, primary key
 //     range scans) and the partitions are dropped. DROP locks the parent
 //     ACCESS EXCLUSIVE for an instant; DETACH … CONCURRENTLY, which would
 //     not, is refused on a table with a default partition. LockTimeout

@@ -16,15 +16,18 @@ WHERE i.inhparent = to_regclass($1)
 ORDER BY c.relname`
 
 // sqlRunningEvents: events of [$1, $2) that still need their rows. A
-// 'running' event whose fan-out finished and whose every target has a
-// final outcome (delivered, gone, failed, cancelled, expired — retrying is
-// not final) is done, whether or not anything has written 'finished' yet.
+// 'running' event whose fan-out finished, whose every notified student's
+// push command has counted its devices (notified = targeted_students,
+// migration 0010) and whose every target has a final outcome (delivered,
+// gone, failed, cancelled, expired — retrying is not final) is done,
+// whether or not anything has written 'finished' yet.
 const sqlRunningEvents = `
 SELECT r.event_id::text, r.state FROM fanout_runs r
 WHERE r.event_id >= $1::uuid AND r.event_id < $2::uuid
   AND (r.state IN ('scheduled', 'paused')
        OR (r.state = 'running' AND (r.finished_at IS NULL OR
            (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
+                   + coalesce(sum(c.notified - c.targeted_students), 0)
             FROM event_counters c WHERE c.event_id = r.event_id) > 0)))
 ORDER BY r.event_id
 LIMIT $3`
@@ -35,10 +38,13 @@ LIMIT $3`
 // and GET /v1/events/{id} then answer "no such event" instead of reporting
 // an event waiting for its planner.
 const (
-	sqlDeleteRanges    = `DELETE FROM fanout_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
-	sqlDeleteCounters  = `DELETE FROM event_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
-	sqlUnlinkMaterials = `UPDATE materials SET event_id = NULL WHERE event_id >= $1::uuid AND event_id < $2::uuid`
-	sqlDeleteRuns      = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteRanges   = `DELETE FROM fanout_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteCounters = `DELETE FROM event_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	// The per-platform counters and counted ranges of migration 0010.
+	sqlDeletePlatformCounters = `DELETE FROM event_platform_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteTargetRanges     = `DELETE FROM event_target_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlUnlinkMaterials        = `UPDATE materials SET event_id = NULL WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteRuns             = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 )
 
 // Partition creation is migration 0013's SQL function, so the migration
