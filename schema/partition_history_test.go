@@ -262,7 +262,8 @@ func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
 	}
 	// What another engineer's migration might have added meanwhile.
 	for _, q := range []string{
-		`ALTER TABLE push_deliveries ADD COLUMN platform text NOT NULL DEFAULT 'webpush' CHECK (platform <> '')`,
+		// (migration 0010 now adds the real one, which must travel too)
+		`ALTER TABLE push_deliveries ADD COLUMN IF NOT EXISTS platform text NOT NULL DEFAULT 'webpush' CHECK (platform <> '')`,
 		`CREATE INDEX push_deliveries_retrying ON push_deliveries (event_id) WHERE status = 'retrying'`,
 		`CREATE TABLE outcome_log (event_id uuid, subscription_id bigint, status text)`,
 		`CREATE FUNCTION log_outcome() RETURNS trigger LANGUAGE plpgsql AS $$

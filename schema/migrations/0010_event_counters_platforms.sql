@@ -77,10 +77,13 @@ ALTER TABLE push_deliveries ADD COLUMN platform text NOT NULL DEFAULT 'webpush'
     CONSTRAINT push_deliveries_platform_check CHECK (platform IN ('webpush', 'fcm', 'apns'));
 UPDATE push_deliveries d SET platform = s.platform
 FROM push_subscriptions s WHERE s.id = d.subscription_id AND s.platform <> 'webpush';
--- From now on the writer says it (no silent default): the push worker
--- passes the device's platform; a writer that leaves it NULL gets the
--- subscription's (or its existing outcome's), and an error when neither
--- exists. The WHEN keeps the trigger off the push worker's path.
+-- From now on the writer says it: the push worker passes the device's
+-- platform. A writer that leaves it NULL (written before this column, or
+-- an operator's SQL) gets the subscription's rather than a fixed default
+-- that would count an FCM device's outcome as webpush; for a device that
+-- no longer exists, its existing outcome's; else 'webpush', as the
+-- history rows above. The WHEN keeps the trigger off the push worker's
+-- path.
 ALTER TABLE push_deliveries ALTER COLUMN platform DROP DEFAULT;
 
 CREATE FUNCTION push_deliveries_platform_fill() RETURNS trigger
@@ -88,10 +91,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     NEW.platform := coalesce(
         (SELECT s.platform FROM push_subscriptions s WHERE s.id = NEW.subscription_id),
-        (SELECT d.platform FROM push_deliveries d WHERE d.event_id = NEW.event_id AND d.subscription_id = NEW.subscription_id));
-    IF NEW.platform IS NULL THEN
-        RAISE EXCEPTION 'push_deliveries: subscription % does not exist, so the platform of its outcome must be given', NEW.subscription_id;
-    END IF;
+        (SELECT d.platform FROM push_deliveries d WHERE d.event_id = NEW.event_id AND d.subscription_id = NEW.subscription_id),
+        'webpush');
     RETURN NEW;
 END $$;
 
