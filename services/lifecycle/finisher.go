@@ -159,8 +159,9 @@ func (f *Finisher) candidates(ctx context.Context, after string) ([]string, erro
 }
 
 // finish moves one event to 'finished' when its push accounting
-// (services/eventstatus: the counters, at most 32 rows) says nothing is
-// pending. Nothing can make a final outcome pending again once the fan-out
+// (services/eventstatus: a few counter rows) says every notified student's
+// push command has counted its devices and nothing is pending
+// (eventstatus.Push.Done). Nothing can make a final outcome pending again once the fan-out
 // finished, so reading the counts first and updating after is safe; the
 // UPDATE still requires 'running', so an event paused or cancelled in
 // between stays as it is.
