@@ -126,17 +126,14 @@ func isHalted(err error) bool {
 const errCancelledText = "event cancelled before this device was sent"
 
 // cancelFreshSQL: loadFreshSQL's devices, recorded cancelled instead of
-// sent (attempts 0: never sent). ON CONFLICT: a device recorded meanwhile
-// keeps its outcome.
+// sent (attempts 0: never sent). Loaded through push_command_devices like
+// any fresh command, so the command's devices are counted into the target
+// (once) before their outcomes are written (schema migration 0010). ON
+// CONFLICT: a device recorded meanwhile keeps its outcome.
 const cancelFreshSQL = `
-INSERT INTO push_deliveries (event_id, subscription_id, status, attempts, error, updated_at)
-SELECT $1, s.id, 'cancelled', 0, '` + errCancelledText + `', now()
-FROM notifications n
-JOIN push_subscriptions s ON s.user_id = n.user_id
-WHERE n.event_id = $1 AND n.user_id BETWEEN $2 AND $3
-  AND NOT EXISTS (
-    SELECT 1 FROM push_deliveries d
-    WHERE d.event_id = $1 AND d.subscription_id = s.id)
+INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts, error, updated_at)
+SELECT $1, s.id, s.platform, 'cancelled', 0, '` + errCancelledText + `', now()
+FROM push_command_devices($1, $2, $3) s
 ON CONFLICT (event_id, subscription_id) DO NOTHING`
 
 // cancelRetrySQL: loadRetrySQL's devices (still retrying at exactly this
