@@ -4,10 +4,13 @@ package eventcontrol
 
 // sqlLockRun locks the event's run row for a transition and reads what
 // decides it: the stored state, whether the fan-out finished, and how many
-// devices have no final outcome yet (from the event's counters: ≤ 32 rows).
+// devices have no final outcome yet plus how many notified students'
+// push commands have not counted their devices yet (schema migration
+// 0010; from the event's counters: a few rows).
 const sqlLockRun = `
 SELECT r.state, r.course_id::text, r.finished_at IS NOT NULL,
        (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)::bigint
+               + coalesce(sum(c.notified - c.targeted_students), 0)::bigint
         FROM event_counters c WHERE c.event_id = r.event_id)
 FROM fanout_runs r WHERE r.event_id = $1
 FOR UPDATE OF r`

@@ -276,7 +276,7 @@ func TestPausedEventDoesNotBlockAnother(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Target > 0 && st.Pending == 0 {
+			if st.Target > 0 && st.Done() {
 				return st
 			}
 			if time.Now().After(deadline) {
@@ -326,7 +326,7 @@ func TestManyPausesLoseNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Pending == 0 && st.Target > 0 {
+		if st.Done() && st.Target > 0 {
 			break
 		}
 		if cycles > 200 {
