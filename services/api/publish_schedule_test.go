@@ -19,6 +19,9 @@ func TestPublishScheduleRefusals(t *testing.T) {
 	e := newTestEnv(t)
 	at := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.RFC3339Nano) }
 	day := 24 * time.Hour
+	// One instant for the case that needs two equal times: two calls of
+	// at differ by the microseconds between them.
+	inAnHour := at(time.Hour)
 	cases := []struct {
 		name, fields, code string
 	}{
@@ -32,7 +35,7 @@ func TestPublishScheduleRefusals(t *testing.T) {
 		{"expires_at not a time", `"expires_at":"soon"`, errInvalidExpiresAt},
 		{"expires_at in the past", `"expires_at":"` + at(-time.Second) + `"`, errInvalidExpiresAt},
 		{"expires_at before send_at", `"send_at":"` + at(time.Hour) + `","expires_at":"` + at(30*time.Minute) + `"`, errInvalidExpiresAt},
-		{"expires_at at send_at", `"send_at":"` + at(time.Hour) + `","expires_at":"` + at(time.Hour) + `"`, errInvalidExpiresAt},
+		{"expires_at at send_at", `"send_at":"` + inAnHour + `","expires_at":"` + inAnHour + `"`, errInvalidExpiresAt},
 		{"expires_at over 28 days after now", `"expires_at":"` + at(MaxLifetime+time.Hour) + `"`, errInvalidExpiresAt},
 		{"expires_at over 28 days after send_at", `"send_at":"` + at(day) + `","expires_at":"` + at(day+MaxLifetime+time.Hour) + `"`, errInvalidExpiresAt},
 		{"expires_at valid, send_at past", `"send_at":"` + at(-time.Hour) + `","expires_at":"` + at(time.Hour) + `"`, errInvalidSendAt},
