@@ -62,3 +62,17 @@ func WriteJSON(path string, v any) error {
 	}
 	return nil
 }
+
+// LoadAvg is /proc/loadavg's 1, 5 and 15 minute load averages ("" where
+// there is none): on a shared machine, how much else was running.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

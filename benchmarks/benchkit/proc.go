@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -79,24 +78,11 @@ func (p *Proc) CPUSeconds() float64 {
 		}
 		return p.cpu
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	s, err := ReadProcStat(p.cmd.Process.Pid)
 	if err != nil {
 		return p.cpu
 	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th fields of the whole line, in clock ticks (USER_HZ=100).
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return p.cpu
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return p.cpu
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
+	return s.Self
 }
 
 // Stop sends SIGTERM, waits up to grace, then kills. Stopping an ended

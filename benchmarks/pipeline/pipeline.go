@@ -1,17 +1,16 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -85,6 +84,23 @@ type Config struct {
 	// (benchmarks/brokerfault) uses it. The run returns only after During
 	// has, and During's error fails the run.
 	During func(ctx context.Context, live Live) error
+	// Events is how many materials are published to the course, one
+	// after another: each is watched to its last outcome before the next
+	// (`notify bench history`). Default 1. The hooks above (Published,
+	// During, Browser) belong to the first. With more than one,
+	// Result.Events has each event's figures and Result's own the last's.
+	Events int
+	// EventDone, when set, is called with each event's figures as it
+	// ends.
+	EventDone func(EventResult)
+	// Scratch seeds a fresh database of the run's own, dropped when the
+	// run ends, instead of the one per size that runs reuse: for runs that
+	// leave a history behind (many events' notifications and outcomes).
+	Scratch bool
+	// CryptoMessages sizes the crypto-only reference measured after the
+	// run (Result.CryptoOnlyUSPerMessage); at most the run's subscriptions.
+	// Default 20,000; negative skips it.
+	CryptoMessages int
 }
 
 // BrowserConfig is the real browser of a run.
@@ -171,6 +187,15 @@ func (c *Config) defaults() error {
 	if c.Say == nil {
 		c.Say = func(string) {}
 	}
+	if c.Events == 0 {
+		c.Events = 1
+	}
+	if c.Events < 1 || c.Events > 1000 {
+		return fmt.Errorf("events must be between 1 and 1000, got %d", c.Events)
+	}
+	if c.CryptoMessages == 0 {
+		c.CryptoMessages = 20_000
+	}
 	return nil
 }
 
@@ -242,6 +267,31 @@ type Result struct {
 	APIAddr            string            `json:"api_addr"`
 	Metrics            map[string]string `json:"metrics"`
 	Browser            *BrowserResult    `json:"browser,omitempty"`
+	// CPUSecondsByProcess is the CPU each process used from the publish
+	// to the last outcome: the run's services by name (cdc, fanout,
+	// push-N, api), the Postgres server's whole process tree (postgres:
+	// every backend and the walsender) and the Kafka broker (kafka), when
+	// they run on this machine. The mock push service stands for the push
+	// provider and is apart, in MockCPUSeconds; WalsenderCPUSeconds is the
+	// run's walsender, a part of postgres.
+	CPUSecondsByProcess map[string]float64 `json:"cpu_seconds_by_process"`
+	MockCPUSeconds      float64            `json:"mock_cpu_seconds"`
+	WalsenderCPUSeconds float64            `json:"walsender_cpu_seconds"`
+	// PipelineCPUSeconds is the sum of CPUSecondsByProcess, and
+	// PipelineCPUUSPerDelivery that per final outcome, in µs.
+	PipelineCPUSeconds       float64 `json:"pipeline_cpu_seconds"`
+	PipelineCPUUSPerDelivery float64 `json:"pipeline_cpu_us_per_delivery"`
+	// CryptoOnlyUSPerMessage is the Web Push engine's CPU per message
+	// with no network (encryption + VAPID header, pushbench's reference),
+	// measured in this process right after the run over CryptoOnlyMessages
+	// messages; PipelineToCrypto is PipelineCPUUSPerDelivery over it.
+	CryptoOnlyUSPerMessage float64 `json:"crypto_only_us_per_message"`
+	CryptoOnlyMessages     int     `json:"crypto_only_messages"`
+	PipelineToCrypto       float64 `json:"pipeline_to_crypto_ratio"`
+	// LoadAvg is the machine's load average when the run started.
+	LoadAvg string `json:"load_average_at_start"`
+	// Events is each event's figures when the run published more than one.
+	Events []EventResult `json:"events,omitempty"`
 }
 
 // dropStaleRunSlots drops the replication slots of earlier runs on this
@@ -280,16 +330,35 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	res.Users, res.PushWorkers, res.LatencyMS, res.LogDir = int64(cfg.Users), cfg.PushWorkers, float64(cfg.Latency)/1e6, cfg.LogDir
 	res.Mix = *cfg.Mix
+	res.LoadAvg = benchkit.LoadAvg()
 	runID := benchkit.Suffix()
 
 	// 1. Database: seeded once per (users, seed, mix), run tables emptied.
+	// A scratch database instead when the run leaves a history behind.
 	dbName := databaseName(cfg.Users, cfg.Seed, *cfg.Mix)
-	res.Database = dbName
-	pool, dbURL, subs, seeded, err := prepareDatabase(ctx, cfg, dbName)
-	if err != nil {
-		return res, err
+	var pool *pgxpool.Pool
+	var dbURL string
+	var subs int64
+	var seeded float64
+	if cfg.Scratch {
+		var db benchkit.Database
+		if db, pool, subs, seeded, err = prepareScratch(ctx, cfg); err != nil {
+			return res, err
+		}
+		dbName, dbURL = db.Name, db.URL
+		defer func() {
+			pool.Close()
+			if err := db.Drop(); err != nil {
+				cfg.Say(err.Error())
+			}
+		}()
+	} else {
+		if pool, dbURL, subs, seeded, err = prepareDatabase(ctx, cfg, dbName); err != nil {
+			return res, err
+		}
+		defer pool.Close()
 	}
-	defer pool.Close()
+	res.Database = dbName
 	res.Subscriptions, res.SeedSeconds = subs, seeded
 	if err := dropStaleRunSlots(ctx, pool, cfg.Say); err != nil {
 		return res, err
@@ -472,89 +541,33 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 	}
 
-	// 4. Publish one material through the API, as an instructor would.
+	// 4. Publish the events through the API, as an instructor would, one
+	// after another: each is watched until its last outcome is recorded
+	// before the next is published.
 	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--dev", "--user", instructorID).Output()
 	if err != nil {
 		return res, fmt.Errorf("mint token: %w", err)
 	}
-	cfg.Say("publishing one material to a course of " + strconv.Itoa(cfg.Users) + " students")
-	body, _ := json.Marshal(map[string]string{"title": "Week 1 notes", "body": "Read chapter 1.", "url": "https://example.com/week1"})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+res.APIAddr+"/v1/courses/"+courseID+"/materials", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	req.Header.Set("Idempotency-Key", "run-"+runID)
-	busy0, total0 := benchkit.MachineCPU()
-	t0 := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return res, fmt.Errorf("publish: %w", err)
-	}
-	rb, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	res.PublishResponseMS = float64(time.Since(t0).Microseconds()) / 1000
-	if resp.StatusCode != http.StatusCreated {
-		return res, fmt.Errorf("publish: %s: %s", resp.Status, rb)
-	}
-	var pub struct {
-		EventID string `json:"event_id"`
-	}
-	if err := json.Unmarshal(rb, &pub); err != nil || pub.EventID == "" {
-		return res, fmt.Errorf("publish response %q: %v", rb, err)
-	}
-	res.EventID = pub.EventID
-
-	// 5. Watch until every subscription has a final outcome.
-	hookDone := make(chan struct{})
-	hctx, stopHook := context.WithCancel(ctx)
-	if cfg.Published != nil {
-		go func() {
-			defer close(hookDone)
-			cfg.Published(hctx, Published{EventID: res.EventID, APIAddr: res.APIAddr, Token: strings.TrimSpace(string(token)),
-				DatabaseURL: dbURL, PublishedAt: t0, Mock: mock})
-		}()
-	} else {
-		close(hookDone)
-	}
-	err = func() error {
-		if cfg.During == nil {
-			return watch(ctx, cfg, pool, mock, procs, &res, t0, nil)
+	probe := newCPUProbe(ctx, pool, slot, cfg.Brokers, procs)
+	var pushed int64 // the mock's requests before the event
+	for i := range cfg.Events {
+		if cfg.Events > 1 {
+			cfg.Say(fmt.Sprintf("event %d of %d", i+1, cfg.Events))
 		}
-		progress := make(chan Snapshot, 16)
-		duringErr := make(chan error, 1)
-		go func() {
-			duringErr <- cfg.During(ctx, Live{Topics: topics, Users: res.Users, Subscriptions: res.Subscriptions,
-				PushWorkers: cfg.PushWorkers, Progress: progress})
-		}()
-		werr := watch(ctx, cfg, pool, mock, procs, &res, t0, progress)
-		close(progress)
-		derr := <-duringErr
-		if werr != nil {
-			return werr
-		}
-		return derr
-	}()
-	stopHook()
-	<-hookDone
-	if err != nil {
-		return res, err
-	}
-
-	if browser != nil {
-		if err := browserReceived(ctx, cfg, browser, res.Browser, res.EventID, t0); err != nil {
+		ev, err := publishEvent(ctx, cfg, eventRun{pool: pool, mock: mock, procs: procs, topics: topics, probe: probe,
+			token: strings.TrimSpace(string(token)), courseID: courseID, runID: runID, dbURL: dbURL, browser: browser, pushed: pushed}, i, &res)
+		if err != nil {
 			return res, err
 		}
+		pushed = ev.pushedAfter
+		if cfg.Events > 1 {
+			res.Events = append(res.Events, ev.EventResult)
+		}
+		if cfg.EventDone != nil {
+			cfg.EventDone(ev.EventResult)
+		}
 	}
 
-	// The whole machine's CPU over the run: how close to CPU-bound it was.
-	if busy1, total1 := benchkit.MachineCPU(); total1 > total0 {
-		res.MachineCPUSeconds = busy1 - busy0
-		res.MachineBusyPercent = 100 * (busy1 - busy0) / (total1 - total0)
-	}
-
-	// 6. Accounting and timings from the tables (database clock throughout).
-	if err := measure(ctx, pool, &res, devs); err != nil {
-		return res, err
-	}
 	st, err := mock.Stats(ctx)
 	if err != nil {
 		return res, fmt.Errorf("mock stats: %w", err)
@@ -581,6 +594,20 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		res.CPUSeconds[p.Name] = c
 		if strings.HasPrefix(p.Name, "push-") {
 			res.PushCPUSeconds += c
+		}
+	}
+	if cfg.CryptoMessages > 0 {
+		// The engine's own floor, measured on this machine now: the same
+		// encryption and VAPID header the push workers made, no network.
+		n := min(cfg.CryptoMessages, int(max(res.Subscriptions, 1)))
+		cfg.Say(fmt.Sprintf("measuring the Web Push crypto alone (%d messages in this process)", n))
+		us, err := cryptoOnlyUS(n, cfg.Seed, mock.URL)
+		if err != nil {
+			return res, fmt.Errorf("crypto-only reference: %w", err)
+		}
+		res.CryptoOnlyMessages, res.CryptoOnlyUSPerMessage = n, us
+		if us > 0 && res.PipelineCPUUSPerDelivery > 0 {
+			res.PipelineToCrypto = res.PipelineCPUUSPerDelivery / us
 		}
 	}
 	return res, nil
@@ -614,11 +641,12 @@ func Print(w io.Writer, r Result) {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(w, "\nCPU seconds per process:")
-	for name, c := range r.CPUSeconds {
-		fmt.Fprintf(w, "  %s %.1f", name, c)
+	fmt.Fprintf(w, "\nCPU seconds per process (whole life):")
+	for _, name := range slices.Sorted(maps.Keys(r.CPUSeconds)) {
+		fmt.Fprintf(w, "  %s %.1f", name, r.CPUSeconds[name])
 	}
 	fmt.Fprintln(w)
+	PrintCPU(w, r)
 	if b := r.Browser; b != nil {
 		fmt.Fprintf(w, "\nFirefox (headless, student %s) received, decrypted by its own RFC 8291 code, %.2f s after the publish:\n  %s\n", b.Student, b.ShownAfterSeconds, b.Raw)
 		fmt.Fprintf(w, "  shown as %d notification(s) tagged %s", b.Notifications, b.EventID)
@@ -629,7 +657,9 @@ func Print(w io.Writer, r Result) {
 	}
 }
 
-func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time, progress chan<- Snapshot) error {
+// watch polls until event res.EventID has every outcome; pushed0 is the
+// mock's requests before the event.
+func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.Mock, procs []*benchkit.Proc, res *Result, t0 time.Time, pushed0 int64, progress chan<- Snapshot) error {
 	deadline := time.Now().Add(cfg.Timeout)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -654,7 +684,7 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 			res.CommitToFirstNotified = time.Since(t0).Seconds()
 		}
 		if st, err := mock.Stats(ctx); err == nil {
-			snap.Pushed = st.Received + st.FCM.Received + st.APNs.Received
+			snap.Pushed = st.Received + st.FCM.Received + st.APNs.Received - pushed0
 			snap.PushedByPlatform = map[string]int64{PlatformWebPush: st.Received, PlatformFCM: st.FCM.Received, PlatformAPNs: st.APNs.Received}
 		}
 		// The event's counters: a few rows (measure reads the deliveries
@@ -802,6 +832,28 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		return nil, "", 0, 0, fmt.Errorf("seed: %w", err)
 	}
 	return pool, db.URL, r.Subscriptions + r.FCMDevices + r.APNsDevices, r.Seconds, nil
+}
+
+// prepareScratch creates, migrates and seeds a database of the run's own
+// (Config.Scratch); the caller drops it.
+func prepareScratch(ctx context.Context, cfg Config) (benchkit.Database, *pgxpool.Pool, int64, float64, error) {
+	db, err := benchkit.ScratchDatabase(ctx, cfg.DatabaseURL, "notify_scratch_")
+	if err != nil {
+		return db, nil, 0, 0, err
+	}
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		return db, nil, 0, 0, errors.Join(fmt.Errorf("connect to %s: %w", db.Name, err), db.Drop())
+	}
+	devs := cfg.Mix.devices(cfg.Users, cfg.Seed)
+	cfg.Say(fmt.Sprintf("seeding %d students, %d Web Push subscriptions, %d FCM and %d APNs devices into scratch database %s (dropped at the end)",
+		cfg.Users, devs.webpush, devs.fcm, devs.apns, db.Name))
+	r, err := seed.Load(ctx, pool, cfg.Mix.seedOptions(cfg.Users, cfg.Seed, pushBaseURL(cfg)))
+	if err != nil {
+		pool.Close()
+		return db, nil, 0, 0, errors.Join(fmt.Errorf("seed: %w", err), db.Drop())
+	}
+	return db, pool, r.Subscriptions + r.FCMDevices + r.APNsDevices, r.Seconds, nil
 }
 
 func pushBaseURL(cfg Config) string { return fmt.Sprintf("https://127.0.0.1:%d/wpush/", cfg.PushPort) }

@@ -61,6 +61,22 @@ func TestEndToEnd(t *testing.T) {
 	if res.TotalSeconds <= 0 || res.FanoutSeconds <= 0 || res.PushCPUSeconds <= 0 {
 		t.Errorf("timings not measured: %+v", res)
 	}
+	// Every process's CPU over the event, the servers' too: the tests'
+	// Postgres and Kafka run on this machine (infra/local).
+	for _, name := range []string{pipeline.CPUPostgres, pipeline.CPUKafka, "cdc", "fanout", "push-1", "push-2", "api"} {
+		if _, ok := res.CPUSecondsByProcess[name]; !ok {
+			t.Errorf("cpu_seconds_by_process has no %q: %v", name, res.CPUSecondsByProcess)
+		}
+	}
+	if _, ok := res.CPUSecondsByProcess["pushmock"]; ok {
+		t.Errorf("the mock is in cpu_seconds_by_process, want it apart: %v", res.CPUSecondsByProcess)
+	}
+	if res.CPUSecondsByProcess["push-1"]+res.CPUSecondsByProcess["push-2"] <= 0 || res.PipelineCPUUSPerDelivery <= 0 {
+		t.Errorf("push workers' CPU over the event %v, pipeline µs/delivery %v; want > 0", res.CPUSecondsByProcess, res.PipelineCPUUSPerDelivery)
+	}
+	if res.CryptoOnlyUSPerMessage <= 0 || int64(res.CryptoOnlyMessages) != res.Subscriptions {
+		t.Errorf("crypto-only reference: %v µs over %d messages; want > 0 over %d", res.CryptoOnlyUSPerMessage, res.CryptoOnlyMessages, res.Subscriptions)
+	}
 }
 
 // TestEndToEndMix runs the pipeline with phones beside browsers: the mock

@@ -616,3 +616,18 @@ func loadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// CryptoOnly is the crypto-only reference on its own, for other
+// benchmarks (bench e2e): messages messages to the keys of seeded
+// subscriptions 1..min(messages, 5000) of seed seedV, signed with vapid for
+// origin. It returns the CPU seconds this process spent on them.
+func CryptoOnly(messages int, seedV int64, vapid webpush.VAPIDConfig, origin string) (float64, error) {
+	if messages < 1 {
+		return 0, fmt.Errorf("crypto-only: messages must be ≥ 1, got %d", messages)
+	}
+	subs, err := subscriptions(min(messages, 5000), seedV)
+	if err != nil {
+		return 0, err
+	}
+	return cryptoOnly(subs, messages, vapid, origin)
+}
