@@ -151,7 +151,7 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		CourseID:      uuidString(ds.course),
 		InstructorID:  uuidString(ds.instructor),
 		Users:         int64(o.Users),
-		Subscriptions: int64(len(ds.subOwner)),
+		Subscriptions: int64(ds.subs),
 		Seed:          o.Seed,
 	}
 	res.FCMDevices, res.APNsDevices = o.AppDevices()
@@ -198,15 +198,14 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return copyTable(gctx, pool, "users", []string{"id", "name"}, &written, res.Users, func(i int, row []any) {
-			row[0] = ds.users[i]
+			row[0] = ds.user(i)
 			row[1] = "Student " + strconv.Itoa(i+1)
 		})
 	})
 	g.Go(func() error {
 		return copyTable(gctx, pool, "enrollments", []string{"course_id", "user_id", "enrolled_at"}, &written, res.Users, func(i int, row []any) {
 			row[0] = ds.course
-			row[1] = ds.users[i]
-			row[2] = ds.enrolledAt[i]
+			row[1], row[2] = ds.user(i), ds.enrolledAt(i)
 		})
 	})
 	g.Go(func() error { return copySubscriptions(gctx, pool, ds, o, &written) })
@@ -216,10 +215,10 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 				id := res.Subscriptions + int64(i) + 1
 				row[0] = id
 				if k := int64(i); k < res.FCMDevices {
-					row[1], row[2], row[3], row[4] = ds.users[k], "fcm", o.FCMToken(id), nil
+					row[1], row[2], row[3], row[4] = ds.user(int(k)), "fcm", o.FCMToken(id), nil
 				} else {
 					k -= res.FCMDevices
-					row[1], row[2], row[3], row[4] = ds.users[int64(o.Users)-1-k], "apns", APNsToken(id), "production"
+					row[1], row[2], row[3], row[4] = ds.user(o.Users-1-int(k)), "apns", APNsToken(id), "production"
 				}
 			})
 		})
@@ -247,59 +246,85 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	return res, nil
 }
 
-// dataset is everything Load writes, derived from the seed alone.
+// dataset is everything Load writes, derived from the seed alone. It
+// holds no row: student i's id and enrolment time are derived from (seed,
+// i) when its rows are written, so memory stays flat whatever the
+// audience (about 1.4 bytes per student: the extra browsers' owners and a
+// count per student while they are drawn) — a 10M-student seed streams
+// like a 1,000-student one.
 type dataset struct {
+	seed               uint64
 	instructor, course [16]byte
-	users              [][16]byte
-	enrolledAt         []time.Time
-	// subOwner[i] is the user index of subscription id i+1.
-	subOwner []int32
+	// subs is the subscription count. Subscription index i (id i+1) below
+	// firsts belongs to student i, every student's first browser while
+	// subscriptions last; extra[i-firsts] owns the ones after.
+	subs, firsts int
+	extra        []int32
 }
+
+// Enrolment times spread over the year before a fixed epoch so that every
+// seeded student is enrolled before anything published today.
+var enrolEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newDataset(o Options) *dataset {
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 0x6e6f74696679))
-	ds := &dataset{
-		instructor: newUUID(rng),
-		course:     newUUID(rng),
-		users:      make([][16]byte, o.Users),
-		enrolledAt: make([]time.Time, o.Users),
-	}
-	// Enrolment times spread over the year before a fixed epoch so that
-	// every seeded student is enrolled before anything published today,
-	// and the data set is identical whenever it is generated.
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range ds.users {
-		ds.users[i] = newUUID(rng)
-		ds.enrolledAt[i] = epoch.Add(-time.Duration(rng.Int64N(int64(365 * 24 * time.Hour))))
-	}
-	m := int(math.Round(float64(o.Users) * o.SubsRatio))
-	ds.subOwner = make([]int32, 0, m)
-	browsers := make([]uint8, o.Users)
-	// Every student gets a first browser (while subscriptions last) …
-	for i := 0; i < o.Users && len(ds.subOwner) < m; i++ {
-		ds.subOwner = append(ds.subOwner, int32(i))
-		browsers[i] = 1
-	}
-	// … then extra browsers go to random students, at most three each.
-	for len(ds.subOwner) < m {
-		u := rng.IntN(o.Users)
-		if browsers[u] >= maxBrowsers {
-			continue
+	ds := &dataset{seed: uint64(o.Seed), instructor: newUUID(rng), course: newUUID(rng)}
+	ds.subs = int(math.Round(float64(o.Users) * o.SubsRatio))
+	ds.firsts = min(ds.subs, o.Users)
+	// Extra browsers go to random students, at most three each.
+	if n := ds.subs - ds.firsts; n > 0 {
+		browsers := make([]uint8, o.Users)
+		ds.extra = make([]int32, 0, n)
+		for len(ds.extra) < n {
+			u := rng.IntN(o.Users)
+			if browsers[u] >= maxBrowsers-1 {
+				continue
+			}
+			browsers[u]++
+			ds.extra = append(ds.extra, int32(u))
 		}
-		browsers[u]++
-		ds.subOwner = append(ds.subOwner, int32(u))
 	}
 	return ds
 }
 
+// student derives student i's id and enrolment time from (seed, i)
+// alone: the same values whichever goroutine asks, in whatever order.
+func (ds *dataset) student(i int) ([16]byte, time.Time) {
+	p := rand.NewPCG(ds.seed^0x73747564656e74, uint64(i))
+	id := uuidFrom(p.Uint64(), p.Uint64())
+	const year = uint64(365 * 24 * time.Hour)
+	return id, enrolEpoch.Add(-time.Duration(p.Uint64() % year))
+}
+
+// user is student i's id.
+func (ds *dataset) user(i int) [16]byte {
+	id, _ := ds.student(i)
+	return id
+}
+
+// enrolledAt is student i's enrolment time, within the year before the epoch.
+func (ds *dataset) enrolledAt(i int) time.Time {
+	_, t := ds.student(i)
+	return t
+}
+
+// owner is the student index of subscription index i.
+func (ds *dataset) owner(i int) int {
+	if i < ds.firsts {
+		return i
+	}
+	return int(ds.extra[i-ds.firsts])
+}
+
 // newUUID returns a version-4 uuid from rng.
-func newUUID(rng *rand.Rand) [16]byte {
+func newUUID(rng *rand.Rand) [16]byte { return uuidFrom(rng.Uint64(), rng.Uint64()) }
+
+// uuidFrom makes a version-4 uuid of two random words.
+func uuidFrom(a, b uint64) [16]byte {
 	var u [16]byte
-	for i := 0; i < 16; i += 8 {
-		v := rng.Uint64()
-		for j := 0; j < 8; j++ {
-			u[i+j] = byte(v >> (8 * j))
-		}
+	for j := 0; j < 8; j++ {
+		u[j] = byte(a >> (8 * j))
+		u[8+j] = byte(b >> (8 * j))
 	}
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
@@ -343,7 +368,7 @@ func (s *genSource) Err() error             { return nil }
 
 // subChunk is a run of consecutive subscriptions with derived keys.
 type subChunk struct {
-	first  int // index into ds.subOwner
+	first  int // subscription index (id - 1)
 	p256dh [][]byte
 	auth   [][]byte
 }
@@ -353,7 +378,7 @@ const chunkSize = 2048
 // copySubscriptions derives keys on all cores and streams them into COPY as
 // chunks complete; COPY does not care about row order.
 func copySubscriptions(ctx context.Context, pool *pgxpool.Pool, ds *dataset, o Options, written *atomic.Int64) error {
-	m := len(ds.subOwner)
+	m := ds.subs
 	if m == 0 {
 		return nil
 	}
@@ -432,7 +457,7 @@ func (s *chunkSource) Next() bool {
 	i := s.cur.first + s.j
 	id := int64(i + 1)
 	s.row[0] = id
-	s.row[1] = s.ds.users[s.ds.subOwner[i]]
+	s.row[1] = s.ds.user(s.ds.owner(i))
 	s.row[2] = s.base + strconv.FormatInt(id, 10)
 	s.row[3] = s.cur.p256dh[s.j]
 	s.row[4] = s.cur.auth[s.j]
