@@ -3,13 +3,11 @@ package fanoutbench
 import (
 	"context"
 	"os"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/benchmarks/benchkit"
 )
 
 // CPU is CPU time (user + system) spent during one measurement. Wall
@@ -28,89 +26,21 @@ type CPU struct {
 	Process float64 `json:"process_seconds"`
 }
 
-// cpuMeter samples the database's server processes while a phase runs:
-// backends come and go, so it keeps the first and last reading of each.
+// cpuMeter is benchkit's BackendMeter of the benchmark database and this
+// process's own CPU over one phase.
 type cpuMeter struct {
-	pool  *pgxpool.Pool
-	stop  chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	first map[int]float64
-	last  map[int]float64
-	wal   map[int]bool
-	self0 float64
+	backends *benchkit.BackendMeter
+	self0    float64
 }
 
 func startCPUMeter(ctx context.Context, pool *pgxpool.Pool) *cpuMeter {
-	m := &cpuMeter{pool: pool, stop: make(chan struct{}), done: make(chan struct{}),
-		first: map[int]float64{}, last: map[int]float64{}, wal: map[int]bool{}, self0: procCPU(os.Getpid())}
-	m.sample(ctx)
-	go func() {
-		defer close(m.done)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.stop:
-				m.sample(ctx)
-				return
-			case <-t.C:
-				m.sample(ctx)
-			}
-		}
-	}()
-	return m
-}
-
-func (m *cpuMeter) sample(ctx context.Context) {
-	rows, err := m.pool.Query(ctx, `SELECT pid, backend_type = 'walsender' FROM pg_stat_activity WHERE datname = current_database()`)
-	if err != nil {
-		return
-	}
-	type proc struct {
-		pid int
-		wal bool
-	}
-	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (proc, error) {
-		var p proc
-		var pid int32
-		err := r.Scan(&pid, &p.wal)
-		p.pid = int(pid)
-		return p, err
-	})
-	if err != nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, p := range ps {
-		c := procCPU(p.pid)
-		if c < 0 {
-			continue
-		}
-		if _, ok := m.first[p.pid]; !ok {
-			m.first[p.pid] = c
-		}
-		m.last[p.pid] = c
-		m.wal[p.pid] = p.wal
-	}
+	return &cpuMeter{backends: benchkit.StartBackendMeter(ctx, pool, 100*time.Millisecond), self0: procCPU(os.Getpid())}
 }
 
 // finish stops sampling and returns the CPU spent since start.
 func (m *cpuMeter) finish() CPU {
-	close(m.stop)
-	<-m.done
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var c CPU
-	for pid, last := range m.last {
-		d := last - m.first[pid]
-		if m.wal[pid] {
-			c.Walsender += d
-		} else {
-			c.Backends += d
-		}
-	}
+	b := m.backends.Finish()
+	c := CPU{Backends: b.Backends, Walsender: b.Walsender}
 	if s := procCPU(os.Getpid()); s >= 0 && m.self0 >= 0 {
 		c.Process = s - m.self0
 	}
@@ -120,24 +50,9 @@ func (m *cpuMeter) finish() CPU {
 // procCPU reads user+system CPU seconds of pid from /proc; -1 when it
 // cannot (another machine, another OS, the process ended).
 func procCPU(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	s, err := benchkit.ReadProcStat(pid)
 	if err != nil {
 		return -1
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return -1
-	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	// USER_HZ is 100 on every Linux this runs on.
-	return (ut + st) / 100
+	return s.Self
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,9 +21,11 @@ import (
 // Names in Result.CPUSecondsByProcess beside the run's own processes
 // (cdc, fanout, push-N, api).
 const (
-	// CPUPostgres is the whole Postgres server's process tree: every
-	// backend (also those that ended during the run), the walsender, the
-	// WAL writer, checkpointer and autovacuum.
+	// CPUPostgres is the run database's Postgres processes: every backend
+	// connected to it (the services' connections, autovacuum on it) and
+	// the connector's walsender (benchkit.BackendMeter). The server's
+	// whole process tree — with the WAL writer, checkpointer and other
+	// databases' backends — is Result.PostgresServerCPUSeconds.
 	CPUPostgres = "postgres"
 	// CPUKafka is every local process listening on one of the run's
 	// broker ports.
@@ -34,12 +37,11 @@ const (
 
 // cpuProbe reads the CPU time of everything a run makes work: the shared
 // Postgres and Kafka servers, when they run on this machine, and the run's
-// own processes. On a shared machine the servers' figures include other
-// users' work on the same servers; Result.MachineBusyPercent and the load
-// average show how much else ran.
+// own processes. On a shared machine the server-wide figures (the Postgres
+// tree, the broker) include other users' work on the same servers;
+// Result.MachineBusyPercent and the load average show how much else ran.
 type cpuProbe struct {
 	pool   *pgxpool.Pool
-	slot   string
 	pgRoot int   // the postmaster; 0 when Postgres is not local
 	kafka  []int // broker processes; none when Kafka is not local
 	procs  []*benchkit.Proc
@@ -48,13 +50,19 @@ type cpuProbe struct {
 // cpuReading is one reading of a cpuProbe.
 type cpuReading struct {
 	seconds     map[string]float64
-	walPID      int
-	walsender   float64
+	pgServer    float64
 	busy, total float64 // the machine's
 }
 
-func newCPUProbe(ctx context.Context, pool *pgxpool.Pool, slot string, brokers []string, procs []*benchkit.Proc) *cpuProbe {
-	p := &cpuProbe{pool: pool, slot: slot, procs: procs}
+// cpuWindow is a measurement from start to end.
+type cpuWindow struct {
+	p     *cpuProbe
+	start cpuReading
+	meter *benchkit.BackendMeter
+}
+
+func newCPUProbe(ctx context.Context, pool *pgxpool.Pool, brokers []string, procs []*benchkit.Proc) *cpuProbe {
+	p := &cpuProbe{pool: pool, procs: procs}
 	var backend int32
 	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err == nil {
 		// A backend's parent is the postmaster, when the server runs here
@@ -95,18 +103,12 @@ func isLocal(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (p *cpuProbe) read(ctx context.Context) cpuReading {
+func (p *cpuProbe) read() cpuReading {
 	r := cpuReading{seconds: map[string]float64{}}
 	r.busy, r.total = benchkit.MachineCPU()
 	if p.pgRoot != 0 {
 		if c, err := benchkit.TreeCPU(p.pgRoot); err == nil {
-			r.seconds[CPUPostgres] = c
-		}
-		var pid *int32
-		if err := p.pool.QueryRow(ctx, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", p.slot).Scan(&pid); err == nil && pid != nil {
-			if s, err := benchkit.ReadProcStat(int(*pid)); err == nil {
-				r.walPID, r.walsender = int(*pid), s.Self
-			}
+			r.pgServer = c
 		}
 	}
 	for _, pid := range p.kafka {
@@ -120,18 +122,35 @@ func (p *cpuProbe) read(ctx context.Context) cpuReading {
 	return r
 }
 
+// start begins a measurement.
+func (p *cpuProbe) start(ctx context.Context) *cpuWindow {
+	return &cpuWindow{p: p, start: p.read(), meter: benchkit.StartBackendMeter(ctx, p.pool, 250*time.Millisecond)}
+}
+
+// end finishes it.
+func (w *cpuWindow) end() cpuUsed {
+	b := w.meter.Finish()
+	u := w.start.until(w.p.read())
+	if w.p.pgRoot != 0 {
+		u.byProcess[CPUPostgres] = b.Backends + b.Walsender
+		u.walsender = b.Walsender
+	}
+	return u
+}
+
 // cpuUsed is what happened between two readings.
 type cpuUsed struct {
 	// byProcess is the pipeline's processes and servers, the mock left out.
 	byProcess map[string]float64
 	mock      float64
 	walsender float64
+	pgServer  float64
 	machine   float64
 	busyPct   float64
 }
 
 func (a cpuReading) until(b cpuReading) cpuUsed {
-	u := cpuUsed{byProcess: map[string]float64{}}
+	u := cpuUsed{byProcess: map[string]float64{}, pgServer: b.pgServer - a.pgServer}
 	for k, v := range b.seconds {
 		d := v - a.seconds[k]
 		if k == mockProc {
@@ -139,10 +158,6 @@ func (a cpuReading) until(b cpuReading) cpuUsed {
 			continue
 		}
 		u.byProcess[k] = d
-	}
-	u.walsender = b.walsender
-	if a.walPID == b.walPID {
-		u.walsender -= a.walsender
 	}
 	if b.total > a.total {
 		u.machine = b.busy - a.busy
@@ -177,6 +192,9 @@ func PrintCPU(w io.Writer, r Result) {
 	}
 	if r.WalsenderCPUSeconds > 0 {
 		fmt.Fprintf(tw, "(walsender, in postgres)\t%.2f\t%.1f\t\n", r.WalsenderCPUSeconds, 1e6*r.WalsenderCPUSeconds/float64(n))
+	}
+	if r.PostgresServerCPUSeconds > 0 {
+		fmt.Fprintf(tw, "(postgres server, whole tree, shared)\t%.2f\t%.1f\t\n", r.PostgresServerCPUSeconds, 1e6*r.PostgresServerCPUSeconds/float64(n))
 	}
 	fmt.Fprintf(tw, "pipeline (sum, mock excluded)\t%.2f\t%.1f\t\n", r.PipelineCPUSeconds, r.PipelineCPUUSPerDelivery)
 	fmt.Fprintf(tw, "mock push service (apart)\t%.2f\t%.1f\t\n", r.MockCPUSeconds, 1e6*r.MockCPUSeconds/float64(n))

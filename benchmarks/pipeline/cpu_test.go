@@ -9,16 +9,13 @@ import (
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
-// What an event used: the mock apart, the walsender counted from zero
-// when the connector reconnected (another walsender pid), the machine's
-// busy share of what the cores offered.
+// What an event used: the mock apart, the machine's busy share of what
+// the cores offered, the Postgres server's tree as a difference.
 func TestCPUReadingUntil(t *testing.T) {
-	a := cpuReading{seconds: map[string]float64{CPUPostgres: 100, CPUKafka: 50, "push-1": 1, mockProc: 3},
-		walPID: 7, walsender: 4, busy: 1000, total: 4000}
-	b := cpuReading{seconds: map[string]float64{CPUPostgres: 110, CPUKafka: 52, "push-1": 9, "cdc": 0.5, mockProc: 5},
-		walPID: 7, walsender: 6, busy: 1030, total: 4040}
+	a := cpuReading{seconds: map[string]float64{CPUKafka: 50, "push-1": 1, mockProc: 3}, pgServer: 100, busy: 1000, total: 4000}
+	b := cpuReading{seconds: map[string]float64{CPUKafka: 52, "push-1": 9, "cdc": 0.5, mockProc: 5}, pgServer: 110, busy: 1030, total: 4040}
 	u := a.until(b)
-	want := map[string]float64{CPUPostgres: 10, CPUKafka: 2, "push-1": 8, "cdc": 0.5}
+	want := map[string]float64{CPUKafka: 2, "push-1": 8, "cdc": 0.5}
 	if len(u.byProcess) != len(want) {
 		t.Fatalf("byProcess %v, want %v", u.byProcess, want)
 	}
@@ -27,12 +24,27 @@ func TestCPUReadingUntil(t *testing.T) {
 			t.Errorf("%s: %v, want %v", k, u.byProcess[k], v)
 		}
 	}
-	if u.mock != 2 || u.walsender != 2 || u.machine != 30 || u.busyPct != 75 || u.sum() != 20.5 {
-		t.Fatalf("mock %v walsender %v machine %v busy %v%% sum %v; want 2, 2, 30, 75%%, 20.5", u.mock, u.walsender, u.machine, u.busyPct, u.sum())
+	if u.mock != 2 || u.pgServer != 10 || u.machine != 30 || u.busyPct != 75 || u.sum() != 10.5 {
+		t.Fatalf("mock %v pg server %v machine %v busy %v%% sum %v; want 2, 10, 30, 75%%, 10.5", u.mock, u.pgServer, u.machine, u.busyPct, u.sum())
 	}
-	b.walPID = 8
-	if u := a.until(b); u.walsender != 6 {
-		t.Fatalf("new walsender: %v, want its whole 6 s", u.walsender)
+}
+
+// The run database's backends are measured, within the server's tree.
+func TestCPUWindowPostgres(t *testing.T) {
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	p := newCPUProbe(ctx, db.Pool, nil, nil)
+	if p.pgRoot == 0 {
+		t.Skip("Postgres does not run on this machine")
+	}
+	w := p.start(ctx)
+	// About a second of one backend's CPU.
+	if _, err := db.Pool.Exec(ctx, "SELECT count(*) FROM generate_series(1, 4000000) g WHERE g % 7 = 3"); err != nil {
+		t.Fatal(err)
+	}
+	u := w.end()
+	if u.byProcess[CPUPostgres] < 0.1 || u.pgServer < u.byProcess[CPUPostgres]-0.05 {
+		t.Fatalf("postgres %v s of the run database, %v s the whole server; want ≥ 0.1 and the server at least as much", u.byProcess[CPUPostgres], u.pgServer)
 	}
 }
 

@@ -43,11 +43,14 @@ type EventResult struct {
 	// same per delivery, in µs.
 	PushCPUSeconds       float64 `json:"push_cpu_seconds"`
 	PushCPUUSPerDelivery float64 `json:"push_cpu_us_per_delivery"`
-	// PostgresCPUSeconds is the Postgres server's whole process tree
-	// (CPUPostgres), WalsenderCPUSeconds the run's walsender (part of it).
-	PostgresCPUSeconds  float64 `json:"postgres_cpu_seconds"`
-	WalsenderCPUSeconds float64 `json:"walsender_cpu_seconds"`
-	KafkaCPUSeconds     float64 `json:"kafka_cpu_seconds"`
+	// PostgresCPUSeconds is the run database's Postgres processes
+	// (CPUPostgres), WalsenderCPUSeconds its walsender (part of it) and
+	// PostgresServerCPUSeconds the server's whole process tree, shared
+	// with whatever else uses the server.
+	PostgresCPUSeconds       float64 `json:"postgres_cpu_seconds"`
+	WalsenderCPUSeconds      float64 `json:"walsender_cpu_seconds"`
+	PostgresServerCPUSeconds float64 `json:"postgres_server_cpu_seconds"`
+	KafkaCPUSeconds          float64 `json:"kafka_cpu_seconds"`
 	// MachineCPUSeconds is every process on the machine; the mock's share
 	// is MockCPUSeconds (the push provider's work).
 	MachineCPUSeconds       float64 `json:"machine_cpu_seconds"`
@@ -103,7 +106,7 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 	}
 	req.Header.Set("Idempotency-Key", key)
 	load := benchkit.LoadAvg()
-	before := er.probe.read(ctx)
+	win := er.probe.start(ctx)
 	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -159,7 +162,7 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 	if err != nil {
 		return out, err
 	}
-	after := er.probe.read(ctx)
+	used := win.end()
 
 	if er.browser != nil && i == 0 {
 		if err := browserReceived(ctx, cfg, er.browser, res.Browser, res.EventID, t0); err != nil {
@@ -172,9 +175,9 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 	if err := measure(ctx, er.pool, res, devs); err != nil {
 		return out, err
 	}
-	used := before.until(after)
 	res.MachineCPUSeconds, res.MachineBusyPercent = used.machine, used.busyPct
 	res.CPUSecondsByProcess, res.MockCPUSeconds, res.WalsenderCPUSeconds = used.byProcess, used.mock, used.walsender
+	res.PostgresServerCPUSeconds = used.pgServer
 	res.PipelineCPUSeconds = used.sum()
 	n := res.Delivered + res.Gone + res.Failed
 	if n > 0 {
@@ -183,7 +186,7 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 	ev := EventResult{Index: i + 1, EventID: res.EventID, PublishResponseMS: res.PublishResponseMS,
 		FanoutSeconds: res.FanoutSeconds, TotalSeconds: res.TotalSeconds, Notified: res.Notified,
 		Deliveries: n, Delivered: res.Delivered, Lost: res.Lost,
-		PostgresCPUSeconds: used.byProcess[CPUPostgres], WalsenderCPUSeconds: used.walsender, KafkaCPUSeconds: used.byProcess[CPUKafka],
+		PostgresCPUSeconds: used.byProcess[CPUPostgres], PostgresServerCPUSeconds: used.pgServer, WalsenderCPUSeconds: used.walsender, KafkaCPUSeconds: used.byProcess[CPUKafka],
 		MachineCPUSeconds: used.machine, MachineBusyPercent: used.busyPct, MockCPUSeconds: used.mock,
 		PipelineCPUSeconds: res.PipelineCPUSeconds, PipelineCPUUSPerDelivery: res.PipelineCPUUSPerDelivery,
 		CPUSecondsByProcess: used.byProcess, LoadAvg: load}

@@ -269,14 +269,17 @@ type Result struct {
 	Browser            *BrowserResult    `json:"browser,omitempty"`
 	// CPUSecondsByProcess is the CPU each process used from the publish
 	// to the last outcome: the run's services by name (cdc, fanout,
-	// push-N, api), the Postgres server's whole process tree (postgres:
-	// every backend and the walsender) and the Kafka broker (kafka), when
-	// they run on this machine. The mock push service stands for the push
+	// push-N, api), the run database's Postgres processes (postgres: every
+	// backend and the walsender) and the Kafka broker (kafka), when they
+	// run on this machine. The mock push service stands for the push
 	// provider and is apart, in MockCPUSeconds; WalsenderCPUSeconds is the
-	// run's walsender, a part of postgres.
-	CPUSecondsByProcess map[string]float64 `json:"cpu_seconds_by_process"`
-	MockCPUSeconds      float64            `json:"mock_cpu_seconds"`
-	WalsenderCPUSeconds float64            `json:"walsender_cpu_seconds"`
+	// run's walsender, a part of postgres; PostgresServerCPUSeconds the
+	// server's whole process tree (WAL writer, checkpointer, and every
+	// other database's backends on a shared server).
+	CPUSecondsByProcess      map[string]float64 `json:"cpu_seconds_by_process"`
+	MockCPUSeconds           float64            `json:"mock_cpu_seconds"`
+	WalsenderCPUSeconds      float64            `json:"walsender_cpu_seconds"`
+	PostgresServerCPUSeconds float64            `json:"postgres_server_cpu_seconds"`
 	// PipelineCPUSeconds is the sum of CPUSecondsByProcess, and
 	// PipelineCPUUSPerDelivery that per final outcome, in µs.
 	PipelineCPUSeconds       float64 `json:"pipeline_cpu_seconds"`
@@ -548,7 +551,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err != nil {
 		return res, fmt.Errorf("mint token: %w", err)
 	}
-	probe := newCPUProbe(ctx, pool, slot, cfg.Brokers, procs)
+	probe := newCPUProbe(ctx, pool, cfg.Brokers, procs)
 	var pushed int64 // the mock's requests before the event
 	for i := range cfg.Events {
 		if cfg.Events > 1 {
