@@ -66,6 +66,10 @@ type Config struct {
 	Published func(ctx context.Context, p Published)
 	// ExtraEnv is added to every child's environment (e.g. tuning knobs).
 	ExtraEnv []string
+	// ServiceFlags are further flags of a service, by its name (cdc,
+	// fanout, push, api): tuning knobs compared between runs, e.g.
+	// "push": {"--batch-size", "4000"}.
+	ServiceFlags map[string][]string
 	// Browser, when set, runs a real Firefox beside the run: before the
 	// publish it opens the API's web app as one of the seeded students and
 	// subscribes (one subscription more to deliver), and after the run it
@@ -428,6 +432,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}()
 	start := func(name string, args ...string) (*benchkit.Proc, error) {
 		cfg.Say("starting " + name)
+		// The service's own flags after the harness's: a flag given twice
+		// takes the later value.
+		args = append(args, cfg.ServiceFlags[args[1]]...)
 		p, err := benchkit.StartProc(cfg.Binary, cfg.LogDir, name, env, args...)
 		if err == nil {
 			procs = append(procs, p)

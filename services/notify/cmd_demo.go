@@ -44,6 +44,15 @@ func (p *pipelineFlags) register(fs *flag.FlagSet, defUsers int) {
 	fs.DurationVar(&p.cfg.Timeout, "timeout", 15*time.Minute, "give up when the last push is not recorded by then")
 	fs.StringVar(&p.cfg.LogDir, "log-dir", "", "directory for the services' logs (default .local/log/run-<time>)")
 	fs.StringVar(&p.jsonPath, "json", "", "also write the result as JSON to this file ('-' for stdout)")
+	for _, svc := range []string{"cdc", "fanout", "push", "api"} {
+		fs.Func(svc+"-flags", "further flags of each notify run "+svc+" process of the run, space-separated, for tuning comparisons (e.g. --push-flags '--batch-size 4000')", func(v string) error {
+			if p.cfg.ServiceFlags == nil {
+				p.cfg.ServiceFlags = map[string][]string{}
+			}
+			p.cfg.ServiceFlags[svc] = append(p.cfg.ServiceFlags[svc], strings.Fields(v)...)
+			return nil
+		})
+	}
 	fs.StringVar(&p.mix, "mix", "", "devices per student of each platform, e.g. webpush=1.097488,fcm=0.5,apns=0.25 "+
 		"(a platform left out has none; FCM and APNs at most 1); default the seed's "+pipeline.DefaultMix().String()+
 		". FCM and APNs go to the mock's sides for them with its dev credentials")
