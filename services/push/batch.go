@@ -318,7 +318,7 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 	if len(rows) == 0 {
 		return nil
 	}
-	o := outcomes{rows: rows, gone: b.gone, cmds: cmds}
+	o := outcomes{rows: rows, gone: b.gone, cmds: cmds, fresh: !isRetry(cmd)}
 	if w.cfg.DisableAfterFailures > 0 {
 		o.failing, o.recovered, o.disableAfter = b.failing, b.recovered, w.cfg.DisableAfterFailures
 		if last && len(b.dead) > 0 {

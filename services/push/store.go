@@ -3,10 +3,12 @@ package push
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/streams"
@@ -121,6 +123,8 @@ type outcomes struct {
 	// which a subscription is disabled.
 	failing, recovered []int64
 	disableAfter       int
+	// fresh: the rows are a fresh command's (see recordFreshSQL).
+	fresh bool
 }
 
 // record writes outcomes, deletes gone subscriptions and queues retry
@@ -137,6 +141,17 @@ func record(ctx context.Context, pool *pgxpool.Pool, eventID string, rows []row,
 // either every statement commits or none does. It returns how many
 // subscriptions it disabled.
 func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o outcomes) (disabled int64, err error) {
+	disabled, err = recordOutcomesOnce(ctx, pool, eventID, o)
+	var pe *pgconn.PgError
+	if o.fresh && errors.As(err, &pe) && pe.Code == "23505" { // unique_violation
+		// Another writer recorded some of these first: row by row, then.
+		o.fresh = false
+		return recordOutcomesOnce(ctx, pool, eventID, o)
+	}
+	return disabled, err
+}
+
+func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string, o outcomes) (disabled int64, err error) {
 	n := len(o.rows)
 	ids := make([]int64, n)
 	statuses := make([]string, n)
@@ -153,6 +168,8 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o o
 	case counted:
 		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, platforms, o.failing, o.disableAfter, o.recovered).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
+	case n > 0 && o.fresh:
+		b.Queue(recordFreshSQL, eventID, ids, statuses, https, attempts, errs)
 	case n > 0:
 		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	}
