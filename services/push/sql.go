@@ -50,18 +50,19 @@ SET status = excluded.status, http_status = excluded.http_status, attempts = exc
 WHERE d.status = 'retrying'`
 
 // recordFreshSQL records the outcomes of a fresh command (no retry ids) as
-// a plain INSERT. loadFreshSQL left out every subscription with a row, so
-// its rows are new unless another writer of the same command got there
-// first; then the unique key refuses the statement (23505) and
-// recordOutcomes writes the batch again with recordSQL, whose ON CONFLICT
-// decides row by row. Without ON CONFLICT Postgres inserts each row
+// a plain INSERT of recordSQL's columns (the platform too, so migration
+// 0010's fill trigger stays idle). loadFreshSQL left out every
+// subscription with a row, so its rows are new unless another writer of
+// the same command got there first; then the unique key refuses the
+// statement (23505) and recordOutcomes writes the batch again with
+// recordSQL, whose ON CONFLICT decides row by row. Without ON CONFLICT Postgres inserts each row
 // directly instead of by speculative insertion: one index descent and one
 // WAL record (the speculative confirmation, which the walsender decodes
 // too) fewer per outcome.
 const recordFreshSQL = `
-INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts, error, updated_at)
-SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), now()
-FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[]) AS u(id, status, http, attempts, err)`
+INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
+SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), nullif(u.platform, ''), now()
+FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[]) AS u(id, status, http, attempts, err, platform)`
 
 // recordCountedSQL is recordSQL that also moves the consecutive-failure
 // count of the subscriptions named in $8 (failed for good: +1, disabled

@@ -169,7 +169,7 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, platforms, o.failing, o.disableAfter, o.recovered).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
 	case n > 0 && o.fresh:
-		b.Queue(recordFreshSQL, eventID, ids, statuses, https, attempts, errs)
+		b.Queue(recordFreshSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	case n > 0:
 		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	}
