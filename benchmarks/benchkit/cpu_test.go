@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/notify-dev/notify/infra/local/localtest"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -50,7 +52,7 @@ func TestListenInodes(t *testing.T) {
 
 func TestListenerPIDsFindsThisProcess(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
+		localtest.Missing(t, "reads /proc (Linux only)")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,7 +77,7 @@ func TestListenerPIDsFindsThisProcess(t *testing.T) {
 // A child that burnt CPU and was waited for stays in its parent's tree.
 func TestTreeCPUKeepsEndedChildren(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
+		localtest.Missing(t, "reads /proc (Linux only)")
 	}
 	before, err := TreeCPU(os.Getpid())
 	if err != nil {

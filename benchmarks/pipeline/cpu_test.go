@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
@@ -35,7 +36,7 @@ func TestCPUWindowPostgres(t *testing.T) {
 	ctx := context.Background()
 	p := newCPUProbe(ctx, db.Pool, nil, nil)
 	if p.pgRoot == 0 {
-		t.Skip("Postgres does not run on this machine")
+		localtest.Missing(t, "Postgres does not run on this machine (its processes are read from /proc)")
 	}
 	w := p.start(ctx)
 	// About a second of one backend's CPU.
