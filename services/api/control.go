@@ -20,22 +20,8 @@ const (
 // answered with the event's new state.
 func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, *http.Request, UUID) {
 	return func(w http.ResponseWriter, r *http.Request, user UUID) {
-		id, e := pathUUID(r, "event_id", errEventNotFound, "event")
-		if e != nil {
-			writeError(w, e)
-			return
-		}
-		_, instructor, err := s.cfg.Status.EventOwner(r.Context(), id)
-		if errors.Is(err, ErrEventNotFound) {
-			writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))
-			return
-		}
-		if err != nil {
-			s.internalError(w, r, "event owner", err)
-			return
-		}
-		if instructor == (UUID{}) || instructor != user {
-			writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may %s this event", a))
+		id, _, ok := s.authorizeEvent(w, r, user, string(a))
+		if !ok {
 			return
 		}
 		ctl, err := eventcontrol.New(s.pool, eventcontrol.Config{})

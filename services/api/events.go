@@ -73,26 +73,36 @@ func (s EventReports) EventStatus(ctx context.Context, eventID UUID) (UUID, any,
 	return course, r, nil
 }
 
-func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) {
+// authorizeEvent reads the path's event id and lets only its course's
+// instructor through (the answer is written otherwise: 400, 404, 403 or
+// 500). It runs before any costly work: the owner is one indexed row, and
+// unknown ids are remembered (cachedStatus). verb completes "only the
+// course's instructor may … this event".
+func (s *Server) authorizeEvent(w http.ResponseWriter, r *http.Request, user UUID, verb string) (id, course UUID, ok bool) {
 	id, e := pathUUID(r, "event_id", errEventNotFound, "event")
 	if e != nil {
 		writeError(w, e)
-		return
+		return id, course, false
 	}
-	// Authorize before the report: the owner is one indexed row. Nobody
-	// else can make the server build a report, and unknown ids are
-	// remembered (cachedStatus).
 	course, instructor, err := s.cfg.Status.EventOwner(r.Context(), id)
 	if errors.Is(err, ErrEventNotFound) {
 		writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))
-		return
+		return id, course, false
 	}
 	if err != nil {
 		s.internalError(w, r, "event owner", err)
-		return
+		return id, course, false
 	}
 	if instructor == (UUID{}) || instructor != user {
-		writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may see this event"))
+		writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may %s this event", verb))
+		return id, course, false
+	}
+	return id, course, true
+}
+
+func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) {
+	id, course, ok := s.authorizeEvent(w, r, user, "see")
+	if !ok {
 		return
 	}
 	reported, st, err := s.cfg.Status.EventStatus(r.Context(), id)
