@@ -23,6 +23,14 @@ import (
 // respond returns a status, or 0 to refuse the stream (REFUSED_STREAM).
 func rawH2Server(t *testing.T, respond func(id uint32) int) (addr string, pool *x509.CertPool) {
 	t.Helper()
+	return tlsH2Listener(t, func(c net.Conn) { serveRawH2(c, respond) })
+}
+
+// tlsH2Listener accepts TLS connections offering h2 on a loopback port,
+// with a certificate pool that trusts it, and hands each connection to
+// handle on its own goroutine until the test ends.
+func tlsH2Listener(t *testing.T, handle func(c net.Conn)) (addr string, pool *x509.CertPool) {
+	t.Helper()
 	ts := httptest.NewUnstartedServer(nil) // only for its certificate
 	ts.StartTLS()
 	tlsCfg := ts.TLS.Clone()
@@ -41,7 +49,7 @@ func rawH2Server(t *testing.T, respond func(id uint32) int) (addr string, pool *
 			if err != nil {
 				return
 			}
-			go serveRawH2(c, respond)
+			go handle(c)
 		}
 	}()
 	return ln.Addr().String(), pool

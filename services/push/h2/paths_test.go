@@ -3,11 +3,9 @@ package h2
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"net"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,37 +24,16 @@ import (
 // call per connection after the preface and the server's SETTINGS.
 func frameServer(t *testing.T, serve func(fr *http2.Framer, c net.Conn)) (addr string, roots *x509.CertPool) {
 	t.Helper()
-	ts := httptest.NewUnstartedServer(nil) // only for its certificate
-	ts.StartTLS()
-	tlsCfg := ts.TLS.Clone()
-	ts.Close()
-	tlsCfg.NextProtos = []string{"h2"}
-	roots = x509.NewCertPool()
-	roots.AddCert(ts.Certificate())
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				preface := make([]byte, len(h2Preface))
-				if _, err := io.ReadFull(c, preface); err != nil {
-					return
-				}
-				fr := http2.NewFramer(c, c)
-				fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
-				serve(fr, c)
-			}()
+	return tlsH2Listener(t, func(c net.Conn) {
+		defer c.Close()
+		preface := make([]byte, len(h2Preface))
+		if _, err := io.ReadFull(c, preface); err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String(), roots
+		fr := http2.NewFramer(c, c)
+		fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
+		serve(fr, c)
+	})
 }
 
 // answer201 answers every request that ends its stream with 201, ACKs
