@@ -23,7 +23,7 @@ type Sender interface {
 
 // Defaults of Config, documented on its fields.
 const (
-	DefaultMaxInFlight   = 4000
+	DefaultMaxInFlight   = 8000
 	DefaultMaxCommands   = 16
 	DefaultMaxAttempts   = 5
 	DefaultBackoffBase   = time.Second
@@ -60,8 +60,14 @@ type Config struct {
 	// MaxInFlight caps sends that have started but whose outcome is not yet
 	// recorded in push_deliveries, over all commands of this worker. It is
 	// exactly the number of pushes a crash (kill -9) can repeat. Default
-	// 4000: at the seed's 230 ms push-service latency that allows ~17,000
-	// sends/s per worker.
+	// 8000. Slots are what a worker's rate is bounded by before its CPU:
+	// rate ≤ slots / push-service latency, and one origin holds at most
+	// MaxInFlightPerOrigin of them. At the seed's 230 ms latency the old
+	// 4000 (3000 for the one origin of the benchmarks) capped a worker at
+	// ~13,000 sends/s with a fifth of the machine idle; 8000 (6000 per
+	// origin, ~26,000 sends/s) leaves the cap above what two cores can
+	// encrypt (~19,000/s), so the CPU sets the pace (1M e2e: 90.9 s → 59.0
+	// s, benchmarks/RESULTS.md). A crash repeats at most 8000 pushes.
 	MaxInFlight int
 	// MaxInFlightPerOrigin caps the send slots (of MaxInFlight) that sends
 	// to one push-service origin may hold at once, so one slow origin — an
