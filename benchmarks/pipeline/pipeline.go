@@ -105,6 +105,38 @@ type Config struct {
 	// run (Result.CryptoOnlyUSPerMessage); at most the run's subscriptions.
 	// Default 20,000; negative skips it.
 	CryptoMessages int
+	// CountersOff disables the per-event counter triggers in the run's
+	// database (notifications' and push_deliveries', which keep
+	// event_counters and event_platform_counters) for an A/B of what
+	// the counters cost a run. Progress then comes from the mock; the run
+	// ends when the mock has every push and push_deliveries has every
+	// outcome (counted once the mock has them all). The next run
+	// without it enables them again. Default false.
+	CountersOff bool
+}
+
+// counterTriggers are the row-count triggers CountersOff disables: the
+// per-delivery and per-notification bookkeeping. Migration 0010's
+// once-per-command target count inside push_command_devices stays.
+var counterTriggers = map[string][]string{
+	"notifications":   {"event_counters_notified"},
+	"push_deliveries": {"event_counters_outcomes_inserted", "event_counters_outcomes_updated", "event_counters_outcomes_deleted", "event_platform_counters_inserted", "event_platform_counters_updated", "event_platform_counters_deleted"},
+}
+
+// setCounters enables or disables counterTriggers.
+func setCounters(ctx context.Context, pool *pgxpool.Pool, on bool) error {
+	verb := "DISABLE"
+	if on {
+		verb = "ENABLE"
+	}
+	for table, names := range counterTriggers {
+		for _, name := range names {
+			if _, err := pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s %s TRIGGER %s", table, verb, name)); err != nil {
+				return fmt.Errorf("%s trigger %s on %s: %w", strings.ToLower(verb), name, table, err)
+			}
+		}
+	}
+	return nil
 }
 
 // BrowserConfig is the real browser of a run.
@@ -288,6 +320,8 @@ type Result struct {
 	// PipelineCPUUSPerDelivery that per final outcome, in µs.
 	PipelineCPUSeconds       float64 `json:"pipeline_cpu_seconds"`
 	PipelineCPUUSPerDelivery float64 `json:"pipeline_cpu_us_per_delivery"`
+	// CountersOff: the run had Config.CountersOff (an A/B of the counters).
+	CountersOff bool `json:"counters_off,omitempty"`
 	// CryptoOnlyUSPerMessage is the Web Push engine's CPU per message
 	// with no network (encryption + VAPID header, pushbench's reference),
 	// measured in this process right after the run over CryptoOnlyMessages
@@ -367,6 +401,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	res.Database = dbName
 	res.Subscriptions, res.SeedSeconds = subs, seeded
+	if err := setCounters(ctx, pool, !cfg.CountersOff); err != nil {
+		return res, err
+	}
+	res.CountersOff = cfg.CountersOff
 	if err := dropStaleRunSlots(ctx, pool, cfg.Say); err != nil {
 		return res, err
 	}
@@ -641,6 +679,9 @@ func Print(w io.Writer, r Result) {
 	fmt.Fprintf(tw, "lost\t%d\t0\n", r.Lost)
 	fmt.Fprintf(tw, "duplicates (mock)\t%d\t\n", r.Duplicates)
 	fmt.Fprintf(tw, "decrypt failures (sampled)\t%d\t\n", r.DecryptFailures)
+	if r.CountersOff {
+		fmt.Fprintf(tw, "event counters\toff (--counters-off A/B run)\t\n")
+	}
 	tw.Flush()
 	if len(r.Platforms) > 0 {
 		fmt.Fprintln(w)
@@ -699,7 +740,14 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 		}
 		// The event's counters: a few rows (measure reads the deliveries
 		// themselves once at the end).
-		if time.Since(lastDB) > 250*time.Millisecond || snap.Pushed >= res.Subscriptions {
+		switch {
+		case cfg.CountersOff && snap.Pushed >= res.Subscriptions:
+			// No counters: the rows themselves, once the mock has every push.
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status <> 'retrying'", res.EventID).Scan(&snap.Recorded); err != nil {
+				return fmt.Errorf("progress: %w", err)
+			}
+		case cfg.CountersOff:
+		case time.Since(lastDB) > 250*time.Millisecond || snap.Pushed >= res.Subscriptions:
 			lastDB = time.Now()
 			if err := pool.QueryRow(ctx, "SELECT coalesce(sum(delivered + gone + failed), 0) FROM event_counters WHERE event_id = $1", res.EventID).Scan(&snap.Recorded); err != nil {
 				return fmt.Errorf("progress: %w", err)

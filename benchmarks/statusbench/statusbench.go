@@ -9,6 +9,12 @@
 // fan-out was still running and for the whole run. At the end
 // eventstatus.Verify recomputes the accounting from the rows (what every
 // report cost before the counters) and checks it against the counters.
+//
+// Beside each report the status poller makes one SELECT 1 on the same
+// pool (Result.Floor): the cheapest round trip Postgres can answer. Taken
+// in the same loop, pair by pair, it shows how much of the report's tail
+// is the report and how much is any query waiting for a CPU on this
+// machine while the run keeps it busy.
 package statusbench
 
 import (
@@ -67,6 +73,9 @@ type Result struct {
 	IntervalMs    float64 `json:"interval_ms"`
 	API           Poller  `json:"api"`    // GET /v1/events/{id}
 	Status        Poller  `json:"status"` // eventstatus.Load (notify status --json)
+	// Floor is a SELECT 1 right after each status report, on the same
+	// pool: the round trip no report can beat on this machine.
+	Floor Poller `json:"floor_select_1"`
 	// StatusAfterRun is 200 reports of the finished event once every
 	// service has stopped: the report's own cost, without the run
 	// competing for the CPU.
@@ -91,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, errors.New("statusbench: the pipeline's Published hook is the benchmark's")
 	}
 	res := Result{IntervalMs: float64(cfg.Interval) / 1e6}
-	var api, status samples
+	var api, status, floor samples
 	var pollErr error
 	var dbURL, eventID string
 	cfg.Pipeline.Published = func(ctx context.Context, p pipeline.Published) {
@@ -120,7 +129,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}()
 		go func() {
 			defer wg.Done()
-			if err := pollStatus(ctx, cfg.Interval, pool, p.EventID, &status); err != nil {
+			if err := pollStatus(ctx, cfg.Interval, pool, p.EventID, &status, &floor); err != nil {
 				fail(err)
 			}
 		}()
@@ -135,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, pollErr
 	}
 	res.Users, res.Subscriptions, res.Deliveries = pr.Users, pr.Subscriptions, pr.Delivered
-	res.API, res.Status = api.summary(), status.summary()
+	res.API, res.Status, res.Floor = api.summary(), status.summary(), floor.summary()
 
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -234,8 +243,8 @@ func pollAPI(ctx context.Context, interval time.Duration, p pipeline.Published, 
 }
 
 // pollStatus builds the report `notify status --json` prints until ctx
-// ends.
-func pollStatus(ctx context.Context, interval time.Duration, pool *pgxpool.Pool, eventID string, s *samples) error {
+// ends, each followed by a SELECT 1 into floor.
+func pollStatus(ctx context.Context, interval time.Duration, pool *pgxpool.Pool, eventID string, s, floor *samples) error {
 	for {
 		t0 := time.Now()
 		r, err := eventstatus.Load(ctx, pool, eventID)
@@ -246,6 +255,15 @@ func pollStatus(ctx context.Context, interval time.Duration, pool *pgxpool.Pool,
 			return fmt.Errorf("status of %s: %w", eventID, err)
 		}
 		s.add(time.Since(t0), r.Finished, r.Notified)
+		t0 = time.Now()
+		var one int
+		if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("SELECT 1: %w", err)
+		}
+		floor.add(time.Since(t0), r.Finished, r.Notified)
 		if !sleep(ctx, interval) {
 			return nil
 		}
@@ -272,7 +290,7 @@ func Print(w io.Writer, r Result) {
 	for _, p := range []struct {
 		name string
 		p    Poller
-	}{{"GET /v1/events/{id}", r.API}, {"notify status --json", r.Status}} {
+	}{{"GET /v1/events/{id}", r.API}, {"notify status --json", r.Status}, {"SELECT 1 (floor)", r.Floor}} {
 		for _, ph := range []struct {
 			name string
 			l    Latency

@@ -169,6 +169,7 @@ func runBenchE2E(ctx context.Context, args []string) error {
 	fs.StringVar(&fc.On, "fault-on", "notified", "what --fault-at counts: notified (students notified: every stage in flight) or pushed (pushes sent)")
 	fs.DurationVar(&fc.Down, "fault-down", 15*time.Second, "kill-leader: how long the killed node stays down")
 	fs.StringVar(&fc.Script, "kafka-script", "infra/local/kafka.sh", "the script that stops and starts one node (kafka.sh <cmd> --node N)")
+	fs.BoolVar(&p.cfg.CountersOff, "counters-off", false, "disable the per-event counter triggers in the run database, to measure what the counters cost (A/B against a run without it); progress then comes from the mock")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
