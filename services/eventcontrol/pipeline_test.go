@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,9 @@ type pipeline struct {
 	starts  int
 	slot    string
 	eventID string
+	// inFlight is the push worker's --max-in-flight: small, so that a
+	// pause lands mid-run.
+	inFlight int
 }
 
 func newPipeline(t *testing.T, users int) *pipeline {
@@ -57,7 +61,8 @@ func newPipeline(t *testing.T, users int) *pipeline {
 	localtest.Short(t, "builds the notify binary and runs the whole pipeline as processes")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := &pipeline{t: t, ctx: ctx, db: schematest.NewDatabase(t), topics: streamstest.NewTopics(t), bin: notifytest.Binary(t), dir: t.TempDir()}
+	p := &pipeline{t: t, ctx: ctx, db: schematest.NewDatabase(t), topics: streamstest.NewTopics(t), bin: notifytest.Binary(t), dir: t.TempDir(),
+		inFlight: max(16, users/500)}
 	if d := os.Getenv("NOTIFY_TEST_LOG_DIR"); d != "" {
 		p.dir = filepath.Join(d, t.Name()+"-"+p.topics.Prefix)
 		if err := os.MkdirAll(p.dir, 0o755); err != nil {
@@ -112,7 +117,7 @@ func (p *pipeline) start() {
 	for _, svc := range [][]string{
 		{"cdc", "--slot", p.slot, "--publication", p.slot, "--metrics-addr", "off"},
 		{"fanout", "--ranges", "2", "--slice", "250", "--metrics-addr", "off", "--session-timeout", "6s"},
-		{"push", "--max-in-flight", "16", "--batch-size", "16", "--hold-max", "1s", "--metrics-addr", "off", "--session-timeout", "6s", "--lag-interval", "-1s"},
+		{"push", "--max-in-flight", strconv.Itoa(p.inFlight), "--batch-size", "16", "--hold-max", "1s", "--metrics-addr", "off", "--session-timeout", "6s", "--lag-interval", "-1s"},
 	} {
 		name := svc[0] + "-" + string(rune('0'+p.starts))
 		pr, err := benchkit.StartProc(p.bin, p.dir, name, p.env, append([]string{"run"}, svc...)...)
@@ -320,15 +325,15 @@ func deref(s *string) string {
 	return *s
 }
 
-// TestPipelinePauseRestartResume: the whole pipeline as processes; the
-// event is paused at ~30% of its pushes with `notify event pause`, every
+// TestPipelinePauseRestartResume: the whole pipeline as processes, 100,000
+// students (~110,000 devices); the event is paused at ~30% of its pushes with `notify event pause`, every
 // service is killed (-9) and restarted while it is paused, and nothing is
 // sent from the pause answer's bound until `notify event resume`; then
 // every student is notified once and every device delivered exactly once
 // (0 lost, 0 duplicates), and `notify status --verify` holds.
 func TestPipelinePauseRestartResume(t *testing.T) {
 	t.Parallel()
-	p := newPipeline(t, 10_000)
+	p := newPipeline(t, 100_000)
 	p.start()
 	p.publish()
 	s := p.watchSends()
