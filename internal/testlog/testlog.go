@@ -4,8 +4,8 @@
 package testlog
 
 import (
-	"bytes"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,41 +14,43 @@ import (
 // Keep is how many of its last lines a logger shows for a failed test.
 const Keep = 200
 
-// New returns a text logger at level whose lines are kept in memory. If t
-// has failed when it ends, the last Keep of them are logged through t,
-// each as "name: line"; a passing test logs nothing of them.
+// New returns a text logger at level that keeps its last Keep lines. If
+// t has failed when it ends, they are logged through t, each as
+// "name: line"; a passing test logs nothing of them.
 func New(t testing.TB, name string, level slog.Level) *slog.Logger {
-	buf := &lockedBuffer{}
+	w := &tail{}
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-		if len(lines) > Keep {
-			lines = lines[len(lines)-Keep:]
-		}
-		for _, l := range lines {
+		for _, l := range w.last() {
 			t.Logf("%s: %s", name, l)
 		}
 	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// lockedBuffer is an io.Writer safe for concurrent use: a service logs
-// from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// tail is an io.Writer that keeps the last Keep lines written to it, so a
+// long test logging at debug level holds a bounded amount. Safe for
+// concurrent use: a service logs from many goroutines.
+type tail struct {
+	mu    sync.Mutex
+	lines []string
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, strings.Split(strings.TrimSuffix(string(p), "\n"), "\n")...)
+	// Dropping the old lines only now and then keeps a write cheap.
+	if len(w.lines) > 2*Keep {
+		w.lines = append(w.lines[:0], w.lines[len(w.lines)-Keep:]...)
+	}
+	return len(p), nil
 }
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (w *tail) last() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines[max(0, len(w.lines)-Keep):])
 }
