@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
@@ -17,32 +14,9 @@ import (
 // platform takes exactly its own fields.
 func TestDevicesMigrationKeepsSubscriptions(t *testing.T) {
 	t.Parallel()
-	db := schematest.NewEmptyDatabase(t)
+	db := schematest.NewDatabaseBefore(t, "devices")
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	ms, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Found by name, not number: migrations may be renumbered on merge.
-	at := -1
-	for i, m := range ms {
-		if m.Name == "devices" {
-			at = i
-		}
-	}
-	if at < 0 {
-		t.Fatal("no devices migration")
-	}
-	for _, m := range ms[:at] {
-		if _, err := conn.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("migration %04d_%s: %v", m.Version, m.Name, err)
-		}
-	}
+	conn := db.Conn
 	p256dh := append([]byte{4}, bytes.Repeat([]byte{7}, 64)...)
 	auth := bytes.Repeat([]byte{9}, 16)
 	if _, err := conn.Exec(ctx, `INSERT INTO push_subscriptions (id, user_id, endpoint, p256dh, auth, consecutive_failures, created_at, updated_at)
@@ -54,7 +28,7 @@ func TestDevicesMigrationKeepsSubscriptions(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT setval(pg_get_serial_sequence('push_subscriptions', 'id'), 1000)"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, ms[at].SQL); err != nil {
+	if err := db.MigrateNext(ctx); err != nil {
 		t.Fatalf("devices migration on a populated table: %v", err)
 	}
 	var n, intact int
@@ -68,10 +42,8 @@ func TestDevicesMigrationKeepsSubscriptions(t *testing.T) {
 		t.Fatalf("after the migration %d rows, %d intact; want 1000 both", n, intact)
 	}
 	// The rest of the migrations apply after it.
-	for _, m := range ms[at+1:] {
-		if _, err := conn.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("migration %04d_%s: %v", m.Version, m.Name, err)
-		}
+	if err := db.MigrateRest(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	const user = `'00000000-0000-0000-0000-000000000002'`

@@ -221,45 +221,12 @@ func TestPartitionCreateRefusedWhileDefaultHoldsTheDay(t *testing.T) {
 // indexes and triggers a parallel migration added before it.
 func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
 	t.Parallel()
-	db := schematest.NewEmptyDatabase(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	ms, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Everything before this one (0013, or whatever number it was given at
 	// merge), as Migrate would have applied it.
-	conv := -1
-	for _, m := range ms {
-		if m.Name == "partition_history" {
-			conv = m.Version
-		}
-	}
-	if conv < 0 {
-		t.Fatal("no partition_history migration")
-	}
-	if _, err := conn.Exec(ctx, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Version >= conv {
-			break
-		}
-		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
-			return err
-		}); err != nil {
-			t.Fatalf("migration %04d: %v", m.Version, err)
-		}
-	}
+	db := schematest.NewDatabaseBefore(t, "partition_history")
+	ctx := context.Background()
+	conn := db.Conn
+	conv := db.Pending[0].Version
 	// What another engineer's migration might have added meanwhile.
 	for _, q := range []string{
 		// (migration 0010 now adds the real one, which must travel too)

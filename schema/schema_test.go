@@ -15,11 +15,7 @@ func TestMigrateEmptyThenNoop(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewEmptyDatabase(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := db.Conn(t)
 
 	ms, err := schema.Migrations()
 	if err != nil {

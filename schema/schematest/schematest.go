@@ -5,6 +5,10 @@
 // The first caller in a test binary builds (or reuses) a template database
 // named after a hash of the migrations; every test database is then a cheap
 // CREATE DATABASE … TEMPLATE copy, dropped when the test ends.
+//
+// Tests of a migration itself start instead from NewEmptyDatabase (no
+// tables at all) or NewDatabaseBefore (migrated up to just before a named
+// migration, with MigrateNext and MigrateRest to go on from there).
 package schematest
 
 import (

@@ -24,12 +24,7 @@ func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, 
 		if !ok {
 			return
 		}
-		ctl, err := eventcontrol.New(s.pool, eventcontrol.Config{})
-		if err != nil {
-			s.internalError(w, r, "event control", err)
-			return
-		}
-		res, err := ctl.Apply(r.Context(), id.String(), a)
+		res, err := s.control.Apply(r.Context(), id.String(), a)
 		switch {
 		case err == nil:
 			s.log.Info("event state changed", "event_id", res.EventID, "action", string(a), "state", res.State,

@@ -40,7 +40,8 @@ type Server struct {
 	tokens  *auth.Cache
 	limiter *rateLimiter // nil when Config.RateLimit < 0
 	batch   *publishBatcher
-	sweeper *idempotencySweeper // nil until Start, or when disabled
+	control *eventcontrol.Controller // the control routes' transitions; shared: it holds only the pool
+	sweeper *idempotencySweeper      // nil until Start, or when disabled
 	m       serverMetrics
 
 	http   *http.Server
@@ -134,6 +135,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 		return nil, err
 	}
 	s.tokens = tokens
+	if s.control, err = eventcontrol.New(pool, eventcontrol.Config{}); err != nil {
+		return nil, fmt.Errorf("api: event control: %w", err)
+	}
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst, cfg.RateLimitUsers)
 	}

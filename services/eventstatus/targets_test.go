@@ -25,6 +25,22 @@ func verified(t *testing.T, db *schematest.Database, ev, stage string) eventstat
 	return v.Status
 }
 
+// problems runs Verify and fails t for each of want that none of the
+// problems it names contains.
+func problems(t *testing.T, db *schematest.Database, ev string, want ...string) {
+	t.Helper()
+	v, err := eventstatus.Verify(context.Background(), db.Pool, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(v.Problems, "\n")
+	for _, w := range want {
+		if !strings.Contains(joined, w) {
+			t.Errorf("missing %q in %q", w, v.Problems)
+		}
+	}
+}
+
 // seedNotified: users A, B, C with one browser each (ids 1–3), A and B
 // notified of evA by the fan-out, no push command handled yet.
 func seedNotified(t *testing.T, db *schematest.Database) func(sql string, args ...any) {
@@ -223,16 +239,7 @@ func TestOutcomesPerPlatform(t *testing.T) {
 	}
 	exec(`UPDATE event_platform_counters SET delivered = delivered + 1 WHERE event_id = $1 AND platform = 'fcm' AND shard = (SELECT min(shard) FROM event_platform_counters WHERE event_id = $1 AND platform = 'fcm')`, evA)
 	exec(`UPDATE push_deliveries SET platform = 'apns' WHERE event_id = $1 AND subscription_id = 1`, evA)
-	v, err := eventstatus.Verify(ctx, db.Pool, evA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined := strings.Join(v.Problems, "\n")
-	for _, want := range []string{"fcm delivered: the tables hold 1, the counters say 2", "1 outcome(s) whose platform is not their subscription's"} {
-		if !strings.Contains(joined, want) {
-			t.Errorf("missing %q in %q", want, v.Problems)
-		}
-	}
+	problems(t, db, evA, "fcm delivered: the tables hold 1, the counters say 2", "1 outcome(s) whose platform is not their subscription's")
 }
 
 // Students notified into a range whose command already counted (an event
@@ -257,11 +264,5 @@ func TestNotifiedIntoACountedRange(t *testing.T) {
 	}
 	// The drift of a targeted-students counter is named.
 	exec(`UPDATE event_counters SET targeted_students = targeted_students + 1 WHERE event_id = $1 AND shard = (SELECT min(shard) FROM event_counters WHERE event_id = $1)`, evA)
-	v, err := eventstatus.Verify(context.Background(), db.Pool, evA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(strings.Join(v.Problems, "\n"), "targeted students: the tables hold 3, the counters say 4") {
-		t.Fatalf("problems %q", v.Problems)
-	}
+	problems(t, db, evA, "targeted students: the tables hold 3, the counters say 4")
 }

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
@@ -19,41 +16,15 @@ import (
 // its commands.
 func TestUpgradeCountsAFanoutRunningAcrossIt(t *testing.T) {
 	t.Parallel()
-	db := schematest.NewEmptyDatabase(t)
+	before := schematest.NewDatabaseBefore(t, "event_counters_platforms")
+	db, conn := before.Database, before.Conn
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	ms, err := schema.Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := -1
-	for i, m := range ms {
-		if m.Name == "event_counters_platforms" {
-			at = i
-		}
-	}
-	if at < 0 {
-		t.Fatal("no event_counters_platforms migration")
-	}
-	apply := func(ms []schema.Migration) {
-		t.Helper()
-		for _, m := range ms {
-			if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, m.SQL); return err }); err != nil {
-				t.Fatalf("migration %04d %s: %v", m.Version, m.Name, err)
-			}
-		}
-	}
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	apply(ms[:at])
 	// Before: A and B have a browser each, B a phone; A is notified (the
 	// old trigger counts A's browser) and delivered; B is not yet.
 	for i, u := range []string{userA, userB, userC} {
@@ -68,7 +39,9 @@ func TestUpgradeCountsAFanoutRunningAcrossIt(t *testing.T) {
 	exec(`INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, now())`, evA, userA)
 	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'delivered')`, evA)
 
-	apply(ms[at:])
+	if err := before.MigrateRest(ctx); err != nil {
+		t.Fatal(err)
+	}
 	s := verified(t, db, evA, "upgraded")
 	if s.Target != 1 || s.Delivered != 1 || s.AwaitingPush != 0 || s.Platforms.WebPush.Target != 1 || s.Platforms.WebPush.Delivered != 1 {
 		t.Fatalf("upgraded: %+v", s)

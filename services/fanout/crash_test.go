@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/notify-dev/notify/connect"
 	"github.com/notify-dev/notify/infra/local/localtest"
+	"github.com/notify-dev/notify/internal/testlog"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams"
@@ -111,12 +111,11 @@ func startConnector(t *testing.T, dbURL string, topics streams.Topics) {
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	logs := &lockedBuffer{}
 	c, err := connect.New(connect.Config{
 		DatabaseURL: dbURL, Brokers: streamstest.Brokers(t),
 		Slot: "fanout_test_" + hex.EncodeToString(b), Publication: "fanout_test",
 		TopicTemplate: topics.RouteTemplate(),
-		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:        testlog.New(t, "connector log", slog.LevelDebug),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +130,8 @@ func startConnector(t *testing.T, dbURL string, topics streams.Topics) {
 	})
 	// Runs before the Stop above: the counters as the test saw them (the
 	// deferred deletes show how often a transaction was published before
-	// other sessions saw it committed), and the log if the test failed.
+	// other sessions saw it committed). The log, if the test failed,
+	// follows them, Stop's lines included.
 	t.Cleanup(func() {
 		var m bytes.Buffer
 		c.Metrics().WritePrometheus(&m)
@@ -143,35 +143,7 @@ func startConnector(t *testing.T, dbURL string, topics streams.Topics) {
 				t.Logf("connector: %s", l)
 			}
 		}
-		if !t.Failed() {
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-		if len(lines) > 200 {
-			lines = lines[len(lines)-200:]
-		}
-		for _, l := range lines {
-			t.Logf("connector log: %s", l)
-		}
 	})
-}
-
-// lockedBuffer is an io.Writer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestCrashAndReplay kills the fan-out process with SIGKILL at random

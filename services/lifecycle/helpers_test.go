@@ -1,7 +1,6 @@
 package lifecycle_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/connect"
+	"github.com/notify-dev/notify/internal/testlog"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/services/lifecycle"
@@ -48,19 +48,7 @@ func newEnv(t *testing.T) *env {
 
 // quiet is a logger that keeps its lines for a failed test.
 func quiet(t *testing.T, name string) *slog.Logger {
-	buf := &lockedBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-			if len(lines) > 100 {
-				lines = lines[len(lines)-100:]
-			}
-			for _, l := range lines {
-				t.Logf("%s: %s", name, l)
-			}
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return testlog.New(t, name, slog.LevelInfo)
 }
 
 func startConnector(t *testing.T, dbURL string, topics streams.Topics) {
@@ -331,22 +319,4 @@ func header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
-}
-
-// lockedBuffer is an io.Writer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
