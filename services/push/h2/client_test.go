@@ -1,15 +1,14 @@
 package h2
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +22,22 @@ import (
 // respond returns a status, or 0 to refuse the stream (REFUSED_STREAM).
 func rawH2Server(t *testing.T, respond func(id uint32) int) (addr string, pool *x509.CertPool) {
 	t.Helper()
-	return tlsH2Listener(t, func(c net.Conn) { serveRawH2(c, respond) })
+	return frameServer(t, func(fr *http2.Framer, c net.Conn) {
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		w := newHeaderWriter(fr)
+		serveFrames(fr, func(f http2.Frame) {
+			d, ok := f.(*http2.DataFrame)
+			if !ok || !d.StreamEnded() {
+				return
+			}
+			status := respond(d.StreamID)
+			if status == 0 {
+				fr.WriteRSTStream(d.StreamID, http2.ErrCodeRefusedStream)
+				return
+			}
+			w.answer(d.StreamID, strconv.Itoa(status))
+		})
+	})
 }
 
 // tlsH2Listener accepts TLS connections offering h2 on a loopback port,
@@ -53,47 +67,6 @@ func tlsH2Listener(t *testing.T, handle func(c net.Conn)) (addr string, pool *x5
 		}
 	}()
 	return ln.Addr().String(), pool
-}
-
-func serveRawH2(c net.Conn, respond func(id uint32) int) {
-	defer c.Close()
-	preface := make([]byte, len(h2Preface))
-	if _, err := io.ReadFull(c, preface); err != nil {
-		return
-	}
-	fr := http2.NewFramer(c, c)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
-	var hbuf bytes.Buffer
-	enc := hpack.NewEncoder(&hbuf)
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			return
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				fr.WriteSettingsAck()
-			}
-		case *http2.DataFrame:
-			if !f.StreamEnded() {
-				continue
-			}
-			status := respond(f.StreamID)
-			if status == 0 {
-				fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
-				continue
-			}
-			hbuf.Reset()
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: itoa(status)})
-			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true})
-		}
-	}
-}
-
-func itoa(n int) string {
-	return string([]byte{byte('0' + n/100), byte('0' + n/10%10), byte('0' + n%10)})
 }
 
 // TestRefusedStreamIsRetried: a stream the server refuses was not

@@ -1,7 +1,6 @@
 package h2
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -12,15 +11,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/notify-dev/notify/services/push/internal/benchtest"
 )
 
 // Why the push senders have their own HTTP/2 client, measured: the same push
@@ -34,18 +31,11 @@ import (
 
 const h2ServerEnv = "NOTIFY_H2_BENCH_SERVER"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(h2ServerEnv) == "1" {
-		runH2BenchServer()
-		return
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { benchtest.Main(m, h2ServerEnv, serveH2Bench) }
 
-// runH2BenchServer is the child: an HTTP/2 server answering 201 to every
-// POST, like a push service. It prints its address and certificate, then
-// serves until stdin closes.
-func runH2BenchServer() {
+// serveH2Bench is the child's server: HTTP/2 answering 201 to every POST,
+// like a push service. Its line is its address and its certificate.
+func serveH2Bench(string) (line string, stop func(), err error) {
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusCreated)
@@ -54,32 +44,12 @@ func runH2BenchServer() {
 	ts.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
 	ts.StartTLS()
 	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
-	fmt.Printf("%s %s\n", strings.TrimPrefix(ts.URL, "https://"), base64.StdEncoding.EncodeToString(cert))
-	io.Copy(io.Discard, os.Stdin)
-	ts.Close()
+	return strings.TrimPrefix(ts.URL, "https://") + " " + base64.StdEncoding.EncodeToString(cert), ts.Close, nil
 }
 
 func startH2BenchServer(b *testing.B) (addr string, roots *x509.CertPool) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), h2ServerEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		b.Fatalf("bench server: %v", err)
-	}
+	line := benchtest.StartChild(b, h2ServerEnv, "1")
 	f := strings.Fields(line)
 	if len(f) != 2 {
 		b.Fatalf("bench server said %q", line)
@@ -100,40 +70,13 @@ const h2BenchConcurrency = 256
 // benchBody is a push message's size: a ~200-byte payload, encrypted.
 var benchBody = bytes.Repeat([]byte{0xa5}, 300)
 
-func runConcurrently(b *testing.B, do func() error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	stop := reportCPU(b)
-	b.ResetTimer()
-	for range h2BenchConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := do(); err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	stop()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
-}
-
 func BenchmarkH2ClientOwn(b *testing.B) {
 	addr, roots := startH2BenchServer(b)
 	p := testPool(b, addr, roots)
 	defer p.Close()
 	auth := "vapid t=" + strings.Repeat("j", 420) + ", k=" + strings.Repeat("k", 87)
-	var n atomic.Int64
-	runConcurrently(b, func() error {
-		req := pushRequest(addr, fmt.Sprintf("/wpush/%d", n.Add(1)), auth, "2419200")
+	benchtest.Parallel(b, h2BenchConcurrency, func(i int64) error {
+		req := pushRequest(addr, fmt.Sprintf("/wpush/%d", i), auth, "2419200")
 		resp, err := p.RoundTrip(context.Background(), req, benchBody, 30*time.Second)
 		if err == nil && resp.Status != 201 {
 			err = fmt.Errorf("status %d", resp.Status)
@@ -151,9 +94,8 @@ func BenchmarkH2ClientXNetTransport(b *testing.B) {
 	defer tr.CloseIdleConnections() //lint:ignore SA1019 the measured alternative
 	cl := &http.Client{Transport: tr}
 	auth := "vapid t=" + strings.Repeat("j", 420) + ", k=" + strings.Repeat("k", 87)
-	var n atomic.Int64
-	runConcurrently(b, func() error {
-		req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("https://%s/wpush/%d", addr, n.Add(1)), bytes.NewReader(benchBody))
+	benchtest.Parallel(b, h2BenchConcurrency, func(i int64) error {
+		req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("https://%s/wpush/%d", addr, i), bytes.NewReader(benchBody))
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package h2
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -58,8 +57,7 @@ func scriptedServer(t *testing.T, respond func(r seenRequest) answer) (addr stri
 	var all []seenRequest
 	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
 		dec := hpack.NewDecoder(4096, nil)
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
+		w := newHeaderWriter(fr)
 		open := map[uint32]*seenRequest{}
 		finish := func(id uint32) {
 			r := open[id]
@@ -72,30 +70,18 @@ func scriptedServer(t *testing.T, respond func(r seenRequest) answer) (addr stri
 				fr.WriteRSTStream(id, a.rst)
 				return
 			}
-			hbuf.Reset()
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: a.status})
-			for _, h := range a.headers {
-				enc.WriteField(h)
-			}
-			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hbuf.Bytes(), EndStream: len(a.chunks) == 0, EndHeaders: true})
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: w.block(a.status, a.headers...), EndStream: len(a.chunks) == 0, EndHeaders: true})
 			for i, ch := range a.chunks {
 				fr.WriteData(id, i == len(a.chunks)-1, ch)
 			}
 		}
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
+		serveFrames(fr, func(f http2.Frame) {
 			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
 			case *http2.HeadersFrame:
 				fields, err := dec.DecodeFull(f.HeaderBlockFragment())
 				if err != nil {
 					t.Errorf("decode request headers: %v", err)
+					c.Close()
 					return
 				}
 				open[f.StreamID] = &seenRequest{fields: fields, blockBytes: len(f.HeaderBlockFragment())}
@@ -110,7 +96,7 @@ func scriptedServer(t *testing.T, respond func(r seenRequest) answer) (addr stri
 					}
 				}
 			}
-		}
+		})
 	})
 	pool = func() *Pool { return testPool(t, addr, roots) }
 	seen = func() []seenRequest {
@@ -245,31 +231,17 @@ func TestGoAwayRetriesUnprocessed(t *testing.T) {
 	var requests atomic.Int64
 	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
 		first := conns.Add(1) == 1
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
+		w := newHeaderWriter(fr)
 		var ids []uint32
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
+		serveFrames(fr, func(f http2.Frame) {
+			d, ok := f.(*http2.DataFrame)
+			if !ok || !d.StreamEnded() {
 				return
 			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-				continue
-			case *http2.DataFrame:
-				if !f.StreamEnded() {
-					continue
-				}
-				requests.Add(1)
-				ids = append(ids, f.StreamID)
-			default:
-				continue
-			}
+			requests.Add(1)
+			ids = append(ids, d.StreamID)
 			if first && len(ids) < 2 {
-				continue // hold the first until the second is in
+				return // hold the first until the second is in
 			}
 			if first {
 				// Processed the first stream only; the second was not.
@@ -277,12 +249,10 @@ func TestGoAwayRetriesUnprocessed(t *testing.T) {
 				ids = ids[:1]
 			}
 			for _, id := range ids {
-				hbuf.Reset()
-				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true})
+				w.answer(id, "200")
 			}
 			ids = ids[:0]
-		}
+		})
 	})
 	p := testPool(t, addr, roots)
 	var wg sync.WaitGroup

@@ -36,46 +36,76 @@ func frameServer(t *testing.T, serve func(fr *http2.Framer, c net.Conn)) (addr s
 	})
 }
 
+// serveFrames reads the client's frames until the connection ends, ACKing
+// its SETTINGS and handing every other frame to handle. A handler ends the
+// connection early by closing it.
+func serveFrames(fr *http2.Framer, handle func(f http2.Frame)) {
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		if s, ok := f.(*http2.SettingsFrame); ok {
+			if !s.IsAck() {
+				fr.WriteSettingsAck()
+			}
+			continue
+		}
+		handle(f)
+	}
+}
+
+// headerWriter encodes a frame server's answers, with one HPACK encoder per
+// connection as a real server keeps.
+type headerWriter struct {
+	fr  *http2.Framer
+	buf bytes.Buffer
+	enc *hpack.Encoder
+}
+
+func newHeaderWriter(fr *http2.Framer) *headerWriter {
+	w := &headerWriter{fr: fr}
+	w.enc = hpack.NewEncoder(&w.buf)
+	return w
+}
+
+// block is the header block of :status and fields, valid until the next
+// call.
+func (w *headerWriter) block(status string, fields ...hpack.HeaderField) []byte {
+	w.buf.Reset()
+	w.enc.WriteField(hpack.HeaderField{Name: ":status", Value: status})
+	for _, f := range fields {
+		w.enc.WriteField(f)
+	}
+	return w.buf.Bytes()
+}
+
+// answer answers stream id with status alone, ending the stream.
+func (w *headerWriter) answer(id uint32, status string) {
+	w.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: w.block(status), EndStream: true, EndHeaders: true})
+}
+
 // answer201 answers every request that ends its stream with 201, ACKs
 // SETTINGS and (when pings) PINGs.
 func answer201(pings bool) func(fr *http2.Framer, c net.Conn) {
 	return func(fr *http2.Framer, c net.Conn) {
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			var id uint32
+		w := newHeaderWriter(fr)
+		serveFrames(fr, func(f http2.Frame) {
 			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-				continue
 			case *http2.PingFrame:
 				if pings && !f.IsAck() {
 					fr.WritePing(true, f.Data)
 				}
-				continue
 			case *http2.HeadersFrame:
-				if !f.StreamEnded() {
-					continue
+				if f.StreamEnded() {
+					w.answer(f.StreamID, "201")
 				}
-				id = f.StreamID
 			case *http2.DataFrame:
-				if !f.StreamEnded() {
-					continue
+				if f.StreamEnded() {
+					w.answer(f.StreamID, "201")
 				}
-				id = f.StreamID
-			default:
-				continue
 			}
-			hbuf.Reset()
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: "201"})
-			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true})
-		}
+		})
 	}
 }
 
@@ -132,33 +162,20 @@ func TestAnsweredPingKeepsConnection(t *testing.T) {
 // server splits over HEADERS + CONTINUATION frames is read whole.
 func TestResponseHeadersInContinuation(t *testing.T) {
 	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
+		w := newHeaderWriter(fr)
+		serveFrames(fr, func(f http2.Frame) {
+			d, ok := f.(*http2.DataFrame)
+			if !ok || !d.StreamEnded() {
 				return
 			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.DataFrame:
-				if !f.StreamEnded() {
-					continue
-				}
-				hbuf.Reset()
-				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "429"})
-				enc.WriteField(hpack.HeaderField{Name: "x-padding", Value: strings.Repeat("p", 300)})
-				enc.WriteField(hpack.HeaderField{Name: "retry-after", Value: "7"})
-				block := hbuf.Bytes()
-				third := len(block) / 3
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block[:third], EndStream: true})
-				fr.WriteContinuation(f.StreamID, false, block[third:2*third])
-				fr.WriteContinuation(f.StreamID, true, block[2*third:])
-			}
-		}
+			block := w.block("429",
+				hpack.HeaderField{Name: "x-padding", Value: strings.Repeat("p", 300)},
+				hpack.HeaderField{Name: "retry-after", Value: "7"})
+			third := len(block) / 3
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: d.StreamID, BlockFragment: block[:third], EndStream: true})
+			fr.WriteContinuation(d.StreamID, false, block[third:2*third])
+			fr.WriteContinuation(d.StreamID, true, block[2*third:])
+		})
 	})
 	p := testPool(t, addr, roots)
 	t.Cleanup(p.Close)
@@ -182,34 +199,23 @@ func TestRequestHeadersSplitIntoContinuation(t *testing.T) {
 	}
 	got := make(chan seen, 1)
 	addr, roots := frameServer(t, func(fr *http2.Framer, c net.Conn) {
-		var hbuf bytes.Buffer
-		enc := hpack.NewEncoder(&hbuf)
+		w := newHeaderWriter(fr)
 		var block []byte
 		var s seen
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
+		serveFrames(fr, func(f http2.Frame) {
 			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
 			case *http2.HeadersFrame:
 				block = append(block[:0], f.HeaderBlockFragment()...)
-				if f.HeadersEnded() {
-					continue
-				}
 			case *http2.ContinuationFrame:
 				s.continuations++
 				block = append(block, f.HeaderBlockFragment()...)
 				if !f.HeadersEnded() {
-					continue
+					return
 				}
 				dec := hpack.NewDecoder(4096, nil)
 				fields, err := dec.DecodeFull(block)
 				if err != nil {
+					c.Close()
 					return
 				}
 				for _, hf := range fields {
@@ -218,15 +224,12 @@ func TestRequestHeadersSplitIntoContinuation(t *testing.T) {
 					}
 				}
 			case *http2.DataFrame:
-				if !f.StreamEnded() {
-					continue
+				if f.StreamEnded() {
+					got <- s
+					w.answer(f.StreamID, "201")
 				}
-				got <- s
-				hbuf.Reset()
-				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "201"})
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true})
 			}
-		}
+		})
 	})
 	p := testPool(t, addr, roots)
 	t.Cleanup(p.Close)

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"testing"
 	"time"
+
+	"github.com/notify-dev/notify/services/push/internal/benchtest"
 )
 
 func benchKeys(b *testing.B) Keys {
@@ -26,7 +28,7 @@ func BenchmarkEncrypt(b *testing.B) {
 	k := benchKeys(b)
 	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()
-	defer reportCPU(b)()
+	defer benchtest.ReportCPU(b)()
 	for b.Loop() {
 		var err error
 		if buf, err = AppendEncrypt(buf[:0], k, benchPayload, 0); err != nil {
@@ -41,7 +43,7 @@ func BenchmarkEncryptWithKeyParse(b *testing.B) {
 	k := benchKeys(b)
 	pub, auth := k.P256DH(), k.Auth()
 	b.ReportAllocs()
-	defer reportCPU(b)()
+	defer benchtest.ReportCPU(b)()
 	for b.Loop() {
 		k, err := NewKeys(pub, auth)
 		if err != nil {
@@ -61,7 +63,7 @@ func BenchmarkVAPIDSign(b *testing.B) {
 	s, _ := NewSigner(VAPIDConfig{Key: key, Subject: "mailto:ops@example.com"})
 	exp := time.Now().Add(12 * time.Hour)
 	b.ReportAllocs()
-	defer reportCPU(b)()
+	defer benchtest.ReportCPU(b)()
 	for b.Loop() {
 		if _, err := s.Sign("https://fcm.googleapis.com", exp); err != nil {
 			b.Fatal(err)
