@@ -7,17 +7,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 	"github.com/notify-dev/notify/services/seed"
 )
 
@@ -25,53 +23,13 @@ const testSeed = 42
 
 func startMock(t *testing.T, cfg pushmock.Config) *pushmock.Server {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.CertFile = filepath.Join(t.TempDir(), "cert.pem")
 	cfg.Seed = testSeed
-	if cfg.Latency == 0 {
-		cfg.Latency = pushmock.NoLatency
-	}
-	m, err := pushmock.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := m.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return m
+	return pushmocktest.Start(t, cfg)
 }
 
 func newSender(t *testing.T, m *pushmock.Server, mod func(*webpush.Config)) *webpush.Sender {
 	t.Helper()
-	key, err := webpush.GenerateVAPIDKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := webpush.LoadCAFile(m.CertFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := webpush.Config{
-		VAPID:   webpush.VAPIDConfig{Key: key, Subject: "mailto:ops@example.com"},
-		RootCAs: pool,
-		Metrics: metrics.NewSet(),
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := webpush.NewSender(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return pushmocktest.NewSender(t, m.CertPool(), mod)
 }
 
 func message(t *testing.T, m *pushmock.Server, id int64) webpush.Message {

@@ -1,22 +1,18 @@
 package apns_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/notify-dev/notify/services/push/apns"
+	"github.com/notify-dev/notify/services/push/internal/benchtest"
 	"github.com/notify-dev/notify/services/push/outcome"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/startstop"
 )
 
 // BenchmarkAPNsSend measures the client's CPU per delivery against the
@@ -34,8 +30,9 @@ func BenchmarkAPNsSend(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	url, certFile := startBenchMock(b, key, dir+"/cert.pem")
-	roots, err := loadPool(certFile)
+	certFile := dir + "/cert.pem"
+	url := benchtest.StartChild(b, benchMockEnv, strings.Join([]string{key.KeyFile, key.KeyID, key.TeamID, certFile}, " "))
+	roots, err := webpush.LoadCAFile(certFile)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,55 +53,23 @@ func BenchmarkAPNsSend(b *testing.B) {
 	// The push worker raises the GC target while it sends; so does this.
 	defer webpush.RaiseGCPercent()()
 	const concurrency = 512
-	var next atomic.Int64
-	var failed atomic.Pointer[outcome.Outcome]
-	var wg sync.WaitGroup
 	b.ReportAllocs()
-	cpu0 := processCPU()
-	b.ResetTimer()
-	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				n := note(deviceToken(int(i)))
-				if out := c.Send(context.Background(), n); out.Kind != outcome.Delivered {
-					failed.CompareAndSwap(nil, &out)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	cpu := processCPU() - cpu0
-	if out := failed.Load(); out != nil {
-		b.Fatalf("send: %+v", *out)
-	}
-	if cpu > 0 {
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-		b.ReportMetric(float64(b.N)/cpu.Seconds(), "deliveries/cpu-s")
-	}
+	cpu := benchtest.Parallel(b, concurrency, func(i int64) error {
+		if out := c.Send(context.Background(), note(deviceToken(int(i)))); out.Kind != outcome.Delivered {
+			return fmt.Errorf("send: %+v", out)
+		}
+		return nil
+	})
+	benchtest.ReportPerCPUSecond(b, cpu, "deliveries/cpu-s")
 }
 
 const benchMockEnv = "NOTIFY_APNS_BENCH_MOCK"
 
-func TestMain(m *testing.M) {
-	if v := os.Getenv(benchMockEnv); v != "" {
-		runBenchMock(v)
-		return
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { benchtest.Main(m, benchMockEnv, serveBenchMock) }
 
-// runBenchMock is the child: the push mock with its APNs side trusting
-// the key in spec ("keyfile keyid teamid certfile"), no latency. It prints
-// its URL, then serves until stdin closes.
-func runBenchMock(spec string) {
+// serveBenchMock is the child's server: the push mock with its APNs side
+// trusting the key in spec ("keyfile keyid teamid certfile"), no latency.
+func serveBenchMock(spec string) (url string, stop func(), err error) {
 	f := strings.Fields(spec)
 	srv, err := pushmock.New(pushmock.Config{
 		Addr: "127.0.0.1:0", CertFile: f[3], Latency: pushmock.NoLatency, Logger: quiet,
@@ -114,36 +79,7 @@ func runBenchMock(spec string) {
 		err = srv.Start(context.Background())
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench mock:", err)
-		os.Exit(1)
+		return "", nil, err
 	}
-	fmt.Println(srv.URL())
-	io.Copy(io.Discard, os.Stdin)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	srv.Stop(ctx)
-}
-
-func startBenchMock(b *testing.B, key apns.DevKey, certFile string) (url, cert string) {
-	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchMockEnv+"="+strings.Join([]string{key.KeyFile, key.KeyID, key.TeamID, certFile}, " "))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		b.Fatalf("bench mock: %v", err)
-	}
-	return strings.TrimSpace(line), certFile
+	return srv.URL(), func() { startstop.StopTimeout(srv, 5*time.Second) }, nil
 }

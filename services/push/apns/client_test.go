@@ -3,7 +3,6 @@ package apns_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +23,7 @@ import (
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/outcome"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -38,26 +37,11 @@ func startMock(t testing.TB, mutate func(*pushmock.Config)) (*pushmock.Server, a
 	if err != nil || !created {
 		t.Fatalf("dev key: created %v, %v", created, err)
 	}
-	cfg := pushmock.Config{
-		Addr: "127.0.0.1:0", CertFile: dir + "/cert.pem", Latency: pushmock.NoLatency, Logger: quiet,
-		APNs: pushmock.APNsConfig{KeyFile: key.KeyFile, KeyID: key.KeyID, TeamID: key.TeamID},
-	}
+	cfg := pushmock.Config{Logger: quiet, APNs: pushmock.APNsConfig{KeyFile: key.KeyFile, KeyID: key.KeyID, TeamID: key.TeamID}}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	srv, err := pushmock.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Stop(ctx)
-	})
-	return srv, key
+	return pushmocktest.Start(t, cfg), key
 }
 
 func devDialer(t testing.TB) func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -524,18 +508,6 @@ func TestConfigValidation(t *testing.T) {
 	} else {
 		c.Close()
 	}
-}
-
-func loadPool(certFile string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, err
-	}
-	p := x509.NewCertPool()
-	if !p.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no certificate", certFile)
-	}
-	return p, nil
 }
 
 // TestFewConnections: a first burst of concurrent sends shares HTTP/2

@@ -1,17 +1,16 @@
 package fcm_test
 
 import (
-	"context"
 	"log/slog"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -20,28 +19,9 @@ var quiet = slog.New(slog.DiscardHandler)
 // itself, answering at once unless cfg says otherwise.
 func startMock(t testing.TB, cfg pushmock.Config) (*pushmock.Server, *fcm.Credentials) {
 	t.Helper()
-	dir := t.TempDir()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.CertFile = filepath.Join(dir, "cert.pem")
-	cfg.FCMCredentialsFile = filepath.Join(dir, "service-account.json")
-	if cfg.Latency == 0 {
-		cfg.Latency = pushmock.NoLatency
-	}
+	cfg.FCMCredentialsFile = filepath.Join(t.TempDir(), "service-account.json")
 	cfg.Logger = quiet
-	m, err := pushmock.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := m.Stop(ctx); err != nil {
-			t.Errorf("stop mock: %v", err)
-		}
-	})
+	m := pushmocktest.Start(t, cfg)
 	creds, err := fcm.LoadCredentials(cfg.FCMCredentialsFile)
 	if err != nil {
 		t.Fatal(err)

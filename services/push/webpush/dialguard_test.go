@@ -11,6 +11,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
 
 // With Config.Dial from an endpoint.Policy, the worker's client refuses
@@ -27,7 +28,7 @@ func TestSendDialGuard(t *testing.T) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "https://"))
 	b := newBrowser(t)
 	send := func(p *endpoint.Policy, ep string) webpush.Outcome {
-		s := newSender(t, pool, func(c *webpush.Config) { c.Dial = p.Dialer(0) })
+		s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.Dial = p.Dialer(0) })
 		return s.Send(context.Background(), webpush.Message{Subscription: b.subscription(ep), Payload: []byte(`{}`)})
 	}
 	policy := func(o endpoint.Options) *endpoint.Policy {

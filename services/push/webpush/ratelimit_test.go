@@ -13,6 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
 
 // sendAll sends n messages to distinct subscriptions from c goroutines and
@@ -73,7 +74,7 @@ func TestSparse429sDoNotSlowTheOrigin(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	set := metrics.NewSet()
-	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 16; c.Metrics = set })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 16; c.Metrics = set })
 	outs := sendAll(t, s, b, srv.URL+"/wpush/", 2000, 16, nil)
 	limited := 0
 	for _, out := range outs {
@@ -120,7 +121,7 @@ func TestSustained429sBackOffAndRecover(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	set := metrics.NewSet()
-	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit, c.OriginMaxLimit = 16, 16; c.Metrics = set })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit, c.OriginMaxLimit = 16, 16; c.Metrics = set })
 
 	// The storm, until the origin is seen paused.
 	var pausedFor time.Duration

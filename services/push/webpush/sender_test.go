@@ -18,9 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
 
 type browser struct {
@@ -57,28 +56,6 @@ func newH2Server(t *testing.T, maxStreams int, h http.HandlerFunc) (*httptest.Se
 	return srv, pool
 }
 
-func newSender(t *testing.T, pool *x509.CertPool, mod func(*webpush.Config)) *webpush.Sender {
-	t.Helper()
-	key, err := webpush.GenerateVAPIDKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := webpush.Config{
-		VAPID:   webpush.VAPIDConfig{Key: key, Subject: "mailto:ops@example.com"},
-		RootCAs: pool,
-		Metrics: metrics.NewSet(),
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := webpush.NewSender(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
 func TestSendDelivers(t *testing.T) {
 	b := newBrowser(t)
 	payload := []byte(`{"title":"New material","url":"/courses/1"}`)
@@ -107,7 +84,7 @@ func TestSendDelivers(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	srvURL = srv.URL
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	out := s.Send(context.Background(), webpush.Message{
 		Subscription: b.subscription(srv.URL + "/wpush/1"),
 		Payload:      payload,
@@ -127,7 +104,7 @@ func TestSendDefaultTTLAndTTLZero(t *testing.T) {
 		ttls <- r.Header.Get("TTL")
 		w.WriteHeader(http.StatusCreated)
 	})
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	sub := b.subscription(srv.URL + "/wpush/1")
 	s.Send(context.Background(), webpush.Message{Subscription: sub, Payload: []byte("x")})
 	s.Send(context.Background(), webpush.Message{Subscription: sub, Payload: []byte("x"), TTL: webpush.TTLZero})
@@ -142,7 +119,7 @@ func TestSendRejectsBadMessagesWithoutSending(t *testing.T) {
 		hits.Add(1)
 		w.WriteHeader(http.StatusCreated)
 	})
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	good := newBrowser(t).subscription(srv.URL + "/wpush/1")
 	for name, msg := range map[string]webpush.Message{
 		"http endpoint": {Subscription: webpush.Subscription{Endpoint: "http://x/1", P256DH: good.P256DH, Auth: good.Auth}},
@@ -180,7 +157,7 @@ func TestSendOpensConnectionsWhenStreamsRunOut(t *testing.T) {
 		<-release // hold every stream open until all sends are on the wire
 		w.WriteHeader(http.StatusCreated)
 	})
-	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = sends })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = sends })
 	b := newBrowser(t)
 	var wg sync.WaitGroup
 	for range sends {
@@ -217,7 +194,7 @@ func TestSendSharesConnections(t *testing.T) {
 	t.Cleanup(srv.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = sends })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = sends })
 	b := newBrowser(t)
 	var wg sync.WaitGroup
 	for range sends {
@@ -265,7 +242,7 @@ func TestSendWithConstrainedServer(t *testing.T) {
 	srvURL = srv.URL
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 200 })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 200 })
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Go(func() {
@@ -304,7 +281,7 @@ func TestSendAfterServerGoAway(t *testing.T) {
 	t.Cleanup(srv.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	msg := webpush.Message{Subscription: newBrowser(t).subscription(srv.URL + "/wpush/1"), Payload: []byte("x")}
 	for i := range 3 {
 		if out := s.Send(context.Background(), msg); out.Kind != webpush.Delivered {
@@ -327,7 +304,7 @@ func TestSendLargeErrorBody(t *testing.T) {
 		w.Write([]byte("invalid crypto-key\n"))
 		w.Write(bytes.Repeat([]byte("x"), 200<<10))
 	})
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	out := s.Send(context.Background(), webpush.Message{Subscription: newBrowser(t).subscription(srv.URL + "/wpush/1"), Payload: []byte("x")})
 	if out.Kind != webpush.PermanentFailure || out.Status != 400 {
 		t.Fatalf("outcome %+v", out)
@@ -343,7 +320,7 @@ func TestSendOutcomes(t *testing.T) {
 	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status[r.URL.Path])
 	})
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	want := map[string]webpush.Kind{
 		"/gone": webpush.Gone, "/notfound": webpush.Gone, "/bad": webpush.PermanentFailure,
 		"/forbidden": webpush.PermanentFailure, "/big": webpush.PermanentFailure,
@@ -363,7 +340,7 @@ func TestSendTimeoutIsRetryable(t *testing.T) {
 	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	s := newSender(t, pool, func(c *webpush.Config) { c.Timeout = 50 * time.Millisecond })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.Timeout = 50 * time.Millisecond })
 	out := s.Send(context.Background(), webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")})
 	if out.Kind != webpush.Retryable || out.Status != 0 || !errors.Is(out.Err, context.DeadlineExceeded) {
 		t.Fatalf("outcome %+v", out)
@@ -374,7 +351,7 @@ func TestSendConnectionErrorIsRetryable(t *testing.T) {
 	srv, pool := newH2Server(t, 100, func(w http.ResponseWriter, r *http.Request) {})
 	endpoint := srv.URL + "/wpush/1"
 	srv.Close()
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	out := s.Send(context.Background(), webpush.Message{Subscription: newBrowser(t).subscription(endpoint), Payload: []byte("x")})
 	if out.Kind != webpush.Retryable || out.Err == nil {
 		t.Fatalf("outcome %+v", out)
@@ -393,7 +370,7 @@ func TestAdaptiveLimitFollowsServer(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusCreated)
 	})
-	s := newSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 64; c.OriginMaxLimit = 128 })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.OriginInitialLimit = 64; c.OriginMaxLimit = 128 })
 	sendN := func(n int) {
 		var wg sync.WaitGroup
 		for range n {
@@ -445,7 +422,7 @@ func TestRetryAfterPausesOrigin(t *testing.T) {
 	// One answer is all the evidence there is: the 429 counts as
 	// sustained, the origin's (see TestSparse429sDoNotSlowTheOrigin).
 	sustained := func(c *webpush.Config) { c.RateLimitMinAnswers = 1 }
-	s := newSender(t, pool, sustained)
+	s := pushmocktest.NewSender(t, pool, sustained)
 	out := s.Send(context.Background(), msg)
 	if out.Kind != webpush.Retryable || out.Status != 429 || out.RetryAfter != time.Second {
 		t.Fatalf("first send: %+v", out)
@@ -461,7 +438,7 @@ func TestRetryAfterPausesOrigin(t *testing.T) {
 	mu.Unlock()
 
 	// A sender that may wait: the send blocks until the pause is over.
-	s2 := newSender(t, pool, func(c *webpush.Config) { sustained(c); c.RetryAfterWait = 10 * time.Second })
+	s2 := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { sustained(c); c.RetryAfterWait = 10 * time.Second })
 	mu.Lock()
 	requests = nil
 	mu.Unlock()
@@ -486,7 +463,7 @@ func TestSendCancelledWhileWaiting(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	defer close(release)
-	s := newSender(t, pool, func(c *webpush.Config) { c.MaxInFlight = 1 })
+	s := pushmocktest.NewSender(t, pool, func(c *webpush.Config) { c.MaxInFlight = 1 })
 	msg := webpush.Message{Subscription: b.subscription(srv.URL + "/wpush/1"), Payload: []byte("x")}
 	go s.Send(context.Background(), msg) // holds the only slot
 	for {

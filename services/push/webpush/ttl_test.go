@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
 
 // TestSendMessageTTL: a message's own TTL (the push worker passes an
@@ -19,7 +20,7 @@ func TestSendMessageTTL(t *testing.T) {
 		ttls <- r.Header.Get("TTL")
 		w.WriteHeader(http.StatusCreated)
 	})
-	s := newSender(t, pool, nil)
+	s := pushmocktest.NewSender(t, pool, nil)
 	sub := b.subscription(srv.URL + "/wpush/1")
 	for _, tc := range []struct {
 		ttl  time.Duration
