@@ -14,7 +14,6 @@ import (
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/outcome"
-	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -373,10 +372,7 @@ func TestFailingTokenEndpointOneExchange(t *testing.T) {
 	m, creds := startMock(t, pushmock.Config{})
 	broken := *creds
 	broken.TokenURI = ts.URL + "/token"
-	roots, err := webpush.LoadCAFile(m.CertFile())
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := m.CertPool()
 	roots.AddCert(ts.Certificate())
 	c := newClient(t, m, &broken, func(cfg *fcm.Config) { cfg.RootCAs = roots })
 	var wg sync.WaitGroup
@@ -461,10 +457,7 @@ func TestHTTP1Endpoint(t *testing.T) {
 	}))
 	defer h1.Close()
 	m, creds := startMock(t, pushmock.Config{})
-	roots, err := webpush.LoadCAFile(m.CertFile())
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := m.CertPool()
 	roots.AddCert(h1.Certificate())
 	c := newClientFor(t, h1.URL, m.CertFile(), creds, func(cfg *fcm.Config) { cfg.RootCAs = roots; cfg.MaxConnections = 4 })
 	sendAll(t, c, creds, 1, 20)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/outcome"
-	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -52,10 +51,7 @@ func h2Stand(t *testing.T, answer func(w http.ResponseWriter, token string)) (*h
 func TestSendHeadersOverHTTP2(t *testing.T) {
 	ts, seen := h2Stand(t, func(w http.ResponseWriter, _ string) { w.Write([]byte(`{"name":"projects/p/messages/1"}`)) })
 	m, creds := startMock(t, pushmock.Config{})
-	roots, err := webpush.LoadCAFile(m.CertFile())
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := m.CertPool()
 	roots.AddCert(ts.Certificate())
 	c := newClientFor(t, ts.URL, m.CertFile(), creds, func(cfg *fcm.Config) { cfg.RootCAs = roots })
 	for i := range 3 {
@@ -99,10 +95,7 @@ func TestLongErrorAnswer(t *testing.T) {
 		w.Write([]byte(`{"error":{"code":400,"message":"The registration token is not a valid FCM registration token","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"INVALID_ARGUMENT"}]}}`))
 	})
 	m, creds := startMock(t, pushmock.Config{})
-	roots, err := webpush.LoadCAFile(m.CertFile())
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := m.CertPool()
 	roots.AddCert(ts.Certificate())
 	c := newClientFor(t, ts.URL, m.CertFile(), creds, func(cfg *fcm.Config) { cfg.RootCAs = roots })
 	out := c.Send(context.Background(), msg("token-1"))

@@ -11,7 +11,6 @@ import (
 
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/outcome"
-	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -40,10 +39,7 @@ func TestMessageTTLOnTheWire(t *testing.T) {
 	defer ts.Close()
 	m, creds := startMock(t, pushmock.Config{}) // the token endpoint
 	c := newClientFor(t, ts.URL, m.CertFile(), creds, func(cfg *fcm.Config) {
-		roots, err := webpush.LoadCAFile(m.CertFile())
-		if err != nil {
-			t.Fatal(err)
-		}
+		roots := m.CertPool()
 		roots.AddCert(ts.Certificate())
 		cfg.RootCAs = roots
 		cfg.TTL = 24 * time.Hour
