@@ -50,5 +50,6 @@
 // Rate5xx 503. Stats.FCM counts its side.
 //
 // Push resources are /wpush/<id> with <id> a decimal subscription id in
-// [1, 2^30). Use it in-process (New, Start, Stop) or as `notify run pushmock`.
+// [1, 2^30). Use it in-process (New, Start, Stop; in a test,
+// pushmocktest.Start) or as `notify run pushmock`.
 package pushmock

@@ -16,13 +16,14 @@ import (
 type Serve func(arg string) (line string, stop func(), err error)
 
 // Main is the TestMain of a test binary whose benchmarks run their server in
-// a child process. When the environment variable env is set the binary is
-// that child: it starts the server with serve, prints its line, serves until
-// its stdin closes (the parent's benchmark ended or the parent died), stops
-// the server and exits. Otherwise Main runs the tests and benchmarks.
+// a child process. When the environment variable env is not empty the
+// binary is that child: it starts the server with serve, prints its line,
+// serves until its stdin closes (the parent's benchmark ended or the parent
+// died), stops the server and exits. Otherwise Main runs the tests and
+// benchmarks.
 func Main(m *testing.M, env string, serve Serve) {
-	arg, child := os.LookupEnv(env)
-	if !child {
+	arg := os.Getenv(env)
+	if arg == "" {
 		os.Exit(m.Run())
 	}
 	line, stop, err := serve(arg)
@@ -37,8 +38,9 @@ func Main(m *testing.M, env string, serve Serve) {
 }
 
 // StartChild runs this test binary again as the benchmark server's child
-// (see Main), with env set to arg, and returns the line it printed once its
-// server is up. The child is stopped and waited for when b ends.
+// (see Main), with env set to arg (not empty), and returns the line the
+// child printed once its server is up. The child is stopped and waited for
+// when b ends.
 func StartChild(b testing.TB, env, arg string) string {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
