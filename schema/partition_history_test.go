@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
@@ -300,18 +299,20 @@ func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
 	}
 	catBefore := cat()
 
-	applied, err := schema.Migrate(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(applied) == 0 || applied[0].Version != conv {
-		t.Fatalf("applied %v, want partition_history first", applied)
+	// The conversion alone, as Migrate applies it, is compared: the
+	// migrations after it may change these definitions on purpose (0014
+	// replaces the outcome triggers), so they come after the comparison.
+	if err := db.MigrateNext(ctx); err != nil {
+		t.Fatalf("migration %04d: %v", conv, err)
 	}
 	if after := take(); after != before {
 		t.Fatalf("migration changed the data:\nbefore %+v\nafter  %+v", before, after)
 	}
 	if catAfter := cat(); catAfter != catBefore {
 		t.Fatalf("migration changed the definitions:\nbefore %+v\nafter  %+v", catBefore, catAfter)
+	}
+	if err := db.MigrateRest(ctx); err != nil {
+		t.Fatal(err)
 	}
 	for _, table := range []string{"notifications", "push_deliveries"} {
 		var kind string
