@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/notify-dev/notify/schema"
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
@@ -227,5 +228,49 @@ func TestOutcomeCountersUnchangedStatusWritesNoCounterRow(t *testing.T) {
 	}
 	if retrying != 50 || platformRetrying != 50 {
 		t.Fatalf("retrying: %d in event_counters, %d for fcm, want 50 and 50", retrying, platformRetrying)
+	}
+}
+
+// MigrateTo stops after the version asked for, and Migrate brings such a
+// database up to date: at 13 the two outcome functions of 0010 are there,
+// after 0014 only the one.
+func TestMigrateToVersionThenUp(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewEmptyDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	ms, err := schema.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schema.MigrateTo(ctx, conn, len(ms)+1); err == nil {
+		t.Fatal("MigrateTo a version that does not exist succeeded")
+	}
+	applied, err := schema.MigrateTo(ctx, conn, 13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 13 || applied[12].Version != 13 {
+		t.Fatalf("MigrateTo 13 applied %v", applied)
+	}
+	platformFunction := func() bool {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT to_regproc('event_platform_counters_outcomes') IS NOT NULL`).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !platformFunction() {
+		t.Fatal("schema 0013 without event_platform_counters_outcomes")
+	}
+	if applied, err = schema.Migrate(ctx, conn); err != nil || len(applied) != len(ms)-13 {
+		t.Fatalf("Migrate after MigrateTo 13 applied %v (%v), want the %d after 13", applied, err, len(ms)-13)
+	}
+	if platformFunction() {
+		t.Fatal("event_platform_counters_outcomes still there after 0014")
 	}
 }

@@ -71,9 +71,23 @@ type Applied struct {
 // concurrent callers apply each migration exactly once; a second call is a
 // no-op and returns no Applied entries.
 func Migrate(ctx context.Context, conn *pgx.Conn) ([]Applied, error) {
+	return MigrateTo(ctx, conn, 0)
+}
+
+// MigrateTo is Migrate stopping after migration version (0: every one).
+// Benchmarks compare a schema version with the next one this way
+// (benchmarks/triggerbench); a database migrated to an older version is
+// brought up to date by Migrate as any other.
+func MigrateTo(ctx context.Context, conn *pgx.Conn, version int) ([]Applied, error) {
 	ms, err := Migrations()
 	if err != nil {
 		return nil, err
+	}
+	if version < 0 || version > len(ms) {
+		return nil, fmt.Errorf("migrate to version %d: the migrations are 1..%d", version, len(ms))
+	}
+	if version > 0 {
+		ms = ms[:version]
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", advisoryLockKey); err != nil {
 		return nil, fmt.Errorf("take migration lock: %w", err)

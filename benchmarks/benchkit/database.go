@@ -78,6 +78,22 @@ func OpenDatabase(ctx context.Context, serverURL, name string) (Database, bool, 
 // ScratchDatabase creates and migrates a fresh database named prefix +
 // Suffix(), for a run that drops it when it ends (Drop).
 func ScratchDatabase(ctx context.Context, serverURL, prefix string) (Database, error) {
+	d, err := EmptyDatabase(ctx, serverURL, prefix)
+	if err != nil {
+		return d, err
+	}
+	if err := d.migrate(ctx); err != nil {
+		if derr := d.Drop(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return d, err
+	}
+	return d, nil
+}
+
+// EmptyDatabase is ScratchDatabase without the migrations, for a run that
+// migrates it itself (to an older schema version: benchmarks/triggerbench).
+func EmptyDatabase(ctx context.Context, serverURL, prefix string) (Database, error) {
 	d := Database{Name: prefix + Suffix(), serverURL: serverURL}
 	var err error
 	if d.URL, err = WithDatabase(serverURL, d.Name); err != nil {
@@ -90,12 +106,6 @@ func ScratchDatabase(ctx context.Context, serverURL, prefix string) (Database, e
 	defer a.Close(context.Background())
 	if _, err := a.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{d.Name}.Sanitize()); err != nil {
 		return d, fmt.Errorf("create database %s: %w", d.Name, err)
-	}
-	if err := d.migrate(ctx); err != nil {
-		if derr := d.Drop(); derr != nil {
-			err = errors.Join(err, derr)
-		}
-		return d, err
 	}
 	return d, nil
 }
