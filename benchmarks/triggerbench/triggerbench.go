@@ -4,9 +4,12 @@
 // statements of BatchSize outcomes into a scratch database migrated to
 // version A, and the same into one migrated to version B, as interleaved
 // pairs (A B, then B A, …) so that the machine's drift falls on both
-// sides. Each run reports the statements' time as the client sees it and
-// the CPU its Postgres backend used (/proc/<pg_backend_pid()>/stat, so
-// the server must be local), per outcome. It was written for migration
+// sides. Each run reports, per outcome, the statements' time as the client
+// sees it, the CPU its Postgres backend used (/proc/<pg_backend_pid()>/stat,
+// so the server must be local; 10 ms ticks) and the time spent inside the
+// outcome trigger functions (pg_stat_user_functions, microseconds: the
+// part the schema versions differ in, which the backend's CPU only shows
+// among the INSERT's own work). It was written for migration
 // 0014 (one outcome trigger function instead of two per statement).
 package triggerbench
 
@@ -89,6 +92,10 @@ type Trial struct {
 	BackendCPUSeconds float64 `json:"backend_cpu_seconds"`
 	StatementUs       float64 `json:"statement_us_per_outcome"`
 	BackendCPUUs      float64 `json:"backend_cpu_us_per_outcome"`
+	// TriggerUs is the time inside the outcome trigger functions
+	// (pg_stat_user_functions total_time, track_functions = 'pl'), per
+	// outcome of every statement the run made, the warm-up ones too.
+	TriggerUs float64 `json:"trigger_us_per_outcome"`
 }
 
 // Side is one version's runs summed.
@@ -96,6 +103,8 @@ type Side struct {
 	Version      int     `json:"schema_version"`
 	StatementUs  float64 `json:"statement_us_per_outcome"`
 	BackendCPUUs float64 `json:"backend_cpu_us_per_outcome"`
+	// TriggerUs is the trials' mean.
+	TriggerUs float64 `json:"trigger_us_per_outcome"`
 }
 
 // Result is the contract of --json.
@@ -107,9 +116,10 @@ type Result struct {
 	A         Side    `json:"a"`
 	B         Side    `json:"b"`
 	Mix       string  `json:"mix"`
-	// CPURatio and StatementRatio are B / A.
+	// CPURatio, StatementRatio and TriggerRatio are B / A.
 	CPURatio       float64 `json:"backend_cpu_ratio"`
 	StatementRatio float64 `json:"statement_ratio"`
+	TriggerRatio   float64 `json:"trigger_ratio"`
 }
 
 // recordFreshSQL is services/push's statement of that name (unexported
@@ -164,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				return res, fmt.Errorf("pair %d, schema %04d: %w", p, v, err)
 			}
 			r.Pair = p
-			cfg.Say(fmt.Sprintf("pair %d schema %04d: %.2f µs statement, %.2f µs backend CPU per outcome", p, v, r.StatementUs, r.BackendCPUUs))
+			cfg.Say(fmt.Sprintf("pair %d schema %04d: %.2f µs statement, %.2f µs backend CPU, %.3f µs in the outcome triggers per outcome", p, v, r.StatementUs, r.BackendCPUUs, r.TriggerUs))
 			res.Runs = append(res.Runs, r)
 		}
 	}
@@ -175,22 +185,28 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if res.A.StatementUs > 0 {
 		res.StatementRatio = res.B.StatementUs / res.A.StatementUs
 	}
+	if res.A.TriggerUs > 0 {
+		res.TriggerRatio = res.B.TriggerUs / res.A.TriggerUs
+	}
 	return res, nil
 }
 
 func side(runs []Trial, v int) Side {
 	s := Side{Version: v}
 	var n int64
-	var stmt, cpu float64
+	var stmt, cpu, trig float64
+	var trials int
 	for _, r := range runs {
 		if r.Version == v {
 			n += r.Outcomes
 			stmt += r.StatementSeconds
 			cpu += r.BackendCPUSeconds
+			trig += r.TriggerUs
+			trials++
 		}
 	}
 	if n > 0 {
-		s.StatementUs, s.BackendCPUUs = stmt/float64(n)*1e6, cpu/float64(n)*1e6
+		s.StatementUs, s.BackendCPUUs, s.TriggerUs = stmt/float64(n)*1e6, cpu/float64(n)*1e6, trig/float64(trials)
 	}
 	return s
 }
@@ -213,6 +229,9 @@ func runOne(ctx context.Context, cfg Config, version int) (Trial, error) {
 	defer conn.Close(context.Background())
 	if _, err := schema.MigrateTo(ctx, conn, version); err != nil {
 		return r, err
+	}
+	if _, err := conn.Exec(ctx, `SET track_functions = 'pl'`); err != nil {
+		return r, fmt.Errorf("time the trigger functions (track_functions needs a superuser): %w", err)
 	}
 	var pid int
 	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
@@ -266,21 +285,58 @@ func runOne(ctx context.Context, cfg Config, version int) (Trial, error) {
 	if counted != rows || platformCounted != rows {
 		return r, fmt.Errorf("counters disagree with the rows: %d delivered rows, event_counters %d, event_platform_counters %d", rows, counted, platformCounted)
 	}
+	// A backend sends its function statistics when it ends: close it, and
+	// read them from another connection once they are there.
+	conn.Close(ctx)
+	statements := int64(warmup + cfg.Batches)
+	if r.TriggerUs, err = triggerTime(ctx, db.URL, statements); err != nil {
+		return r, err
+	}
+	r.TriggerUs /= float64(statements * int64(cfg.BatchSize))
 	return r, nil
+}
+
+// triggerTime waits until the ended backend's function statistics show
+// its calls of event_counters_outcomes (every version has it, once per
+// INSERT) and returns the microseconds spent in the outcome trigger
+// functions of any version.
+func triggerTime(ctx context.Context, url string, calls int64) (float64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got int64
+		var ms float64
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'event_counters_outcomes'), 0),
+			coalesce(sum(total_time), 0)
+			FROM pg_stat_user_functions WHERE funcname IN ('event_counters_outcomes', 'event_platform_counters_outcomes')`).Scan(&got, &ms); err != nil {
+			return 0, err
+		}
+		if got >= calls {
+			return ms * 1000, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("function statistics show %d calls of event_counters_outcomes after 10 s, want %d", got, calls)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Print writes the runs and the two sides as a table.
 func Print(w io.Writer, res Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%d pairs of %d × %d outcomes (%s)\n", res.Pairs, res.Batches, res.BatchSize, res.Mix)
-	fmt.Fprintln(tw, "pair\tschema\tstatement µs/outcome\tbackend CPU µs/outcome")
+	fmt.Fprintln(tw, "pair\tschema\tstatement µs/outcome\tbackend CPU µs/outcome\ttrigger functions µs/outcome")
 	runs := append([]Trial(nil), res.Runs...)
 	sort.SliceStable(runs, func(i, j int) bool { return runs[i].Pair < runs[j].Pair })
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%d\t%04d\t%.2f\t%.2f\n", r.Pair, r.Version, r.StatementUs, r.BackendCPUUs)
+		fmt.Fprintf(tw, "%d\t%04d\t%.2f\t%.2f\t%.3f\n", r.Pair, r.Version, r.StatementUs, r.BackendCPUUs, r.TriggerUs)
 	}
-	fmt.Fprintf(tw, "all\t%04d\t%.2f\t%.2f\n", res.A.Version, res.A.StatementUs, res.A.BackendCPUUs)
-	fmt.Fprintf(tw, "all\t%04d\t%.2f\t%.2f\n", res.B.Version, res.B.StatementUs, res.B.BackendCPUUs)
-	fmt.Fprintf(tw, "%04d / %04d\t\t%.3f\t%.3f\n", res.B.Version, res.A.Version, res.StatementRatio, res.CPURatio)
+	fmt.Fprintf(tw, "all\t%04d\t%.2f\t%.2f\t%.3f\n", res.A.Version, res.A.StatementUs, res.A.BackendCPUUs, res.A.TriggerUs)
+	fmt.Fprintf(tw, "all\t%04d\t%.2f\t%.2f\t%.3f\n", res.B.Version, res.B.StatementUs, res.B.BackendCPUUs, res.B.TriggerUs)
+	fmt.Fprintf(tw, "%04d / %04d\t\t%.3f\t%.3f\t%.3f\n", res.B.Version, res.A.Version, res.StatementRatio, res.CPURatio, res.TriggerRatio)
 	tw.Flush()
 }

@@ -28,8 +28,8 @@ func TestRunSmall(t *testing.T) {
 		t.Fatalf("runs %+v, sides %+v %+v: want 4 runs of two consecutive versions", res.Runs, res.A, res.B)
 	}
 	for _, r := range res.Runs {
-		if r.Outcomes != 600 || r.StatementSeconds <= 0 {
-			t.Errorf("run %+v: want 600 outcomes in a measured time", r)
+		if r.Outcomes != 600 || r.StatementSeconds <= 0 || r.TriggerUs <= 0 {
+			t.Errorf("run %+v: want 600 outcomes in a measured time, some of it in the triggers", r)
 		}
 	}
 	// Pair 1 runs A first, pair 2 B first.
