@@ -112,6 +112,11 @@ UPDATE push_deliveries SET
     error = CASE WHEN subscription_id % 2 = 0 THEN 'provider_not_configured: no credentials' ELSE 'http 503' END,
     platform = CASE WHEN subscription_id % 7 = 0 THEN 'apns' ELSE platform END
 WHERE event_id = ANY($1) AND subscription_id % 3 <> 1`, []any{events}, "event_counters_outcomes ×1"},
+		// Failed rows whose error alone changes: not_configured moves
+		// within failed.
+		{"error", `
+UPDATE push_deliveries SET error = CASE WHEN error LIKE 'provider_not_configured%' THEN 'http 500' ELSE 'provider_not_configured: no credentials' END
+WHERE event_id = ANY($1) AND status = 'failed'`, []any{events}, "event_counters_outcomes ×1"},
 		{"delete", `DELETE FROM push_deliveries WHERE event_id = ANY($1) AND (subscription_id % 4 = 0 OR event_id = $2)`, []any{events, events[2]}, "event_counters_outcomes ×1"},
 	}
 	for _, step := range steps {
