@@ -116,11 +116,12 @@ type Config struct {
 }
 
 // counterTriggers are the row-count triggers CountersOff disables: the
-// per-delivery and per-notification bookkeeping. Migration 0010's
+// per-delivery and per-notification bookkeeping (one function keeps
+// event_counters and event_platform_counters since migration 0014). Migration 0010's
 // once-per-command target count inside push_command_devices stays.
 var counterTriggers = map[string][]string{
 	"notifications":   {"event_counters_notified"},
-	"push_deliveries": {"event_counters_outcomes_inserted", "event_counters_outcomes_updated", "event_counters_outcomes_deleted", "event_platform_counters_inserted", "event_platform_counters_updated", "event_platform_counters_deleted"},
+	"push_deliveries": {"event_counters_outcomes_inserted", "event_counters_outcomes_updated", "event_counters_outcomes_deleted"},
 }
 
 // setCounters enables or disables counterTriggers.
