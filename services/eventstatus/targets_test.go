@@ -55,6 +55,31 @@ func seedNotified(t *testing.T, db *schematest.Database) func(sql string, args .
 	return exec
 }
 
+// A command's first copy (its range not counted yet) loads its devices
+// without probing push_deliveries per device (migration 0015): before a
+// range is counted only removed devices can have outcomes there, and those
+// are not loaded anyway. The state below — an outcome of an existing device
+// before its range is counted — is one the schema never produces; it makes
+// the skipped probe visible. Every later copy (the range counted) probes
+// and leaves out what is recorded, as TestCommandCountsItsDevicesOnce
+// shows for the states that do occur.
+func TestFirstCopyOfACommandSkipsTheRecordedProbe(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	exec := seedNotified(t, db)
+	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status, platform) VALUES ($1, 1, 'delivered', 'webpush')`, evA)
+	if ids := loadCommand(t, db, evA, userA, userB); !slices.Equal(ids, []int64{1, 2}) {
+		t.Fatalf("first copy loaded %v, want [1 2]: an uncounted range is not probed", ids)
+	}
+	if ids := loadCommand(t, db, evA, userA, userB); !slices.Equal(ids, []int64{2}) {
+		t.Fatalf("second copy loaded %v, want [2]: a counted range leaves out recorded devices", ids)
+	}
+	// A command overlapping the counted range is a later copy too.
+	if ids := loadCommand(t, db, evA, userA, userA); len(ids) != 0 {
+		t.Fatalf("overlapping copy loaded %v, want none", ids)
+	}
+}
+
 // The fan-out counts students only; the push command counts their devices
 // when it loads them, once: a redelivered copy of the command, or one
 // overlapping a counted range, loads the unsent devices again and counts
