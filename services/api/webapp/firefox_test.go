@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,6 +88,10 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	procs.start("pushmock", "run", "pushmock", "--addr", mockAddr, "--ws-addr", wsAddr, "--latency", "0", "--cert-file", cert)
 	waitPort(t, wsAddr)
 	procs.start("api", "run", "api", "--addr", apiAddr)
+	// The stages log each command at debug level, so that a failure's log
+	// tails show which commands arrived and what each loaded (the tails
+	// of a run whose second push never came showed only INFO lines).
+	procs.debug = map[string]bool{"cdc": true, "fanout": true, "push": true}
 	procs.start("cdc", "run", "cdc", "--slot", "notify_ff_"+strings.Trim(strings.ToLower(topics.Prefix), "t."), "--metrics-addr", "off")
 	procs.start("fanout", "run", "fanout", "--metrics-addr", "off")
 	procs.start("push", "run", "push", "--metrics-addr", "off")
@@ -260,13 +265,18 @@ type processes struct {
 	bin   string
 	env   []string // added to ours
 	dir   string
+	debug map[string]bool // names started with NOTIFY_LOG_LEVEL=debug
 	mu    sync.Mutex
 	procs []*benchkit.Proc
 }
 
 func (p *processes) start(name string, args ...string) {
 	p.t.Helper()
-	pr, err := benchkit.StartProc(p.bin, p.dir, name, p.env, args...)
+	env := p.env
+	if p.debug[name] {
+		env = append(slices.Clone(env), "NOTIFY_LOG_LEVEL=debug")
+	}
+	pr, err := benchkit.StartProc(p.bin, p.dir, name, env, args...)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -313,7 +323,7 @@ func (p *processes) stopAll() {
 	}
 	if p.t.Failed() {
 		for _, pr := range procs {
-			p.t.Logf("--- %s log (tail) ---\n%s", pr.Name, pr.LogTail(60))
+			p.t.Logf("--- %s log (tail) ---\n%s", pr.Name, pr.LogTail(200))
 		}
 	}
 }
