@@ -23,6 +23,7 @@ import (
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -69,20 +70,10 @@ func newPipeline(t *testing.T, users int) *pipeline {
 			t.Fatal(err)
 		}
 	}
-	m, err := pushmock.New(pushmock.Config{Addr: "127.0.0.1:0", CertFile: filepath.Join(p.dir, "mock.pem"),
+	m := pushmocktest.Start(t, pushmock.Config{CertFile: filepath.Join(p.dir, "mock.pem"),
 		Latency: 20 * time.Millisecond, Seed: 1, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = m.Stop(sctx)
-	})
 	p.mock = m
+	var err error
 	p.seed, err = seed.Load(ctx, p.db.Pool, seed.Options{Users: users, SubsRatio: 1.1, Seed: 1, PushBaseURL: m.URL() + "/wpush/"})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
+	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -73,7 +74,7 @@ type mockService interface {
 	URL() string
 }
 
-func startMock(t testing.TB, ctx context.Context, mc pushmock.Config) *pushmock.Server {
+func startMock(t testing.TB, mc pushmock.Config) *pushmock.Server {
 	t.Helper()
 	mc.Addr = "127.0.0.1:0"
 	mc.CertFile = filepath.Join(t.TempDir(), "pushmock-cert.pem")
@@ -82,19 +83,7 @@ func startMock(t testing.TB, ctx context.Context, mc pushmock.Config) *pushmock.
 	}
 	mc.Seed = 1
 	mc.Logger = quietLogger()
-	m, err := pushmock.New(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = m.Stop(sctx)
-	})
-	return m
+	return pushmocktest.Start(t, mc)
 }
 
 // mockProc is `notify run pushmock` in its own process (benchkit's).
@@ -145,7 +134,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	if o.mockProcess {
 		f.mock = startMockProcess(t, o.mock, o.mockFlags...)
 	} else {
-		f.mock = startMock(t, ctx, o.mock)
+		f.mock = startMock(t, o.mock)
 	}
 
 	ratio := o.subsRatio
