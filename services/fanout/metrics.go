@@ -14,7 +14,10 @@ var (
 	metricSlicesParked  = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="parked"}`)
 	metricSlicesDropped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="dropped"}`)
 	metricPushCommands  = metrics.GetOrCreateCounter(`notify_fanout_push_commands_total`)
-	metricSliceDuration = metrics.GetOrCreateHistogram(`notify_fanout_slice_duration_seconds`)
+	// Slices whose plain insert met an existing notification and ran
+	// again skipping it (see sliceInsert): expected to stay 0.
+	metricSliceConflicts = metrics.GetOrCreateCounter(`notify_fanout_slice_conflicts_total`)
+	metricSliceDuration  = metrics.GetOrCreateHistogram(`notify_fanout_slice_duration_seconds`)
 	// From the commit that wrote a slice command to the start of its
 	// handling: the CDC + Kafka hop every chain pays between its slices.
 	metricCommandLatency = metrics.GetOrCreateHistogram(`notify_fanout_command_latency_seconds`)

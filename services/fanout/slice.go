@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -122,8 +124,20 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 	var res SliceResult
 	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		res = SliceResult{}
-		return w.run(ctx, tx, cmd, &res)
+		return w.run(ctx, tx, cmd, &res, false)
 	})
+	if isUniqueViolation(err) {
+		// A notification of the slice existed already (see sliceInsert):
+		// the transaction is rolled back whole; run it again skipping
+		// existing rows.
+		metricSliceConflicts.Inc()
+		w.cfg.Logger.Warn("slice met existing notifications; running it again without them",
+			"event_id", cmd.EventID, "range", cmd.RangeIndex, "seq", cmd.Seq)
+		err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			res = SliceResult{}
+			return w.run(ctx, tx, cmd, &res, true)
+		})
+	}
 	if err != nil {
 		return res, fmt.Errorf("slice %d/%d of event %s: %w", cmd.RangeIndex, cmd.Seq, cmd.EventID, err)
 	}
@@ -146,7 +160,16 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 	return res, nil
 }
 
-func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, res *SliceResult) error {
+// isUniqueViolation: SQLSTATE 23505 on notifications (or one of its
+// partitions), a notification of the slice existed.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && strings.HasPrefix(pe.TableName, "notifications")
+}
+
+// run is one attempt at cmd in tx; skipExisting selects the ON CONFLICT DO
+// NOTHING form of the insert.
+func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, res *SliceResult, skipExisting bool) error {
 	var lo, hi string
 	var cursor, url *string
 	var slicesDone int
@@ -178,6 +201,12 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	q, bound := SQLSliceFirst, lo
 	if cursor != nil {
 		q, bound = SQLSliceNext, *cursor
+	}
+	if skipExisting {
+		q = sqlSliceFirstSkipping
+		if cursor != nil {
+			q = sqlSliceNextSkipping
+		}
 	}
 	var first, last *string
 	if err := tx.QueryRow(ctx, q, cmd.CourseID, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).

@@ -1,0 +1,116 @@
+package fanout_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/eventstatus"
+	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/streams"
+)
+
+// TestSliceMeetingAnExistingNotification: the slice insert is a plain
+// INSERT (no ON CONFLICT; see sliceInsert). A notification that exists
+// before its slice runs — written by hand here, as a tool rewinding a range
+// would — makes the plain insert fail on the unique key; the slice then
+// runs again skipping it, so every slice still succeeds, the event still
+// gets exactly one notification per student, and the pre-existing row is
+// not counted as the fan-out's.
+func TestSliceMeetingAnExistingNotification(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	published := time.Now()
+	const students = 1000
+	c := seedCourse(t, db.Pool, students, published.Add(-time.Minute))
+	ev := publish(t, db.Pool, c, published)
+	if _, err := db.Pool.Exec(ctx, `DELETE FROM outbox`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Ranges: 2, SliceSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
+		t.Fatalf("plan: %v %v", ok, err)
+	}
+	// Three students already notified: the first of the audience (the
+	// first slice of range 0), one in the middle and the last.
+	var pre []string
+	rows, err := db.Pool.Query(ctx, `
+		SELECT user_id::text FROM (
+			SELECT user_id, row_number() OVER (ORDER BY user_id) AS i FROM enrollments WHERE course_id = $1) x
+		WHERE i IN (1, $2 / 2 + 17, $2) ORDER BY user_id`, c.ID, students)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var u string
+		if err := rows.Scan(&u); err != nil {
+			t.Fatal(err)
+		}
+		pre = append(pre, u)
+	}
+	if rows.Err() != nil || len(pre) != 3 {
+		t.Fatalf("picked %v (%v), want 3 students", pre, rows.Err())
+	}
+	for _, u := range pre {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, $3)`, ev.EventID, u, ev.PublishedAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var inserted, sliced int64
+	for {
+		rows, err := db.Pool.Query(ctx, `DELETE FROM outbox WHERE aggregatetype = 'fanout' RETURNING payload::text`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cmds []streams.SliceCommand
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			cmd, err := streams.DecodeSliceCommand([]byte(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmds = append(cmds, cmd)
+		}
+		if len(cmds) == 0 {
+			break
+		}
+		for _, cmd := range cmds {
+			res, err := w.Run(ctx, cmd)
+			if err != nil || res.Skipped {
+				t.Fatalf("slice %d/%d: %+v %v", cmd.RangeIndex, cmd.Seq, res, err)
+			}
+			inserted += res.Inserted
+			sliced += res.Students
+		}
+	}
+	if sliced != students || inserted != students-3 {
+		t.Fatalf("slices covered %d students and inserted %d, want %d and %d", sliced, inserted, students, students-3)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); n != students {
+		t.Fatalf("%d notifications, want %d", n, students)
+	}
+	st, err := eventstatus.LoadFanout(ctx, db.Pool, ev.EventID)
+	if err != nil || !st.Finished || st.Notified != students-3 {
+		t.Fatalf("status %+v %v, want finished with %d notified by the fan-out", st, err, students-3)
+	}
+	var pushed int64
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(sum((payload->>'students')::int), 0) FROM outbox WHERE aggregatetype = 'push'`).Scan(&pushed); err != nil {
+		t.Fatal(err)
+	}
+	if pushed != students {
+		t.Fatalf("push commands cover %d students, want %d", pushed, students)
+	}
+}
