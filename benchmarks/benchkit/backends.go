@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // this machine; zeros otherwise). Other databases' work on a shared server
 // is left out. Backends come and go, so it keeps each one's first and last
 // reading: a backend that ends between two samples loses at most one
-// interval of its CPU.
+// interval of its CPU. The connections of an ObserverPool (a benchmark
+// watching its run: progress, counts, this meter's own query) are
+// measured apart, in BackendCPU.Observer.
 type BackendMeter struct {
 	pool  *pgxpool.Pool
 	stop  chan struct{}
@@ -24,15 +27,44 @@ type BackendMeter struct {
 	mu    sync.Mutex
 	first map[int]float64
 	last  map[int]float64
-	wal   map[int]bool
+	kind  map[int]backendKind
 }
+
+type backendKind int
+
+const (
+	kindBackend backendKind = iota
+	kindWalsender
+	kindObserver
+)
 
 // BackendCPU is what a BackendMeter measured, in CPU seconds.
 type BackendCPU struct {
-	// Backends is every process of the database but the walsenders.
+	// Backends is every process of the database but the walsenders and
+	// the observers.
 	Backends float64 `json:"backends_seconds"`
 	// Walsender is the logical walsenders: decoding for the connector.
 	Walsender float64 `json:"walsender_seconds"`
+	// Observer is the ObserverPool connections: the benchmark's own
+	// queries, not the measured work.
+	Observer float64 `json:"observer_seconds"`
+}
+
+// ObserverApplicationName is the application_name of an ObserverPool's
+// connections.
+const ObserverApplicationName = "notify-bench-observer"
+
+// ObserverPool connects to url for a benchmark's own queries while it
+// measures a run (progress, counts): a BackendMeter counts their CPU apart
+// from the run's. Work that is measured (a raw SQL baseline) must not use
+// it.
+func ObserverPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = ObserverApplicationName
+	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
 // StartBackendMeter starts sampling the database pool connects to every
@@ -42,7 +74,7 @@ func StartBackendMeter(ctx context.Context, pool *pgxpool.Pool, interval time.Du
 		interval = 100 * time.Millisecond
 	}
 	m := &BackendMeter{pool: pool, stop: make(chan struct{}), done: make(chan struct{}),
-		first: map[int]float64{}, last: map[int]float64{}, wal: map[int]bool{}}
+		first: map[int]float64{}, last: map[int]float64{}, kind: map[int]backendKind{}}
 	m.sample(ctx)
 	go func() {
 		defer close(m.done)
@@ -62,19 +94,21 @@ func StartBackendMeter(ctx context.Context, pool *pgxpool.Pool, interval time.Du
 }
 
 func (m *BackendMeter) sample(ctx context.Context) {
-	rows, err := m.pool.Query(ctx, `SELECT pid, backend_type = 'walsender' FROM pg_stat_activity WHERE datname = current_database()`)
+	rows, err := m.pool.Query(ctx, `
+		SELECT pid, CASE WHEN backend_type = 'walsender' THEN 1 WHEN application_name = $1 THEN 2 ELSE 0 END
+		FROM pg_stat_activity WHERE datname = current_database()`, ObserverApplicationName)
 	if err != nil {
 		return
 	}
 	type proc struct {
-		pid int
-		wal bool
+		pid  int
+		kind backendKind
 	}
 	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (proc, error) {
 		var p proc
-		var pid int32
-		err := r.Scan(&pid, &p.wal)
-		p.pid = int(pid)
+		var pid, kind int32
+		err := r.Scan(&pid, &kind)
+		p.pid, p.kind = int(pid), backendKind(kind)
 		return p, err
 	})
 	if err != nil {
@@ -91,7 +125,7 @@ func (m *BackendMeter) sample(ctx context.Context) {
 			m.first[p.pid] = s.Self
 		}
 		m.last[p.pid] = s.Self
-		m.wal[p.pid] = p.wal
+		m.kind[p.pid] = p.kind
 	}
 }
 
@@ -104,9 +138,12 @@ func (m *BackendMeter) Finish() BackendCPU {
 	var c BackendCPU
 	for pid, last := range m.last {
 		d := last - m.first[pid]
-		if m.wal[pid] {
+		switch m.kind[pid] {
+		case kindWalsender:
 			c.Walsender += d
-		} else {
+		case kindObserver:
+			c.Observer += d
+		default:
 			c.Backends += d
 		}
 	}

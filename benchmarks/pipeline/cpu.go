@@ -134,6 +134,7 @@ func (w *cpuWindow) end() cpuUsed {
 	if w.p.pgRoot != 0 {
 		u.byProcess[CPUPostgres] = b.Backends + b.Walsender
 		u.walsender = b.Walsender
+		u.observer = b.Observer
 	}
 	return u
 }
@@ -144,9 +145,12 @@ type cpuUsed struct {
 	byProcess map[string]float64
 	mock      float64
 	walsender float64
-	pgServer  float64
-	machine   float64
-	busyPct   float64
+	// observer is the benchmark's own queries on the run database
+	// (progress, counts: benchkit.ObserverPool), left out of postgres.
+	observer float64
+	pgServer float64
+	machine  float64
+	busyPct  float64
 }
 
 func (a cpuReading) until(b cpuReading) cpuUsed {
@@ -192,6 +196,9 @@ func PrintCPU(w io.Writer, r Result) {
 	}
 	if r.WalsenderCPUSeconds > 0 {
 		fmt.Fprintf(tw, "(walsender, in postgres)\t%.2f\t%.1f\t\n", r.WalsenderCPUSeconds, 1e6*r.WalsenderCPUSeconds/float64(n))
+	}
+	if r.ObserverCPUSeconds > 0 {
+		fmt.Fprintf(tw, "(this benchmark's own queries, left out)\t%.2f\t%.1f\t\n", r.ObserverCPUSeconds, 1e6*r.ObserverCPUSeconds/float64(n))
 	}
 	if r.PostgresServerCPUSeconds > 0 {
 		fmt.Fprintf(tw, "(postgres server, whole tree, shared)\t%.2f\t%.1f\t\n", r.PostgresServerCPUSeconds, 1e6*r.PostgresServerCPUSeconds/float64(n))

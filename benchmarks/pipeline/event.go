@@ -177,7 +177,7 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 	}
 	res.MachineCPUSeconds, res.MachineBusyPercent = used.machine, used.busyPct
 	res.CPUSecondsByProcess, res.MockCPUSeconds, res.WalsenderCPUSeconds = used.byProcess, used.mock, used.walsender
-	res.PostgresServerCPUSeconds = used.pgServer
+	res.PostgresServerCPUSeconds, res.ObserverCPUSeconds = used.pgServer, used.observer
 	res.PipelineCPUSeconds = used.sum()
 	n := res.Delivered + res.Gone + res.Failed
 	if n > 0 {

@@ -312,10 +312,13 @@ type Result struct {
 	// provider and is apart, in MockCPUSeconds; WalsenderCPUSeconds is the
 	// run's walsender, a part of postgres; PostgresServerCPUSeconds the
 	// server's whole process tree (WAL writer, checkpointer, and every
-	// other database's backends on a shared server).
+	// other database's backends on a shared server). ObserverCPUSeconds
+	// is the benchmark's own queries on the run database (its progress
+	// and counts), which postgres leaves out.
 	CPUSecondsByProcess      map[string]float64 `json:"cpu_seconds_by_process"`
 	MockCPUSeconds           float64            `json:"mock_cpu_seconds"`
 	WalsenderCPUSeconds      float64            `json:"walsender_cpu_seconds"`
+	ObserverCPUSeconds       float64            `json:"observer_cpu_seconds"`
 	PostgresServerCPUSeconds float64            `json:"postgres_server_cpu_seconds"`
 	// PipelineCPUSeconds is the sum of CPUSecondsByProcess, and
 	// PipelineCPUUSPerDelivery that per final outcome, in µs.
@@ -847,7 +850,7 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 	if err != nil {
 		return nil, "", 0, 0, err
 	}
-	pool, err := pgxpool.New(ctx, db.URL)
+	pool, err := benchkit.ObserverPool(ctx, db.URL)
 	if err != nil {
 		return nil, "", 0, 0, fmt.Errorf("connect to %s: %w", dbName, err)
 	}
@@ -879,7 +882,7 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		if db, _, err = benchkit.OpenDatabase(ctx, cfg.DatabaseURL, dbName); err != nil {
 			return nil, "", 0, 0, err
 		}
-		if pool, err = pgxpool.New(ctx, db.URL); err != nil {
+		if pool, err = benchkit.ObserverPool(ctx, db.URL); err != nil {
 			return nil, "", 0, 0, fmt.Errorf("connect to %s: %w", dbName, err)
 		}
 	}
@@ -900,7 +903,7 @@ func prepareScratch(ctx context.Context, cfg Config) (benchkit.Database, *pgxpoo
 	if err != nil {
 		return db, nil, 0, 0, err
 	}
-	pool, err := pgxpool.New(ctx, db.URL)
+	pool, err := benchkit.ObserverPool(ctx, db.URL)
 	if err != nil {
 		return db, nil, 0, 0, errors.Join(fmt.Errorf("connect to %s: %w", db.Name, err), db.Drop())
 	}
