@@ -31,8 +31,9 @@
 //
 // The SliceWorker consumes SliceCommands. Each range is a chain: a command
 // notifies the next ≤ S students of its range in user-id order with a single
-// INSERT … SELECT … ON CONFLICT DO NOTHING (recipient lists never leave the
-// database), writes one PushCommand for exactly those students and, when the
+// INSERT … SELECT … (recipient lists never leave the database; a plain
+// INSERT, with ON CONFLICT DO NOTHING only after a unique violation — see
+// sliceInsert), writes one PushCommand for exactly those students and, when the
 // slice was full, the range's next SliceCommand — all in one transaction
 // that also advances the range's cursor. The R chains of an event run in
 // parallel on different partitions of the fan-out topic.
