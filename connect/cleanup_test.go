@@ -35,6 +35,9 @@ func TestWidenXid(t *testing.T) {
 		if got != c.want {
 			t.Errorf("widen xid %d with xmax %d: got %d, want %d", c.x, c.xmax, got, c.want)
 		}
+		if got := int64(widenXid64(uint64(c.xmax), uint32(c.x))); got != c.want {
+			t.Errorf("widenXid64(%d, %d) = %d, want %d (as the SQL)", c.xmax, c.x, got, c.want)
+		}
 	}
 }
 

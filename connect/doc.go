@@ -68,13 +68,27 @@
 // A second connector on the same slot finds it active, logs that it is
 // standing by and retries until the first one's connection ends.
 //
+// A transaction can be decoded before other sessions see it committed: the
+// walsender wakes when the commit record is flushed, before the committing
+// backend leaves the ProcArray (or while it waits for a synchronous
+// standby). A consumer handed its record then would read Postgres and find
+// nothing the transaction wrote — a push command no notifications, so no
+// recipients, and it would be done with its push lost. So a transaction's
+// records are produced only once a snapshot taken by the connector sees it
+// committed (awaitVisible): one round trip per transaction at most, and none
+// for transactions a snapshot read for an earlier one already saw; a wait
+// is counted in notify_cdc_invisible_commits_total. Because of it, the
+// connector must not itself be a synchronous standby of the server
+// (synchronous_standby_names): the commit would wait for the connector's
+// flush and the connector for the commit.
+//
 // Rows whose transaction Kafka acknowledged are deleted from the outbox in
-// batches on a separate connection; the deletes are not published. A
-// transaction can be decoded and acknowledged before other sessions see it
-// committed (the walsender wakes when the commit record is flushed, before
-// the backend leaves the ProcArray or while it waits for a synchronous
-// standby); each DELETE reports the transactions its snapshot still sees in
-// progress, and their rows are deleted on a retry (see cleaner).
+// batches on a separate connection; the deletes are not published. Each
+// DELETE also reports the transactions its snapshot still sees in progress,
+// and their rows are deleted on a retry (see cleaner). Since a record is
+// produced only once its transaction is visible, and visibility never goes
+// back, a DELETE after Kafka's acknowledgement sees it; the retry stays as a
+// guard.
 //
 // A slot created by Start publishes the rows already in the outbox from the
 // snapshot it starts at (Debezium's "initial" snapshot), so events written
@@ -167,6 +181,8 @@
 // the slot), notify_cdc_outbox_rows_deleted_total,
 // notify_cdc_outbox_deletes_deferred_total (rows whose delete waited for
 // their transaction to become visible, counted per retry),
+// notify_cdc_invisible_commits_total (transactions decoded before other
+// sessions saw them committed, whose records waited until they did),
 // notify_cdc_changes_skipped_total{kind=update|delete|truncate|other_table},
 // notify_cdc_slot_recoveries_total{reason=missing|moved|unrecorded} (the
 // outbox re-sent because the slot was lost, see above; alert on any

@@ -16,6 +16,7 @@ type connectorMetrics struct {
 	reconnects *metrics.Counter
 	deleted    *metrics.Counter
 	deferred   *metrics.Counter
+	invisible  *metrics.Counter
 	skipUpdate *metrics.Counter
 	skipDelete *metrics.Counter
 	skipTrunc  *metrics.Counter
@@ -49,7 +50,10 @@ func newConnectorMetrics(s *metrics.Set, slot string, t *tracker) *connectorMetr
 		deleted:    s.GetOrCreateCounter(name("notify_cdc_outbox_rows_deleted_total")),
 		// notify_cdc_outbox_deletes_deferred_total counts rows whose DELETE
 		// saw their transaction still in progress (retried), per attempt.
-		deferred:   s.GetOrCreateCounter(name("notify_cdc_outbox_deletes_deferred_total")),
+		deferred: s.GetOrCreateCounter(name("notify_cdc_outbox_deletes_deferred_total")),
+		// notify_cdc_invisible_commits_total counts transactions decoded
+		// before other sessions saw them committed, whose records waited.
+		invisible:  s.GetOrCreateCounter(name("notify_cdc_invisible_commits_total")),
 		skipUpdate: s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "update")),
 		skipDelete: s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "delete")),
 		skipTrunc:  s.GetOrCreateCounter(name("notify_cdc_changes_skipped_total", "kind", "truncate")),

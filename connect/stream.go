@@ -22,6 +22,9 @@ type walReader struct {
 	cur      *txn                 // the transaction being decoded; nil between transactions
 	received pglogrepl.LSN        // the furthest WAL position the server sent us
 	warnedUp bool                 // an update of the outbox was logged once
+	// horizon is the last snapshot read by awaitVisible (per connection:
+	// a promoted standby's xids are another history).
+	horizon *horizon
 
 	nextStatus time.Time     // when the regular standby status update is due
 	sentAt     time.Time     // when the last one was sent
@@ -179,7 +182,6 @@ func (s *walReader) keepalive(data []byte) error {
 // Begin/Commit frame a transaction for the tracker, outbox inserts become
 // records, and everything else is counted and skipped.
 func (s *walReader) xlogData(data []byte) error {
-	c := s.c
 	xld, err := pglogrepl.ParseXLogData(data)
 	if err != nil {
 		return fmt.Errorf("parse XLogData: %w", err)
@@ -189,6 +191,12 @@ func (s *walReader) xlogData(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("parse pgoutput message: %w", err)
 	}
+	return s.message(lm)
+}
+
+// message handles one parsed pgoutput message.
+func (s *walReader) message(lm pglogrepl.Message) error {
+	c := s.c
 	switch m := lm.(type) {
 	case *pglogrepl.RelationMessage:
 		rel, err := newRelation(m, c.cfg.Schema, c.cfg.Table)
@@ -250,6 +258,13 @@ func (s *walReader) insert(m *pglogrepl.InsertMessage) error {
 	rec, err := c.format.record(row, s.cur.commitTime)
 	if err != nil {
 		return fatalError{err}
+	}
+	if !s.cur.visible {
+		ok, err := s.awaitVisible(s.cur)
+		if err != nil || !ok {
+			return err // !ok: stopping; the loop drains next, the transaction left open
+		}
+		s.cur.visible = true
 	}
 	c.produce(s.cur, row.id, rec)
 	return nil

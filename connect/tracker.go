@@ -53,6 +53,10 @@ type txn struct {
 	abandoned bool
 	failed    bool
 	ids       []string
+	// visible: other sessions see the transaction committed, so its
+	// records may be produced (see awaitVisible). Read and written by the
+	// replication loop only.
+	visible bool
 }
 
 func newTracker(keepIDs bool, onFlushed func(xid uint32, ids []string)) *tracker {
