@@ -290,6 +290,12 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 				w.m.freshEmpty.Inc()
 			}
 			w.stats.empty.Add(1)
+			// Logged like a done command, so a push that never arrived
+			// can be told from one whose command never came: a fresh
+			// command's first copy finds its students' devices unless
+			// they have none.
+			w.log.Debug("command found nothing to send", "event", cmd.EventID, "first_user", cmd.FirstUser, "last_user", cmd.LastUser,
+				"students", cmd.Students, "attempt", cmd.Attempt, "retry", retry, "partition", r.Partition, "offset", r.Offset)
 			return nil
 		}
 		err = w.deliver(ctx, r, cmd, recips)
