@@ -1,11 +1,15 @@
 package connect_test
 
 import (
+	"context"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/notify-dev/notify/infra/local/localtest"
 )
@@ -173,4 +177,118 @@ func TestDisruptivePostgresRestart(t *testing.T) {
 	if n := metricSum(conn, "notify_cdc_slot_recoveries_total"); n != 0 {
 		t.Errorf("a Postgres restart counted %v slot recoveries", n)
 	}
+}
+
+// TestDisruptiveCommitDecodedBeforeVisible: Postgres streams a commit to
+// the walsender once its WAL is flushed, while the committing backend
+// still shows the transaction in progress to every other session. Naming
+// a synchronous standby that never answers holds a commit in exactly that
+// state (it waits for the standby after the flush, before it leaves the
+// ProcArray), for as long as the test likes; the walsender streams it all
+// the same. The connector must keep its record from Kafka until the commit
+// is visible: a consumer would otherwise read the database on the record
+// and find nothing (a push command no recipients: a lost push). Disruptive:
+// while the standby is named, every commit on the server that does not set
+// synchronous_commit below remote_write waits.
+func TestDisruptiveCommitDecodedBeforeVisible(t *testing.T) {
+	localtest.Disruptive(t)
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := e.config(t)
+	// The connector's own commits (its slot record) must not wait for the
+	// standby that is not there.
+	u, err := url.Parse(cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("synchronous_commit", "local") // a startup parameter (pgx passes unknown ones on)
+	u.RawQuery = q.Encode()
+	cfg.DatabaseURL = u.String()
+	conn := e.start(t, cfg)
+	c := consume(t, e, e.topics.Material())
+	warm := newEvent(newUUID())
+	if err := insert(ctx, e.db.Pool, warm); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, []string{warm.id}, time.Minute)
+
+	setStandby := func(ctx context.Context, names string) error {
+		stmt := `ALTER SYSTEM RESET synchronous_standby_names`
+		if names != "" {
+			stmt = `ALTER SYSTEM SET synchronous_standby_names = '` + names + `'`
+		}
+		if _, err := e.db.Pool.Exec(ctx, stmt); err != nil {
+			return err
+		}
+		_, err := e.db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
+		return err
+	}
+	reset := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := setStandby(rctx, ""); err != nil {
+			t.Errorf("reset synchronous_standby_names: %v", err)
+		}
+	}
+	t.Cleanup(reset) // whatever happens: the server's commits must not hang
+	if err := setStandby(ctx, "notify_no_such_standby"); err != nil {
+		t.Fatal(err)
+	}
+	// A new session reads the reloaded setting at its start; the
+	// postmaster's reload may lag the call by a moment.
+	held := newEvent(newUUID())
+	done := make(chan error, 1)
+	inEffect := false
+	for range 100 {
+		var s string
+		if err := e.db.Pool.QueryRow(ctx, `SELECT current_setting('synchronous_standby_names')`).Scan(&s); err == nil && s != "" {
+			inEffect = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !inEffect {
+		t.Fatal("synchronous_standby_names not in effect after the reload")
+	}
+	go func() {
+		pc, err := pgx.Connect(ctx, e.db.URL)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer pc.Close(context.Background())
+		_, err = pc.Exec(ctx, insertSQL, held.id, held.course, string(held.payload), held.partition)
+		done <- err
+	}()
+	// The connector saw the commit and waits for it; or (the bug) its
+	// record reached Kafka while no other session can see the row.
+	for metricSum(conn, "notify_cdc_invisible_commits_total") == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("the commit did not wait for the standby (err %v): the test proves nothing", err)
+		default:
+		}
+		if len(c.missing([]string{held.id})) == 0 {
+			t.Fatal("the record reached Kafka while its transaction waits for the standby, invisible to other sessions")
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the connector neither waited for the commit nor produced it")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var visible int
+	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = $1`, held.id).Scan(&visible); err != nil || visible != 0 {
+		t.Fatalf("the held commit's row is visible (%d, err %v): the test proves nothing", visible, err)
+	}
+	if len(c.missing([]string{held.id})) == 0 {
+		t.Fatal("the record reached Kafka while its transaction is not visible")
+	}
+	reset()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, []string{held.id}, time.Minute)
 }
