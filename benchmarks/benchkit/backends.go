@@ -36,6 +36,7 @@ const (
 	kindBackend backendKind = iota
 	kindWalsender
 	kindObserver
+	kindAutovacuum
 )
 
 // BackendCPU is what a BackendMeter measured, in CPU seconds.
@@ -48,6 +49,10 @@ type BackendCPU struct {
 	// Observer is the ObserverPool connections: the benchmark's own
 	// queries, not the measured work.
 	Observer float64 `json:"observer_seconds"`
+	// Autovacuum is the part of Backends that autovacuum workers on the
+	// database used: maintenance the writes cause, which may or may not
+	// fall inside a measurement's window.
+	Autovacuum float64 `json:"autovacuum_seconds"`
 }
 
 // ObserverApplicationName is the application_name of an ObserverPool's
@@ -95,7 +100,8 @@ func StartBackendMeter(ctx context.Context, pool *pgxpool.Pool, interval time.Du
 
 func (m *BackendMeter) sample(ctx context.Context) {
 	rows, err := m.pool.Query(ctx, `
-		SELECT pid, CASE WHEN backend_type = 'walsender' THEN 1 WHEN application_name = $1 THEN 2 ELSE 0 END
+		SELECT pid, CASE WHEN backend_type = 'walsender' THEN 1 WHEN application_name = $1 THEN 2
+		                 WHEN backend_type = 'autovacuum worker' THEN 3 ELSE 0 END
 		FROM pg_stat_activity WHERE datname = current_database()`, ObserverApplicationName)
 	if err != nil {
 		return
@@ -143,6 +149,9 @@ func (m *BackendMeter) Finish() BackendCPU {
 			c.Walsender += d
 		case kindObserver:
 			c.Observer += d
+		case kindAutovacuum:
+			c.Autovacuum += d
+			c.Backends += d
 		default:
 			c.Backends += d
 		}

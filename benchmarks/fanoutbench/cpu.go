@@ -24,6 +24,8 @@ type CPU struct {
 	// Process is this process: the connector, the planner and the slice
 	// workers' Go code (and the raw SQL driver, in the raw phases).
 	Process float64 `json:"process_seconds"`
+	// Autovacuum is the part of Backends autovacuum workers used.
+	Autovacuum float64 `json:"autovacuum_seconds"`
 }
 
 // cpuMeter is benchkit's BackendMeter of the benchmark database and this
@@ -40,7 +42,7 @@ func startCPUMeter(ctx context.Context, pool *pgxpool.Pool) *cpuMeter {
 // finish stops sampling and returns the CPU spent since start.
 func (m *cpuMeter) finish() CPU {
 	b := m.backends.Finish()
-	c := CPU{Backends: b.Backends, Walsender: b.Walsender}
+	c := CPU{Backends: b.Backends, Walsender: b.Walsender, Autovacuum: b.Autovacuum}
 	if s := procCPU(os.Getpid()); s >= 0 && m.self0 >= 0 {
 		c.Process = s - m.self0
 	}

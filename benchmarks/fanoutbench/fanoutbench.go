@@ -264,7 +264,7 @@ func Print(w io.Writer, res Result) {
 	fmt.Fprintf(tw, "ratio, CDC attached\t%.2f\t(pipeline / raw SQL with the connector attached)\n", res.RatioCDC)
 	if res.FanoutCPU.Backends > 0 {
 		cpu := func(c CPU) string {
-			return fmt.Sprintf("%.2f\t= backends %.2f + walsender %.2f + this process %.2f", c.Backends+c.Walsender+c.Process, c.Backends, c.Walsender, c.Process)
+			return fmt.Sprintf("%.2f\t= backends %.2f (autovacuum %.2f of it) + walsender %.2f + this process %.2f", c.Backends+c.Walsender+c.Process, c.Backends, c.Autovacuum, c.Walsender, c.Process)
 		}
 		fmt.Fprintf(tw, "CPU s, raw SQL\t%s\n", cpu(res.RawSQLCPU))
 		fmt.Fprintf(tw, "CPU s, raw SQL, CDC\t%s\n", cpu(res.RawSQLCDCCPU))
