@@ -8,7 +8,6 @@ import (
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
-	"github.com/notify-dev/notify/streams"
 )
 
 // TestSliceMeetingAnExistingNotification: the slice insert is a plain
@@ -68,22 +67,7 @@ func TestSliceMeetingAnExistingNotification(t *testing.T) {
 
 	var inserted, sliced int64
 	for {
-		rows, err := db.Pool.Query(ctx, `DELETE FROM outbox WHERE aggregatetype = 'fanout' RETURNING payload::text`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cmds []streams.SliceCommand
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			cmd, err := streams.DecodeSliceCommand([]byte(s))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmds = append(cmds, cmd)
-		}
+		cmds := takeSliceCommands(t, db.Pool)
 		if len(cmds) == 0 {
 			break
 		}

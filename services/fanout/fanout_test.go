@@ -135,22 +135,7 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 	// Drain the chains by hand, running every command twice.
 	executed := 0
 	for {
-		rows, err := db.Pool.Query(ctx, `DELETE FROM outbox WHERE aggregatetype = 'fanout' RETURNING payload::text`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cmds []streams.SliceCommand
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			cmd, err := streams.DecodeSliceCommand([]byte(s))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmds = append(cmds, cmd)
-		}
+		cmds := takeSliceCommands(t, db.Pool)
 		if len(cmds) == 0 {
 			break
 		}

@@ -128,6 +128,33 @@ func waitFinished(t testing.TB, pool *pgxpool.Pool, eventID string, timeout time
 	}
 }
 
+// takeSliceCommands removes the slice commands waiting in the outbox and
+// returns them, for tests that run the chains by hand.
+func takeSliceCommands(t testing.TB, pool *pgxpool.Pool) []streams.SliceCommand {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `DELETE FROM outbox WHERE aggregatetype = 'fanout' RETURNING payload::text`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var cmds []streams.SliceCommand
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := streams.DecodeSliceCommand([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return cmds
+}
+
 func count(t testing.TB, pool *pgxpool.Pool, q string, args ...any) int64 {
 	t.Helper()
 	var n int64
