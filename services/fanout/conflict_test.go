@@ -3,11 +3,9 @@ package fanout_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
-	"github.com/notify-dev/notify/services/fanout"
 )
 
 // TestSliceMeetingAnExistingNotification: the slice insert is a plain
@@ -21,21 +19,8 @@ func TestSliceMeetingAnExistingNotification(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
 	ctx := context.Background()
-	published := time.Now()
 	const students = 1000
-	c := seedCourse(t, db.Pool, students, published.Add(-time.Minute))
-	ev := publish(t, db.Pool, c, published)
-	if _, err := db.Pool.Exec(ctx, `DELETE FROM outbox`); err != nil {
-		t.Fatal(err)
-	}
-	p, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Ranges: 2, SliceSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ev, p, w := byHand(t, db.Pool, students, 2, 100)
 	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
 		t.Fatalf("plan: %v %v", ok, err)
 	}

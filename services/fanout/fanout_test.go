@@ -104,20 +104,7 @@ func TestRedeliveryChangesNothing(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
 	ctx := context.Background()
-	published := time.Now()
-	c := seedCourse(t, db.Pool, 1234, published.Add(-time.Minute))
-	ev := publish(t, db.Pool, c, published)
-	if _, err := db.Pool.Exec(ctx, `DELETE FROM outbox`); err != nil {
-		t.Fatal(err)
-	}
-	p, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Ranges: 3, SliceSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ev, p, w := byHand(t, db.Pool, 1234, 3, 100)
 	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
 		t.Fatalf("first plan: %v %v", ok, err)
 	}

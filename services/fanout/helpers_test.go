@@ -128,6 +128,29 @@ func waitFinished(t testing.TB, pool *pgxpool.Pool, eventID string, timeout time
 	}
 }
 
+// byHand seeds a course of n students enrolled a minute before the
+// publish, publishes an event to it and empties the outbox, and returns
+// the event with a planner (R ranges of slices of S) and a slice worker,
+// for tests that plan and run the chains by hand.
+func byHand(t testing.TB, pool *pgxpool.Pool, n, ranges, slice int) (course, streams.MaterialPublished, *fanout.Planner, *fanout.SliceWorker) {
+	t.Helper()
+	published := time.Now()
+	c := seedCourse(t, pool, n, published.Add(-time.Minute))
+	ev := publish(t, pool, c, published)
+	if _, err := pool.Exec(context.Background(), `DELETE FROM outbox`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := fanout.NewPlanner(pool, fanout.PlannerConfig{Ranges: ranges, SliceSize: slice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := fanout.NewSliceWorker(pool, fanout.SliceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ev, p, w
+}
+
 // takeSliceCommands removes the slice commands waiting in the outbox and
 // returns them, for tests that run the chains by hand.
 func takeSliceCommands(t testing.TB, pool *pgxpool.Pool) []streams.SliceCommand {
