@@ -1,6 +1,6 @@
 // Package triggerbench compares what recording push outcomes costs
 // Postgres under two schema versions (`notify bench triggers`): the push
-// worker's fresh-command INSERT (services/push recordFreshSQL) of Batches
+// worker's fresh-command INSERT (push.RecordFreshSQL) of Batches
 // statements of BatchSize outcomes into a scratch database migrated to
 // version A, and the same into one migrated to version B, as interleaved
 // pairs (A B, then B A, …) so that the machine's drift falls on both
@@ -27,6 +27,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/schema"
+	"github.com/notify-dev/notify/services/push"
 )
 
 // Config configures a run.
@@ -122,17 +123,10 @@ type Result struct {
 	TriggerRatio   float64 `json:"trigger_ratio"`
 }
 
-// recordFreshSQL is services/push's statement of that name (unexported
-// there), the shape every fresh command's outcomes are written in.
-const recordFreshSQL = `
-INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
-SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), nullif(u.platform, ''), now()
-FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[]) AS u(id, status, http, attempts, err, platform)`
-
 // mix describes the outcomes of each batch (batch below).
 const mix = "per 100 outcomes: 97 delivered, 2 gone, 1 failed; platforms 8 webpush : 1 fcm : 1 apns"
 
-// batch is the arrays of one recordFreshSQL statement: subscriptions
+// batch is the arrays of one push.RecordFreshSQL statement: subscriptions
 // first, first+1, …, with the statuses and platforms of mix.
 func batch(first int64, n int) []any {
 	ids := make([]int64, n)
@@ -244,7 +238,7 @@ func runOne(ctx context.Context, cfg Config, version int) (Trial, error) {
 	ev := uuid.Must(uuid.NewV7())
 	next := int64(1)
 	insert := func() error {
-		_, err := conn.Exec(ctx, recordFreshSQL, append([]any{ev}, batch(next, cfg.BatchSize)...)...)
+		_, err := conn.Exec(ctx, push.RecordFreshSQL, append([]any{ev}, batch(next, cfg.BatchSize)...)...)
 		next += int64(cfg.BatchSize)
 		return err
 	}

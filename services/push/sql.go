@@ -49,7 +49,7 @@ SET status = excluded.status, http_status = excluded.http_status, attempts = exc
     error = excluded.error, updated_at = excluded.updated_at
 WHERE d.status = 'retrying'`
 
-// recordFreshSQL records the outcomes of a fresh command (no retry ids) as
+// RecordFreshSQL records the outcomes of a fresh command (no retry ids) as
 // a plain INSERT of recordSQL's columns (the platform too, so migration
 // 0010's fill trigger stays idle). loadFreshSQL left out every
 // subscription with a row, so its rows are new unless another writer of
@@ -58,8 +58,9 @@ WHERE d.status = 'retrying'`
 // recordSQL, whose ON CONFLICT decides row by row. Without ON CONFLICT Postgres inserts each row
 // directly instead of by speculative insertion: one index descent and one
 // WAL record (the speculative confirmation, which the walsender decodes
-// too) fewer per outcome.
-const recordFreshSQL = `
+// too) fewer per outcome. Exported so that `notify bench triggers` times
+// exactly this statement.
+const RecordFreshSQL = `
 INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
 SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), nullif(u.platform, ''), now()
 FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[]) AS u(id, status, http, attempts, err, platform)`

@@ -123,7 +123,7 @@ type outcomes struct {
 	// which a subscription is disabled.
 	failing, recovered []int64
 	disableAfter       int
-	// fresh: the rows are a fresh command's (see recordFreshSQL).
+	// fresh: the rows are a fresh command's (see RecordFreshSQL).
 	fresh bool
 }
 
@@ -169,7 +169,7 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, platforms, o.failing, o.disableAfter, o.recovered).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
 	case n > 0 && o.fresh:
-		b.Queue(recordFreshSQL, eventID, ids, statuses, https, attempts, errs, platforms)
+		b.Queue(RecordFreshSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	case n > 0:
 		b.Queue(recordSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	}
