@@ -122,10 +122,13 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 	defer metricSlicesFlight.Dec()
 	start := time.Now()
 	var res SliceResult
-	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		res = SliceResult{}
-		return w.run(ctx, tx, cmd, &res, false)
-	})
+	attempt := func(skipExisting bool) error {
+		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			res = SliceResult{}
+			return w.run(ctx, tx, cmd, &res, skipExisting)
+		})
+	}
+	err := attempt(false)
 	if isUniqueViolation(err) {
 		// A notification of the slice existed already (see sliceInsert):
 		// the transaction is rolled back whole; run it again skipping
@@ -133,10 +136,7 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 		metricSliceConflicts.Inc()
 		w.cfg.Logger.Warn("slice met existing notifications; running it again without them",
 			"event_id", cmd.EventID, "range", cmd.RangeIndex, "seq", cmd.Seq)
-		err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			res = SliceResult{}
-			return w.run(ctx, tx, cmd, &res, true)
-		})
+		err = attempt(true)
 	}
 	if err != nil {
 		return res, fmt.Errorf("slice %d/%d of event %s: %w", cmd.RangeIndex, cmd.Seq, cmd.EventID, err)
