@@ -58,6 +58,9 @@ type Config struct {
 	// SliceInFlight bounds the pipeline's concurrent slice transactions
 	// (fanout.Config.SliceInFlight). Default: the fan-out's default.
 	SliceInFlight int
+	// RunAhead is the pipeline's fanout.Config.RunAhead. Default: the
+	// fan-out's default; negative: none.
+	RunAhead int
 	// Say receives progress lines. Default: discarded.
 	Say func(format string, args ...any)
 	// Logger receives the services' logs. Default: discarded.
@@ -72,8 +75,10 @@ type Result struct {
 	SliceSize int   `json:"slice_size"`
 	// SliceInFlight is the pipeline's bound on concurrent slice
 	// transactions (the raw SQL always runs all R chains at once).
-	SliceInFlight int   `json:"slice_in_flight"`
-	Slices        int64 `json:"slices"`
+	SliceInFlight int `json:"slice_in_flight"`
+	// RunAhead is the pipeline's slice run-ahead (0: none).
+	RunAhead int   `json:"run_ahead"`
+	Slices   int64 `json:"slices"`
 	// RawSQLSeconds is the raw SQL chains with no replication slot on
 	// the database; Ratio = FanoutSeconds / RawSQLSeconds.
 	RawSQLSeconds float64 `json:"raw_sql_seconds"`
@@ -107,6 +112,9 @@ func (c Config) withDefaults() Config {
 	if c.SliceInFlight == 0 {
 		c.SliceInFlight = fanout.DefaultSliceInFlight(c.Ranges)
 	}
+	if c.RunAhead == 0 {
+		c.RunAhead = fanout.DefaultRunAhead
+	}
 	if c.Say == nil {
 		c.Say = func(string, ...any) {}
 	}
@@ -134,7 +142,7 @@ func (c Config) validate() error {
 // pipeline.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg = cfg.withDefaults()
-	res := Result{Users: cfg.Users, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize, SliceInFlight: cfg.SliceInFlight, Transport: "cdc connector (connect/, in-process)"}
+	res := Result{Users: cfg.Users, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize, SliceInFlight: cfg.SliceInFlight, RunAhead: max(cfg.RunAhead, 0), Transport: "cdc connector (connect/, in-process)"}
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
@@ -256,7 +264,7 @@ func refuseSlots(ctx context.Context, pool *pgxpool.Pool) error {
 func Print(w io.Writer, res Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "rows\t%d\n", res.Rows)
-	fmt.Fprintf(tw, "ranges × slice\t%d × %d (%d slices, %d in flight)\n", res.Ranges, res.SliceSize, res.Slices, res.SliceInFlight)
+	fmt.Fprintf(tw, "ranges × slice\t%d × %d (%d slices, %d in flight, run-ahead %d)\n", res.Ranges, res.SliceSize, res.Slices, res.SliceInFlight, res.RunAhead)
 	fmt.Fprintf(tw, "raw SQL limit\t%.2f s\t%.0f rows/s\t(no replication slot)\n", res.RawSQLSeconds, res.RawRowsPerSec)
 	fmt.Fprintf(tw, "raw SQL, CDC attached\t%.2f s\t%.0f rows/s\t(the connector streaming, as deployed: Postgres decodes every row)\n", res.RawSQLCDCSeconds, float64(res.Rows)/max(res.RawSQLCDCSeconds, 1e-9))
 	fmt.Fprintf(tw, "fan-out pipeline\t%.2f s\t%.0f rows/s\t(outbox commit → last notification committed; via %s)\n", res.FanoutSeconds, res.FanoutPerSec, res.Transport)
@@ -435,8 +443,8 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 
 	svc, err := fanout.New(fanout.Config{
 		Pool: pool, Brokers: cfg.Brokers, Topics: topics, Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
-		SliceInFlight: cfg.SliceInFlight,
-		Logger:        cfg.Logger.With("service", "fanout"),
+		SliceInFlight: cfg.SliceInFlight, RunAhead: cfg.RunAhead,
+		Logger: cfg.Logger.With("service", "fanout"),
 	})
 	if err != nil {
 		return nil, err

@@ -38,6 +38,15 @@
 // that also advances the range's cursor. The R chains of an event run in
 // parallel on different partitions of the fan-out topic.
 //
+// Run-ahead: the worker that ran a slice does not wait for the next
+// command to come back through outbox, connector and Kafka before running
+// it: Handle runs up to SliceConfig.RunAhead further slices of the range at
+// once, each exactly the command its predecessor wrote. Those commands still
+// arrive; finding the range past them (a read without a lock), they do
+// nothing. The outbox command stays the only durable continuation, so a
+// crash, a rebalance or a failed run-ahead slice leaves the chain where its
+// last commit put it.
+//
 // A command of a paused event runs no slice: it is parked in Postgres
 // (eventcontrol.Park, under the run row's lock) and its offset committed,
 // and the resume sends it back; one of a cancelled event is dropped. The
@@ -47,8 +56,9 @@
 // # Exactly once
 //
 // The range row is locked first and carries the number of slices done: a
-// redelivered or replayed command (its seq is behind) finds its work already
-// committed and does nothing — no rows, no push command, no next command.
+// redelivered or replayed command, or one run ahead of (its seq is behind),
+// finds its work already committed and does nothing — no rows, no push
+// command, no next command.
 // Notifications are keyed by (event_id, user_id) as a second line of
 // defence. Offsets are committed only after the transaction (streams.Consumer).
 //

@@ -8,12 +8,17 @@ var (
 	metricRunsPlanned  = metrics.GetOrCreateCounter(`notify_fanout_runs_planned_total`)
 	metricRowsInserted = metrics.GetOrCreateCounter(`notify_fanout_rows_inserted_total`)
 	metricSlicesDone   = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="done"}`)
-	// Redelivered or replayed commands that found their work committed.
+	// Commands that found their work committed: run ahead by the worker
+	// that ran the slice before (see SliceWorker.Handle), redelivered or
+	// replayed.
 	metricSlicesSkipped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="skipped"}`)
 	// A paused event's slices parked, a cancelled one's dropped.
 	metricSlicesParked  = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="parked"}`)
 	metricSlicesDropped = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="dropped"}`)
 	metricPushCommands  = metrics.GetOrCreateCounter(`notify_fanout_push_commands_total`)
+	// Slices run straight after the one before, without waiting for their
+	// command (SliceWorker.Handle); each also counts as done.
+	metricSlicesRunAhead = metrics.GetOrCreateCounter(`notify_fanout_slices_run_ahead_total`)
 	// Slices whose plain insert met an existing notification and ran
 	// again skipping it (see sliceInsert): expected to stay 0.
 	metricSliceConflicts = metrics.GetOrCreateCounter(`notify_fanout_slice_conflicts_total`)

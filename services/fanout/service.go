@@ -31,6 +31,9 @@ type Config struct {
 	// SliceInFlight bounds concurrent slice transactions in this process.
 	// Default: Ranges, so every chain of one event can run at once.
 	SliceInFlight int
+	// RunAhead is the slice worker's SliceConfig.RunAhead. Default
+	// DefaultRunAhead; negative: none.
+	RunAhead int
 	// DisablePlanner and DisableSlices run only one of the two roles. The
 	// Scheduler (starting scheduled events at their send_at) runs with the
 	// planner.
@@ -122,7 +125,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	if !cfg.DisableSlices {
 		w, err := NewSliceWorker(cfg.Pool, SliceConfig{FanoutPartitions: cfg.Topics.FanoutPartitions,
-			PushPartitions: cfg.Topics.PushPartitions, Logger: cfg.Logger.With("role", "slices")})
+			PushPartitions: cfg.Topics.PushPartitions, RunAhead: cfg.RunAhead, Logger: cfg.Logger.With("role", "slices")})
 		if err != nil {
 			return nil, err
 		}

@@ -26,6 +26,11 @@ const sqlInsertOutbox = `
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
 VALUES (gen_random_uuid(), $1, $2, $3, $4::text::jsonb, $5)`
 
+// sqlRangeProgress is a range's committed progress, read without a lock
+// (SliceWorker.behind).
+const sqlRangeProgress = `
+SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 AND range_index = $2`
+
 // sqlLockRange serialises the commands of one range and tells a fresh
 // command from a redelivered one (seq behind slices_done, or done_at set).
 // It also reads the event's control state (unlocked: see controlSlice).

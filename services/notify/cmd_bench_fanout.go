@@ -26,6 +26,7 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	ranges := fs.Int("ranges", fanout.DefaultRanges, "uuid ranges (parallel chains), used by both measurements")
 	slice := fs.Int("slice", fanout.DefaultSliceSize, "students per slice, used by both measurements")
 	inFlight := fs.Int("max-in-flight", 0, "the pipeline's concurrent slice transactions (default: as notify run fanout)")
+	runAhead := fs.Int("run-ahead", fanout.DefaultRunAhead, "slices the pipeline's worker runs after a command's own without waiting for their commands (0: none)")
 	jsonFile := fs.String("json", "", "also write the result as JSON to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -39,7 +40,7 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	}
 	res, err := fanoutbench.Run(ctx, fanoutbench.Config{
 		DatabaseURL: infra.databaseURL, Brokers: brokers,
-		Users: *users, Ranges: *ranges, SliceSize: *slice, SliceInFlight: *inFlight,
+		Users: *users, Ranges: *ranges, SliceSize: *slice, SliceInFlight: *inFlight, RunAhead: runAheadFlag(*runAhead),
 		Say: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench fanout: "+format+"\n", a...) },
 	})
 	if err != nil {

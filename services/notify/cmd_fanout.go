@@ -29,6 +29,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	ranges := fs.Int("ranges", fanout.DefaultRanges, "uuid ranges (parallel chains) per event; rule: about 2× the Postgres server's physical cores")
 	slice := fs.Int("slice", fanout.DefaultSliceSize, "students per slice transaction")
 	inFlight := fs.Int("max-in-flight", 0, "concurrent slice transactions in this process (default: --ranges)")
+	runAhead := fs.Int("run-ahead", fanout.DefaultRunAhead, "slices of a range the worker runs after a command's own without waiting for their commands to come back through Kafka (0: none; bounds how long one event holds a slot)")
 	plannerOnly := fs.Bool("planner-only", false, "run only the planner (consumes outbox.event.material) and the scheduler (starts scheduled events at their send_at)")
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
@@ -55,6 +56,9 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		if err := checkDevListenEnv("--metrics-addr", *metricsAddr); err != nil {
 			return nil, err
 		}
+		if *runAhead < 0 {
+			return nil, usageError{msg: fmt.Sprintf("--run-ahead %d: must be 0 (none) or more", *runAhead)}
+		}
 		n := *inFlight
 		if n == 0 {
 			n = *ranges
@@ -71,7 +75,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		}
 		svc, err := fanout.New(fanout.Config{
 			Pool: pool, Brokers: brokers, Topics: infra.topics(),
-			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n,
+			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n, RunAhead: runAheadFlag(*runAhead),
 			DisablePlanner: *slicesOnly, DisableSlices: *plannerOnly, Logger: log,
 			ClientOpts: []kgo.Opt{kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3))},
 		})
@@ -118,4 +122,13 @@ func (s *fanoutFinishing) Start(ctx context.Context) error {
 
 func (s *fanoutFinishing) Stop(ctx context.Context) error {
 	return errors.Join(s.fin.Stop(ctx), s.Service.Stop(ctx))
+}
+
+// runAheadFlag maps --run-ahead (0: none) to fanout.Config.RunAhead (0: the
+// default, negative: none).
+func runAheadFlag(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

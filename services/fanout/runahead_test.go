@@ -1,0 +1,139 @@
+package fanout_test
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"testing"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/eventstatus"
+	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/streams"
+)
+
+// TestHandleRunsAheadOfItsCommands: a slice command handled with RunAhead
+// 3 runs its own slice and the range's next three, each writing its next
+// command as usual. Those commands, when they arrive, find the range past
+// them and change nothing; the fourth continues the chain. The event gets
+// exactly one notification per student and push commands that cover each
+// student once, as without run-ahead. With run-ahead off, a command runs
+// exactly its own slice.
+func TestHandleRunsAheadOfItsCommands(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	const students, slice, runAhead = 1000, 50, 3
+	_, ev, p, _ := byHand(t, db.Pool, students, 1, slice)
+	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{RunAhead: runAhead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
+		t.Fatalf("plan: %v %v", ok, err)
+	}
+	progress := func() int64 {
+		return count(t, db.Pool, `SELECT slices_done FROM fanout_ranges WHERE event_id = $1`, ev.EventID)
+	}
+	handle := func(cmd streams.SliceCommand) {
+		t.Helper()
+		b, err := json.Marshal(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Handle(ctx, recordOf(b)); err != nil {
+			t.Fatalf("handle slice %d: %v", cmd.Seq, err)
+		}
+	}
+
+	// 1,000 students in slices of 50: 20 full slices and the empty one
+	// that finds the range exhausted.
+	const slices = students/slice + 1
+	runs, behind := 0, 0
+	for {
+		cmds := takeSliceCommands(t, db.Pool)
+		if len(cmds) == 0 {
+			break
+		}
+		sort.Slice(cmds, func(i, j int) bool { return cmds[i].Seq < cmds[j].Seq })
+		// The commands the run-ahead slices wrote, in seq order: all but
+		// the last are behind the range and must change nothing.
+		for i, cmd := range cmds {
+			before := progress()
+			handle(cmd)
+			after := progress()
+			if i < len(cmds)-1 {
+				if after != before || count(t, db.Pool, `SELECT count(*) FROM outbox WHERE aggregatetype = 'fanout'`) != 0 {
+					t.Fatalf("command %d behind the range (%d slices done) changed it: %d slices done, outbox %d",
+						cmd.Seq, before, after, count(t, db.Pool, `SELECT count(*) FROM outbox WHERE aggregatetype = 'fanout'`))
+				}
+				behind++
+				continue
+			}
+			runs++
+			if want := min(before+1+runAhead, slices); after != want {
+				t.Fatalf("command %d ran the range from %d to %d slices done, want %d", cmd.Seq, before, after, want)
+			}
+		}
+		if len(cmds) != 1 && len(cmds) != runAhead+1 {
+			t.Fatalf("%d commands waiting, want 1 (the first) or %d (one per slice run)", len(cmds), runAhead+1)
+		}
+	}
+	// Each command that ran took runAhead+1 slices (the last fewer), and
+	// every other slice's command came and was passed over.
+	if wantRuns := (slices + runAhead) / (runAhead + 1); runs != wantRuns || behind != slices-wantRuns {
+		t.Fatalf("%d commands ran and %d were behind the range, want %d and %d", runs, behind, wantRuns, slices-wantRuns)
+	}
+	if n := progress(); n != slices {
+		t.Fatalf("%d slices done, want %d", n, slices)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); n != students {
+		t.Fatalf("%d notifications, want %d", n, students)
+	}
+	st, err := eventstatus.LoadFanout(ctx, db.Pool, ev.EventID)
+	if err != nil || !st.Finished || st.Notified != students {
+		t.Fatalf("status %+v %v, want finished with %d notified", st, err, students)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox WHERE aggregatetype = 'push'`); n != students/slice {
+		t.Fatalf("%d push commands, want one per non-empty slice (%d)", n, students/slice)
+	}
+	if n := count(t, db.Pool, `SELECT coalesce(sum((payload->>'students')::int), 0) FROM outbox WHERE aggregatetype = 'push'`); n != students {
+		t.Fatalf("push commands cover %d students, want %d", n, students)
+	}
+	if n := count(t, db.Pool, `SELECT count(DISTINCT payload->>'first_user') FROM outbox WHERE aggregatetype = 'push'`); n != students/slice {
+		t.Fatalf("push commands start at %d distinct students, want %d", n, students/slice)
+	}
+}
+
+func TestHandleWithoutRunAheadRunsOneSlice(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	_, ev, p, _ := byHand(t, db.Pool, 200, 1, 50)
+	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{RunAhead: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
+		t.Fatalf("plan: %v %v", ok, err)
+	}
+	for seq := 0; ; seq++ {
+		cmds := takeSliceCommands(t, db.Pool)
+		if len(cmds) == 0 {
+			break
+		}
+		if len(cmds) != 1 || cmds[0].Seq != seq {
+			t.Fatalf("waiting commands %+v, want seq %d alone", cmds, seq)
+		}
+		b, _ := json.Marshal(cmds[0])
+		if err := w.Handle(ctx, recordOf(b)); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db.Pool, `SELECT slices_done FROM fanout_ranges WHERE event_id = $1`, ev.EventID); n != int64(seq+1) {
+			t.Fatalf("after command %d: %d slices done, want %d", seq, n, seq+1)
+		}
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); n != 200 {
+		t.Fatalf("%d notifications, want 200", n)
+	}
+}
