@@ -105,14 +105,36 @@ func TestHandleRunsAheadOfItsCommands(t *testing.T) {
 	}
 }
 
+// TestHandleWithoutRunAheadRunsOneSlice: with run-ahead off, or on a
+// worker that is stopping (HaltRunAhead), a command runs its own slice and
+// no other.
 func TestHandleWithoutRunAheadRunsOneSlice(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  fanout.SliceConfig
+		halt bool
+	}{
+		{"off", fanout.SliceConfig{RunAhead: -1}, false},
+		{"halted", fanout.SliceConfig{RunAhead: 8}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			oneSlicePerCommand(t, tc.cfg, tc.halt)
+		})
+	}
+}
+
+func oneSlicePerCommand(t *testing.T, cfg fanout.SliceConfig, halt bool) {
 	db := schematest.NewDatabase(t)
 	ctx := context.Background()
 	_, ev, p, _ := byHand(t, db.Pool, 200, 1, 50)
-	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{RunAhead: -1})
+	w, err := fanout.NewSliceWorker(db.Pool, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if halt {
+		w.HaltRunAhead()
 	}
 	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
 		t.Fatalf("plan: %v %v", ok, err)

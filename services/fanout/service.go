@@ -79,6 +79,7 @@ type Service struct {
 	startstop.Base
 	cfg       Config
 	consumers []*streams.Consumer
+	slices    *SliceWorker
 	scheduler *Scheduler
 	failed    chan error
 }
@@ -129,6 +130,7 @@ func New(cfg Config) (*Service, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.slices = w
 		c, err := streams.NewConsumer(streams.ConsumerConfig{
 			Brokers: cfg.Brokers, Group: cfg.Topics.Group(streams.GroupFanout),
 			Topics: []string{cfg.Topics.Fanout()}, Component: "fanout-slices",
@@ -155,6 +157,14 @@ func (s *Service) Start(ctx context.Context) error {
 		// is never half started; a rolled-back one is still scheduled
 		// and due for the next scheduler).
 		run.Go(func() { s.scheduler.Run(run.Soft()) })
+	}
+	if s.slices != nil {
+		// A stop lets the slice under way finish, not the run-ahead
+		// behind it: the outbox holds the next command.
+		run.Go(func() {
+			<-run.Soft().Done()
+			s.slices.HaltRunAhead()
+		})
 	}
 	for i, c := range s.consumers {
 		// Each consumer stops once the service's soft stop begins, and

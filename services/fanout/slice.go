@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,7 +78,14 @@ const DefaultRunAhead = 8
 type SliceWorker struct {
 	pool *pgxpool.Pool
 	cfg  SliceConfig
+	// halted: the worker is stopping, so Handle runs no slice beyond the
+	// command's own (HaltRunAhead).
+	halted atomic.Bool
 }
+
+// HaltRunAhead makes Handle stop running ahead: a stopping worker finishes
+// the slice under way and leaves the rest to the commands in the outbox.
+func (w *SliceWorker) HaltRunAhead() { w.halted.Store(true) }
 
 // NewSliceWorker validates cfg.
 func NewSliceWorker(pool *pgxpool.Pool, cfg SliceConfig) (*SliceWorker, error) {
@@ -135,7 +143,7 @@ func (w *SliceWorker) Handle(ctx context.Context, r *kgo.Record) error {
 		metricCommandLatency.UpdateDuration(r.Timestamp)
 	}
 	res, err := w.Run(ctx, cmd)
-	for n := 0; err == nil && n < w.cfg.RunAhead && res.continues() && ctx.Err() == nil; n++ {
+	for n := 0; err == nil && n < w.cfg.RunAhead && res.continues() && ctx.Err() == nil && !w.halted.Load(); n++ {
 		cmd = nextSlice(cmd, res.LastUser)
 		if res, err = w.Run(ctx, cmd); err != nil {
 			w.cfg.Logger.Warn("run-ahead slice failed; its command will run it",
