@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/notify-dev/notify/connect"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/services/progress"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 )
@@ -61,8 +63,11 @@ type Config struct {
 	// RunAhead is the pipeline's fanout.Config.RunAhead. Default: the
 	// fan-out's default; negative: none.
 	RunAhead int
-	// Say receives progress lines. Default: discarded.
+	// Say receives the phases' lines. Default: discarded.
 	Say func(format string, args ...any)
+	// Progress receives each measurement's progress line (rows so far,
+	// rate, ETA). Default: discarded.
+	Progress io.Writer
 	// Logger receives the services' logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -117,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Say == nil {
 		c.Say = func(string, ...any) {}
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -345,7 +353,10 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
+	var done atomic.Int64
 	start := time.Now()
+	stop := watch(cfg, "raw SQL", start, done.Load)
+	defer stop()
 	for i, r := range ranges {
 		wg.Add(1)
 		go func(conn *pgxpool.Conn, r fanout.Range) {
@@ -363,6 +374,7 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 				}
 				n += inserted
 				s++
+				done.Add(inserted)
 				if count < int64(cfg.SliceSize) {
 					break
 				}
@@ -376,6 +388,7 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 	}
 	wg.Wait()
 	seconds = time.Since(start).Seconds()
+	stop()
 	if firstErr != nil {
 		return 0, 0, 0, fmt.Errorf("raw SQL: %w", firstErr)
 	}
@@ -386,6 +399,7 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 // process on their own topics and slot.
 type runningPipeline struct {
 	pool  *pgxpool.Pool
+	cfg   Config
 	stops []func()
 	once  sync.Once
 }
@@ -403,7 +417,7 @@ func (p *runningPipeline) stop() {
 // an event of a course nobody is enrolled in, so no measurement sees any
 // of the start-up.
 func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database, cfg Config) (_ *runningPipeline, err error) {
-	p := &runningPipeline{pool: pool}
+	p := &runningPipeline{pool: pool, cfg: cfg}
 	defer func() {
 		if err != nil {
 			p.stop()
@@ -471,7 +485,7 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	if err != nil {
 		return nil, err
 	}
-	if _, err := waitFinished(wctx, pool, warm); err != nil {
+	if _, err := waitFinished(wctx, pool, warm, new(atomic.Int64)); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 	return p, nil
@@ -488,7 +502,10 @@ func (p *runningPipeline) measure(ctx context.Context, course string) (int64, fl
 	}
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	finished, err := waitFinished(mctx, p.pool, event)
+	var notified atomic.Int64
+	stop := watch(p.cfg, "pipeline", t0, notified.Load)
+	finished, err := waitFinished(mctx, p.pool, event, &notified)
+	stop()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -520,16 +537,21 @@ func publish(ctx context.Context, pool *pgxpool.Pool, course string) (string, ti
 	return m.EventID, t0, nil
 }
 
-// waitFinished polls the run's finished_at. The poll is light and slow on
-// purpose: the end time is read from the row, not from when the poll saw
-// it, so polling faster would only take CPU from what is measured.
-func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string) (time.Time, error) {
+// waitFinished polls the run's finished_at, and the students notified so
+// far into notified. The poll is light and slow on purpose: the end time is
+// read from the row, not from when the poll saw it, so polling faster would
+// only take CPU from what is measured.
+func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string, notified *atomic.Int64) (time.Time, error) {
 	for {
 		var fin *time.Time
-		err := pool.QueryRow(ctx, `SELECT finished_at FROM fanout_runs WHERE event_id = $1`, event).Scan(&fin)
+		var n int64
+		err := pool.QueryRow(ctx, `
+			SELECT finished_at, (SELECT coalesce(sum(notified), 0) FROM fanout_ranges WHERE event_id = $1)::int8
+			FROM fanout_runs WHERE event_id = $1`, event).Scan(&fin, &n)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return time.Time{}, err
 		}
+		notified.Store(n)
 		if fin != nil {
 			return *fin, nil
 		}
@@ -539,6 +561,14 @@ func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string) (time.T
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// watch prints a measurement's progress line every second to
+// cfg.Progress until the returned stop is called (idempotent).
+func watch(cfg Config, what string, start time.Time, done func() int64) (stop func()) {
+	return progress.New(cfg.Progress, 0).Watch(time.Second, func() progress.Step {
+		return progress.Step{Before: what, Done: done(), Total: int64(cfg.Users), Elapsed: time.Since(start), Unit: "rows"}
+	})
 }
 
 // observeCDC is a hook for experiments (nil in normal runs).

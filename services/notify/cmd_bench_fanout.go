@@ -41,7 +41,8 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	res, err := fanoutbench.Run(ctx, fanoutbench.Config{
 		DatabaseURL: infra.databaseURL, Brokers: brokers,
 		Users: *users, Ranges: *ranges, SliceSize: *slice, SliceInFlight: *inFlight, RunAhead: runAheadFlag(*runAhead),
-		Say: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench fanout: "+format+"\n", a...) },
+		Say:      func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench fanout: "+format+"\n", a...) },
+		Progress: os.Stderr,
 	})
 	if err != nil {
 		return err
