@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
@@ -157,5 +158,91 @@ func oneSlicePerCommand(t *testing.T, cfg fanout.SliceConfig, halt bool) {
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); n != 200 {
 		t.Fatalf("%d notifications, want 200", n)
+	}
+}
+
+// TestRunAheadRacingItsCommands: one worker runs a range ahead while a
+// second handles the range's commands the moment they reach the outbox, as
+// a consumer on another process would. Whichever takes a slice's lock first
+// runs it; the other finds the range past it (a command) or stops running
+// ahead (the worker). Every slice runs exactly once: exact notifications,
+// one push command per non-empty slice, and no handler error.
+func TestRunAheadRacingItsCommands(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	const students, slice = 3000, 50
+	_, ev, p, _ := byHand(t, db.Pool, students, 1, slice)
+	ahead, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{RunAhead: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chaser, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{RunAhead: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
+		t.Fatalf("plan: %v %v", ok, err)
+	}
+	handle := func(w *fanout.SliceWorker, cmd streams.SliceCommand) error {
+		b, err := json.Marshal(cmd)
+		if err != nil {
+			return err
+		}
+		return w.Handle(ctx, recordOf(b))
+	}
+	first := takeSliceCommands(t, db.Pool)
+	if len(first) != 1 {
+		t.Fatalf("%d first commands, want 1", len(first))
+	}
+	aheadDone := make(chan error, 1)
+	go func() { aheadDone <- handle(ahead, first[0]) }()
+
+	// The chaser takes each command as soon as its slice commits and
+	// handles it at once, until the range is done.
+	const slices = students/slice + 1
+	finished := func() bool {
+		return count(t, db.Pool, `SELECT count(*) FROM fanout_ranges WHERE event_id = $1 AND done_at IS NOT NULL`, ev.EventID) == 1
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	chased, won := 0, 0
+	for !finished() || count(t, db.Pool, `SELECT count(*) FROM outbox WHERE aggregatetype = 'fanout'`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("range not done after 2 minutes: %d slices done", count(t, db.Pool, `SELECT slices_done FROM fanout_ranges WHERE event_id = $1`, ev.EventID))
+		}
+		for _, cmd := range takeSliceCommands(t, db.Pool) {
+			before := count(t, db.Pool, `SELECT slices_done FROM fanout_ranges WHERE event_id = $1`, ev.EventID)
+			if err := handle(chaser, cmd); err != nil {
+				t.Fatalf("chaser, command %d: %v", cmd.Seq, err)
+			}
+			if count(t, db.Pool, `SELECT slices_done FROM fanout_ranges WHERE event_id = $1`, ev.EventID) > before && int64(cmd.Seq) >= before {
+				won++
+			}
+			chased++
+		}
+	}
+	if err := <-aheadDone; err != nil {
+		t.Fatalf("running ahead: %v", err)
+	}
+	// How the slices split between the two varies from run to run.
+	t.Logf("the chaser handled %d commands; the range advanced during %d of them", chased, won)
+	if chased != slices-1 {
+		t.Fatalf("the chaser handled %d commands, want one per slice after the first (%d)", chased, slices-1)
+	}
+	if n := count(t, db.Pool, `SELECT slices_done FROM fanout_ranges WHERE event_id = $1`, ev.EventID); n != slices {
+		t.Fatalf("%d slices done, want %d", n, slices)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); n != students {
+		t.Fatalf("%d notifications, want %d", n, students)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox WHERE aggregatetype = 'push'`); n != students/slice {
+		t.Fatalf("%d push commands, want %d", n, students/slice)
+	}
+	if n := count(t, db.Pool, `SELECT count(DISTINCT payload->>'first_user') FROM outbox WHERE aggregatetype = 'push'`); n != students/slice {
+		t.Fatalf("push commands start at %d distinct students, want %d", n, students/slice)
+	}
+	st, err := eventstatus.LoadFanout(ctx, db.Pool, ev.EventID)
+	if err != nil || !st.Finished || st.Notified != students {
+		t.Fatalf("status %+v %v, want finished with %d notified", st, err, students)
 	}
 }
