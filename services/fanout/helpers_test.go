@@ -178,6 +178,36 @@ func takeSliceCommands(t testing.TB, pool *pgxpool.Pool) []streams.SliceCommand 
 	return cmds
 }
 
+// handleCommand hands cmd to w as the slice consumer would: as a record.
+func handleCommand(ctx context.Context, w *fanout.SliceWorker, cmd streams.SliceCommand) error {
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	return w.Handle(ctx, recordOf(b))
+}
+
+// outboxPushCommands returns the push commands waiting in the outbox,
+// leaving them there.
+func outboxPushCommands(t testing.TB, pool *pgxpool.Pool) []streams.PushCommand {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT payload::text FROM outbox WHERE aggregatetype = 'push'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]streams.PushCommand, len(payloads))
+	for i, p := range payloads {
+		if cmds[i], err = streams.DecodePushCommand([]byte(p)); err != nil {
+			t.Fatalf("push command %s: %v", p, err)
+		}
+	}
+	return cmds
+}
+
 func count(t testing.TB, pool *pgxpool.Pool, q string, args ...any) int64 {
 	t.Helper()
 	var n int64

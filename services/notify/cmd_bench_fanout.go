@@ -38,9 +38,13 @@ func runBenchFanout(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	ahead, err := runAheadFlag(*runAhead)
+	if err != nil {
+		return err
+	}
 	res, err := fanoutbench.Run(ctx, fanoutbench.Config{
 		DatabaseURL: infra.databaseURL, Brokers: brokers,
-		Users: *users, Ranges: *ranges, SliceSize: *slice, SliceInFlight: *inFlight, RunAhead: runAheadFlag(*runAhead),
+		Users: *users, Ranges: *ranges, SliceSize: *slice, SliceInFlight: *inFlight, RunAhead: ahead,
 		Say:      func(format string, a ...any) { fmt.Fprintf(os.Stderr, "bench fanout: "+format+"\n", a...) },
 		Progress: os.Stderr,
 	})

@@ -56,8 +56,9 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		if err := checkDevListenEnv("--metrics-addr", *metricsAddr); err != nil {
 			return nil, err
 		}
-		if *runAhead < 0 {
-			return nil, usageError{msg: fmt.Sprintf("--run-ahead %d: must be 0 (none) or more", *runAhead)}
+		ahead, err := runAheadFlag(*runAhead)
+		if err != nil {
+			return nil, err
 		}
 		n := *inFlight
 		if n == 0 {
@@ -75,7 +76,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		}
 		svc, err := fanout.New(fanout.Config{
 			Pool: pool, Brokers: brokers, Topics: infra.topics(),
-			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n, RunAhead: runAheadFlag(*runAhead),
+			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n, RunAhead: ahead,
 			DisablePlanner: *slicesOnly, DisableSlices: *plannerOnly, Logger: log,
 			ClientOpts: []kgo.Opt{kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3))},
 		})
@@ -124,11 +125,14 @@ func (s *fanoutFinishing) Stop(ctx context.Context) error {
 	return errors.Join(s.fin.Stop(ctx), s.Service.Stop(ctx))
 }
 
-// runAheadFlag maps --run-ahead (0: none) to fanout.Config.RunAhead (0: the
-// default, negative: none).
-func runAheadFlag(n int) int {
-	if n == 0 {
-		return -1
+// runAheadFlag checks --run-ahead (0: none) and maps it to
+// fanout.Config.RunAhead (0: the default, negative: none).
+func runAheadFlag(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, usageError{msg: fmt.Sprintf("--run-ahead %d: must be 0 (none) or more", n)}
+	case n == 0:
+		return -1, nil
 	}
-	return n
+	return n, nil
 }
