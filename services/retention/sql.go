@@ -8,9 +8,15 @@ const sqlPartitioned = `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE 
 
 // sqlPartitions lists a parent's partitions with their bounds as Postgres
 // prints them ("DEFAULT" or "FOR VALUES FROM ('…') TO ('…')") and the
-// planner's row estimate (-1: never analysed).
+// planner's row estimate (-1: never analysed). A day partitioned further
+// (notifications' student ranges, migration 0016) has no estimate of its
+// own: its leaves' are summed.
 const sqlPartitions = `
-SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples::bigint
+SELECT c.relname, pg_get_expr(c.relpartbound, c.oid),
+       CASE WHEN c.relkind = 'p' THEN
+           (SELECT CASE WHEN bool_and(l.reltuples < 0) THEN -1 ELSE sum(greatest(l.reltuples, 0)) END
+            FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid WHERE t.isleaf)
+       ELSE c.reltuples END::bigint
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = to_regclass($1)
 ORDER BY c.relname`
