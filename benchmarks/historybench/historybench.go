@@ -132,18 +132,19 @@ func Print(w io.Writer, r Result) {
 	fmt.Fprintf(w, "bench history: %d students, %d devices, %d events one after another, mock latency %.0f ms, %d push worker(s); load at start %s\n\n",
 		r.Users, r.Subscriptions, len(r.Events), r.LatencyMS, r.PushWorkers, r.LoadAvg)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "event\tfan-out s\ttotal s\tdeliveries\tlost\tpush µs/dlv\tpostgres CPU-s\twalsender CPU-s\tkafka CPU-s\tpipeline µs/dlv\tmachine CPU-s\tmachine µs/dlv\tnotifications MB\tpush_deliveries MB\toutbox MB\tload\t\n")
+	fmt.Fprintf(tw, "event\tfan-out s\ttotal s\tdeliveries\tlost\tpush µs/dlv\tpostgres CPU-s\twalsender CPU-s\tkafka CPU-s\tpipeline µs/dlv\tmachine CPU-s\tmachine µs/dlv\tnotifications MB\tpush_deliveries MB\toutbox MB\tWAL MB\tfull pages\tcheckpoints\tload\t\n")
 	for _, e := range r.Events {
-		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%d\t%d\t%s\t\n",
 			e.Index, e.FanoutSeconds, e.TotalSeconds, e.Deliveries, e.Lost, e.PushCPUUSPerDelivery,
 			e.PostgresCPUSeconds, e.WalsenderCPUSeconds, e.KafkaCPUSeconds, e.PipelineCPUUSPerDelivery,
 			e.MachineCPUSeconds, e.MachineCPUUSPerDelivery,
-			mb(e.NotificationsBytes), mb(e.PushDeliveriesBytes), mb(e.OutboxBytes), e.LoadAvg)
+			mb(e.NotificationsBytes), mb(e.PushDeliveriesBytes), mb(e.OutboxBytes),
+			mb(e.WALBytes), e.WALFullPageImages, e.Checkpoints, e.LoadAvg)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nlast / first: fan-out %.2f×, machine CPU per delivery %.2f× (target ≤ 1.10 each); lost %d\n",
 		r.FanoutLastOverFirst, r.MachineCPUPerPushLastOver, r.Lost)
-	fmt.Fprintf(w, "CPU is what each process used from an event's publish to its last outcome; postgres is the server's whole process tree and kafka the local broker, both shared with anything else using them (see load). Sizes include indexes and TOAST, summed over partitions.\n")
+	fmt.Fprintf(w, "CPU is what each process used from an event's publish to its last outcome; postgres is the server's whole process tree and kafka the local broker, both shared with anything else using them (see load). Sizes include indexes and TOAST, summed over partitions. WAL, full-page images and checkpoints started are the server's in the event's window: an event overlapping a checkpoint rewrites every older page it touches whole.\n")
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }

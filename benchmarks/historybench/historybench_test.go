@@ -123,6 +123,11 @@ func TestBenchHistorySmall(t *testing.T) {
 			t.Errorf("event %d: notifications %d bytes (before %d), push_deliveries %v bytes; want growth", i+1, n, prevNotifications, d)
 		}
 		prevNotifications = n
+		// Every event writes WAL (its notifications and outcomes at least);
+		// full-page images and checkpoints may be none, never negative.
+		if num("wal_bytes") <= 0 || num("wal_full_page_images") < 0 || num("checkpoints") < 0 {
+			t.Errorf("event %d: WAL %v bytes, %v full-page images, %v checkpoints; want WAL > 0", i+1, ev["wal_bytes"], ev["wal_full_page_images"], ev["checkpoints"])
+		}
 		if _, ok := ev["cpu_seconds_by_process"].(map[string]any); !ok {
 			t.Errorf("event %d: no cpu_seconds_by_process", i+1)
 		}

@@ -70,6 +70,32 @@ type EventResult struct {
 	OutboxBytes         int64 `json:"outbox_bytes"`
 	// LoadAvg is the machine's load average at the publish.
 	LoadAvg string `json:"load_average_at_publish"`
+	// WALBytes is the WAL the server wrote in the event's window (its
+	// insert position's advance), WALFullPageImages the full-page images
+	// and Checkpoints the checkpoints started in it, as the server's
+	// processes report them (pg_stat_wal, pg_stat_bgwriter; a backend's
+	// counters arrive within about a second, ten when it is idle). All
+	// are the whole server's. The first change of a page after a
+	// checkpoint writes the whole page, so an event that overlaps a
+	// checkpoint pays for every older page it touches: these say which
+	// events did.
+	WALBytes          int64 `json:"wal_bytes"`
+	WALFullPageImages int64 `json:"wal_full_page_images"`
+	Checkpoints       int64 `json:"checkpoints"`
+}
+
+// walReading is the server's WAL and checkpoint counters at one moment.
+type walReading struct{ bytes, fpi, checkpoints int64 }
+
+func readWAL(ctx context.Context, pool *pgxpool.Pool) (walReading, error) {
+	var w walReading
+	err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint, wal_fpi,
+		(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) FROM pg_stat_wal`).
+		Scan(&w.bytes, &w.fpi, &w.checkpoints)
+	if err != nil {
+		return w, fmt.Errorf("read pg_stat_wal and pg_stat_bgwriter (Postgres 14 or later): %w", err)
+	}
+	return w, nil
 }
 
 // eventRun is what publishEvent needs of a running pipeline.
@@ -106,6 +132,10 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 	}
 	req.Header.Set("Idempotency-Key", key)
 	load := benchkit.LoadAvg()
+	wal0, err := readWAL(ctx, er.pool)
+	if err != nil {
+		return out, err
+	}
 	win := er.probe.start(ctx)
 	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(req)
@@ -163,6 +193,10 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 		return out, err
 	}
 	used := win.end()
+	wal1, err := readWAL(ctx, er.pool)
+	if err != nil {
+		return out, err
+	}
 
 	if er.browser != nil && i == 0 {
 		if err := browserReceived(ctx, cfg, er.browser, res.Browser, res.EventID, t0); err != nil {
@@ -189,7 +223,8 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 		PostgresCPUSeconds: used.byProcess[CPUPostgres], PostgresServerCPUSeconds: used.pgServer, WalsenderCPUSeconds: used.walsender, KafkaCPUSeconds: used.byProcess[CPUKafka],
 		MachineCPUSeconds: used.machine, MachineBusyPercent: used.busyPct, MockCPUSeconds: used.mock,
 		PipelineCPUSeconds: res.PipelineCPUSeconds, PipelineCPUUSPerDelivery: res.PipelineCPUUSPerDelivery,
-		CPUSecondsByProcess: used.byProcess, LoadAvg: load}
+		CPUSecondsByProcess: used.byProcess, LoadAvg: load,
+		WALBytes: wal1.bytes - wal0.bytes, WALFullPageImages: wal1.fpi - wal0.fpi, Checkpoints: wal1.checkpoints - wal0.checkpoints}
 	for name, c := range used.byProcess {
 		if strings.HasPrefix(name, "push-") {
 			ev.PushCPUSeconds += c
