@@ -155,6 +155,15 @@ func TestNotificationsByStudentMigration(t *testing.T) {
 	if err := conn.QueryRow(ctx, snapSQL).Scan(&after); err != nil || after != before {
 		t.Fatalf("migration changed the notifications: before %s, after %s (%v)", before, after, err)
 	}
+	// The default partition (the v4 event's rows) is the default again.
+	var defName string
+	if err := conn.QueryRow(ctx, `SELECT partdefid::regclass::text FROM pg_partitioned_table WHERE partrelid = 'notifications'::regclass`).Scan(&defName); err != nil || defName != "notifications_default" {
+		t.Fatalf("default partition after the migration: %q (%v), want notifications_default", defName, err)
+	}
+	var attached int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid WHERE x.indrelid = 'notifications_default'::regclass`).Scan(&attached); err != nil || attached != 2 {
+		t.Fatalf("the default's indexes attached to the parent's: %d (%v), want 2", attached, err)
+	}
 	heldPart := "notifications_p" + held.Format("20060102")
 	if k := relkind(t, conn, heldPart); k != "r" {
 		t.Fatalf("%s held rows: relkind %q, want it kept as a plain table", heldPart, k)

@@ -86,14 +86,22 @@ END $$;
 
 -- The empty day partitions, re-created. The lock first, so no row can
 -- arrive between the emptiness check and the drop; writers wait for this
--- transaction, which drops and creates empty tables only (each attach
--- reads the default partition once, as creating any day does).
+-- transaction, which drops and creates empty tables only. Attaching a day
+-- reads the whole default partition (Postgres checks it holds none of the
+-- day's rows), and a database upgraded through 0013 keeps all its older
+-- history there: so the default is detached for the loop and attached
+-- again after it, one read of it instead of one per day.
 DO $$
 DECLARE
     p record;
     held bool;
+    def regclass;
 BEGIN
     LOCK TABLE notifications IN ACCESS EXCLUSIVE MODE;
+    SELECT partdefid::regclass INTO def FROM pg_partitioned_table WHERE partrelid = 'notifications'::regclass AND partdefid <> 0;
+    IF def IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE notifications DETACH PARTITION %s', def);
+    END IF;
     FOR p IN
         SELECT c.oid::regclass AS rel, to_date(substring(c.relname FROM '_p([0-9]{8})$'), 'YYYYMMDD') AS day
         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -106,4 +114,7 @@ BEGIN
         EXECUTE format('DROP TABLE %s', p.rel);
         PERFORM event_partition_create('notifications'::regclass, p.day);
     END LOOP;
+    IF def IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE notifications ATTACH PARTITION %s DEFAULT', def);
+    END IF;
 END $$;
