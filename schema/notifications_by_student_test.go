@@ -65,7 +65,7 @@ func checkStudentRanges(t *testing.T, q querier, day time.Time) {
 	if subs != 4 {
 		t.Fatalf("%s has %d sub-partitions, want 4", part, subs)
 	}
-	event := v7At(day.Add(time.Hour))
+	event := schematest.EventIDAt(day.Add(time.Hour))
 	for _, e := range rangeEdges {
 		var leaf string
 		err := q.QueryRow(ctx, `INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, now()) RETURNING tableoid::regclass::text`, event, e.user).Scan(&leaf)
@@ -124,11 +124,11 @@ func TestNotificationsByStudentMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	heldEvent := v7At(held.Add(time.Hour))
+	heldEvent := schematest.EventIDAt(held.Add(time.Hour))
 	if _, err := conn.Exec(ctx, `
 		INSERT INTO notifications (event_id, user_id, created_at, read_at)
 		SELECT e, gen_random_uuid(), now(), CASE WHEN g % 3 = 0 THEN now() END
-		FROM unnest($1::uuid[]) e, generate_series(1, 300) g`, []uuid.UUID{heldEvent, v7At(held.Add(2 * time.Hour)), uuid.New()}); err != nil {
+		FROM unnest($1::uuid[]) e, generate_series(1, 300) g`, []uuid.UUID{heldEvent, schematest.EventIDAt(held.Add(2 * time.Hour)), uuid.New()}); err != nil {
 		t.Fatal(err)
 	}
 	const snapSQL = `SELECT count(*) || ':' || md5(string_agg(t::text, '|' ORDER BY event_id, user_id)) FROM notifications t`

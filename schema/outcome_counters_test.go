@@ -68,7 +68,7 @@ func TestOutcomeCountersOneStatementMixes(t *testing.T) {
 	d1 := time.Date(2031, 9, 1, 8, 0, 0, 0, time.UTC)
 	d2 := d1.Add(24 * time.Hour)
 	createDayPartitions(t, db.Pool, day(d1), day(d2))
-	events := []uuid.UUID{v7At(d1), v7At(d2), uuid.New()}
+	events := []uuid.UUID{schematest.EventIDAt(d1), schematest.EventIDAt(d2), uuid.New()}
 	// Every statement on one connection: its backend's shard is the one
 	// every counter row must be in.
 	conn, err := db.Pool.Acquire(ctx)

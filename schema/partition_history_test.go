@@ -15,17 +15,6 @@ import (
 	"github.com/notify-dev/notify/schema/schematest"
 )
 
-// v7At is a version 7 uuid of the millisecond of t (what services/api
-// NewUUID makes at t).
-func v7At(t time.Time) uuid.UUID {
-	u := uuid.Must(uuid.NewV7())
-	ms := uint64(t.UnixMilli())
-	for i := 0; i < 6; i++ {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	return u
-}
-
 func day(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
 
 func createDayPartitions(t *testing.T, pool *pgxpool.Pool, days ...time.Time) {
@@ -70,7 +59,7 @@ func TestPartitionRouting(t *testing.T) {
 	d1 := time.Date(2031, 3, 4, 23, 59, 59, 999e6, time.UTC)
 	d2 := d1.Add(time.Millisecond) // the next day's first millisecond
 	createDayPartitions(t, db.Pool, day(d1), day(d2))
-	e1, e2, e4 := v7At(d1), v7At(d2), uuid.New()
+	e1, e2, e4 := schematest.EventIDAt(d1), schematest.EventIDAt(d2), uuid.New()
 	for _, e := range []uuid.UUID{e1, e2, e4} {
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at) SELECT $1, gen_random_uuid(), now() FROM generate_series(1, 3)`, e); err != nil {
 			t.Fatal(err)
@@ -101,7 +90,7 @@ func TestPartitionIdempotencyKeys(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	createDayPartitions(t, db.Pool, day(now))
-	for _, ev := range []uuid.UUID{v7At(now), uuid.New()} {
+	for _, ev := range []uuid.UUID{schematest.EventIDAt(now), uuid.New()} {
 		users := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 		slice := `INSERT INTO notifications (event_id, user_id, created_at) SELECT $1, u, now() FROM unnest($2::uuid[]) u ON CONFLICT DO NOTHING`
 		for i, want := range []int64{3, 0} { // the slice, then its redelivery
@@ -157,7 +146,7 @@ func TestPartitionCounterTriggersFireOncePerStatement(t *testing.T) {
 	ctx := context.Background()
 	d1 := time.Date(2031, 6, 1, 12, 0, 0, 0, time.UTC)
 	createDayPartitions(t, db.Pool, day(d1), day(d1.Add(24*time.Hour)))
-	e1, e2, e3 := v7At(d1), v7At(d1.Add(24*time.Hour)), uuid.New()
+	e1, e2, e3 := schematest.EventIDAt(d1), schematest.EventIDAt(d1.Add(24*time.Hour)), uuid.New()
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
 			return err
@@ -202,7 +191,7 @@ func TestPartitionCreateRefusedWhileDefaultHoldsTheDay(t *testing.T) {
 	db := schematest.NewDatabase(t)
 	ctx := context.Background()
 	d := time.Date(2032, 1, 2, 3, 4, 5, 0, time.UTC)
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, gen_random_uuid(), now())`, v7At(d)); err != nil {
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, gen_random_uuid(), now())`, schematest.EventIDAt(d)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := db.Pool.Exec(ctx, `SELECT event_partition_create('notifications', '2032-01-02')`)
@@ -334,7 +323,7 @@ func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
 	}
 	// The re-created triggers work on the new tables: a failed outcome is
 	// logged once by the row trigger and counted once by the statement one.
-	ev := v7At(time.Now())
+	ev := schematest.EventIDAt(time.Now())
 	if _, err := conn.Exec(ctx, `INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'failed'), ($1, 2, 'delivered')`, ev); err != nil {
 		t.Fatal(err)
 	}

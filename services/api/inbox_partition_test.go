@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/notify-dev/notify/schema/schematest"
 )
 
 // explain returns the plan of sql with args, one line per node. The
@@ -58,11 +60,7 @@ func TestInboxPlanOnPartitions(t *testing.T) {
 	}
 	var events []UUID
 	for i, d := range append(days, time.Now()) {
-		u := UUID(uuid.Must(uuid.NewV7()))
-		ms := uint64(d.UnixMilli())
-		for b := 0; b < 6; b++ {
-			u[b] = byte(ms >> (40 - 8*b))
-		}
+		u := UUID(schematest.EventIDAt(d))
 		if i == 2 {
 			u = UUID(uuid.New()) // history before v7: the default partition
 		}

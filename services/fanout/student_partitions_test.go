@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/fanout"
 )
@@ -23,11 +21,7 @@ func TestNotificationPartitionsAreTheRanges(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `SELECT event_partition_create('notifications', $1::date)`, day.Format(time.DateOnly)); err != nil {
 		t.Fatal(err)
 	}
-	event := uuid.Must(uuid.NewV7())
-	ms := uint64(day.Add(time.Hour).UnixMilli())
-	for i := 0; i < 6; i++ {
-		event[i] = byte(ms >> (40 - 8*i))
-	}
+	event := schematest.EventIDAt(day.Add(time.Hour))
 	ranges, err := fanout.SplitRanges(fanout.DefaultRanges)
 	if err != nil {
 		t.Fatal(err)

@@ -16,16 +16,6 @@ import (
 	"github.com/notify-dev/notify/services/retention"
 )
 
-// v7At is a version 7 uuid of the millisecond of t.
-func v7At(t time.Time) uuid.UUID {
-	u := uuid.Must(uuid.NewV7())
-	ms := uint64(t.UnixMilli())
-	for i := 0; i < 6; i++ {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	return u
-}
-
 // now is the tests' clock: far from the real one, so the partitions the
 // template database was made with (around the real today) stay out of the
 // way.
@@ -78,7 +68,7 @@ func (e *env) partitions(days ...time.Time) {
 // students and their outcomes; state and finished say how far it got.
 func (e *env) event(t time.Time, state string, finished bool, outcome string) uuid.UUID {
 	e.t.Helper()
-	ev := v7At(t)
+	ev := schematest.EventIDAt(t)
 	var fin any
 	if finished {
 		fin = t.Add(time.Minute)
@@ -322,7 +312,7 @@ func TestRetentionReportsBlockedDay(t *testing.T) {
 	// default's temporary check).
 	tomorrow, later := daysAgo(-1), daysAgo(-4)
 	for _, d := range []time.Time{tomorrow, later} {
-		e.exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'delivered')`, v7At(d.Add(time.Hour)))
+		e.exec(`INSERT INTO push_deliveries (event_id, subscription_id, status) VALUES ($1, 1, 'delivered')`, schematest.EventIDAt(d.Add(time.Hour)))
 	}
 	for _, dry := range []bool{true, false} {
 		rep := e.run(30*retention.Day, dry)
