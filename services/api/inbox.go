@@ -32,9 +32,12 @@ type InboxPage struct {
 	NextCursor string      `json:"next_cursor,omitempty"`
 }
 
-// Both queries walk notifications_inbox (user_id, created_at DESC,
-// event_id DESC) — keyset pagination, never OFFSET. They fetch one row more
-// than the page to know whether a next page exists.
+// Both queries are keyset pagination on (created_at DESC, event_id DESC),
+// never OFFSET. Postgres reads the student's rows of each day partition
+// through notifications_user (user_id) and keeps the first n in a top-N
+// sort (schema migration 0017: an index ordered by time as well cost the
+// fan-out a whole index tuple per student per event). They fetch one row
+// more than the page to know whether a next page exists.
 const (
 	sqlInboxFirst = `SELECT n.event_id, r.course_id, r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at
 		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
