@@ -33,9 +33,9 @@ func TestMain(m *testing.M) {
 // first.
 func TestFromPipeline(t *testing.T) {
 	pr := pipeline.Result{Users: 10, Subscriptions: 11, Events: []pipeline.EventResult{
-		{Index: 1, FanoutSeconds: 2, MachineCPUUSPerDelivery: 100, Lost: 1},
-		{Index: 2, FanoutSeconds: 3, MachineCPUUSPerDelivery: 90},
-		{Index: 3, FanoutSeconds: 2.2, MachineCPUUSPerDelivery: 120, Lost: 2},
+		{Index: 1, FanoutSeconds: 2, MachineCPUUSPerDelivery: 100, Lost: 1, CryptoOnlyUSPerMessage: 60},
+		{Index: 2, FanoutSeconds: 3, MachineCPUUSPerDelivery: 90, CryptoOnlyUSPerMessage: 70},
+		{Index: 3, FanoutSeconds: 2.2, MachineCPUUSPerDelivery: 120, Lost: 2, CryptoOnlyUSPerMessage: 66},
 	}}
 	r := historybench.FromPipeline(pr)
 	if len(r.Events) != 3 || r.Events[2].Index != 3 || r.Lost != 3 {
@@ -47,8 +47,25 @@ func TestFromPipeline(t *testing.T) {
 	if d := r.MachineCPUPerPushLastOver - 1.2; d > 1e-9 || d < -1e-9 {
 		t.Errorf("machine CPU per push last/first %v, want 1.2", r.MachineCPUPerPushLastOver)
 	}
+	// The machine slowed by 10% (the crypto reference 60 → 66 µs): the
+	// drift-corrected ratios are the raw ones over 1.1.
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"crypto last/first", r.CryptoLastOverFirst, 1.1},
+		{"fan-out drift-corrected", r.FanoutLastOverFirstDrift, 1.0},
+		{"machine CPU per push drift-corrected", r.MachineCPUPerPushOverCrypto, 1.2 / 1.1},
+	} {
+		if d := c.got - c.want; d > 1e-9 || d < -1e-9 {
+			t.Errorf("%s %v, want %v", c.name, c.got, c.want)
+		}
+	}
 	var out bytes.Buffer
 	historybench.Print(&out, r)
+	if !strings.Contains(out.String(), "crypto-only reference 1.10×") {
+		t.Errorf("no drift line:\n%s", out.String())
+	}
 	if lines := strings.Count(out.String(), "\n"); lines < 6 {
 		t.Errorf("table of %d lines:\n%s", lines, out.String())
 	}
@@ -127,6 +144,10 @@ func TestBenchHistorySmall(t *testing.T) {
 		// full-page images and checkpoints may be none, never negative.
 		if num("wal_bytes") <= 0 || num("wal_full_page_images") < 0 || num("checkpoints") < 0 {
 			t.Errorf("event %d: WAL %v bytes, %v full-page images, %v checkpoints; want WAL > 0", i+1, ev["wal_bytes"], ev["wal_full_page_images"], ev["checkpoints"])
+		}
+		// The machine's speed after the event, and the event against it.
+		if num("crypto_only_us_per_message") <= 0 || num("machine_cpu_per_delivery_over_crypto") <= 0 {
+			t.Errorf("event %d: crypto reference %v µs, machine over crypto %v; want both > 0", i+1, ev["crypto_only_us_per_message"], ev["machine_cpu_per_delivery_over_crypto"])
 		}
 		if _, ok := ev["cpu_seconds_by_process"].(map[string]any); !ok {
 			t.Errorf("event %d: no cpu_seconds_by_process", i+1)

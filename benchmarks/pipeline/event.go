@@ -82,6 +82,11 @@ type EventResult struct {
 	WALBytes          int64 `json:"wal_bytes"`
 	WALFullPageImages int64 `json:"wal_full_page_images"`
 	Checkpoints       int64 `json:"checkpoints"`
+	// CryptoOnlyUSPerMessage is the crypto-only reference measured right
+	// after the event (Config.EventCryptoMessages; 0 when not measured),
+	// and MachineToCrypto the event's machine CPU per delivery over it.
+	CryptoOnlyUSPerMessage float64 `json:"crypto_only_us_per_message,omitempty"`
+	MachineToCrypto        float64 `json:"machine_cpu_per_delivery_over_crypto,omitempty"`
 }
 
 // walReading is the server's WAL and checkpoint counters at one moment.

@@ -105,6 +105,13 @@ type Config struct {
 	// run (Result.CryptoOnlyUSPerMessage); at most the run's subscriptions.
 	// Default 20,000; negative skips it.
 	CryptoMessages int
+	// EventCryptoMessages, when positive, sizes the same reference
+	// measured again after each event of a run of several
+	// (EventResult.CryptoOnlyUSPerMessage): the push workers' work per
+	// message is the same in every event, so its drift between the first
+	// and the last event is the machine's, which a history run has to
+	// tell apart from its own. Default 0: none.
+	EventCryptoMessages int
 	// CountersOff disables the per-event counter triggers in the run's
 	// database (notifications' and push_deliveries', which keep
 	// event_counters and event_platform_counters) for an A/B of what
@@ -612,6 +619,19 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return res, err
 		}
 		pushed = ev.pushedAfter
+		if cfg.Events > 1 && cfg.EventCryptoMessages > 0 {
+			// After the event's last outcome and before the next publish:
+			// outside every CPU window of the events.
+			n := min(cfg.EventCryptoMessages, int(max(res.Subscriptions, 1)))
+			us, err := cryptoOnlyUS(n, cfg.Seed, mock.URL)
+			if err != nil {
+				return res, fmt.Errorf("event %d: crypto-only reference: %w", i+1, err)
+			}
+			ev.CryptoOnlyUSPerMessage = us
+			if us > 0 {
+				ev.MachineToCrypto = ev.MachineCPUUSPerDelivery / us
+			}
+		}
 		if cfg.Events > 1 {
 			res.Events = append(res.Events, ev.EventResult)
 		}

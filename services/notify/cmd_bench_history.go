@@ -24,6 +24,7 @@ func runBenchHistory(ctx context.Context, args []string) error {
 	var p pipelineFlags
 	p.register(fs, 100_000)
 	events := fs.Int("events", 10, "materials published to the course, one after another (each to its last outcome before the next)")
+	crypto := fs.Int("crypto-messages", 10_000, "messages of the crypto-only reference taken after each event, the machine's speed at that moment (negative: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -41,12 +42,13 @@ func runBenchHistory(ctx context.Context, args []string) error {
 		Binary: p.cfg.Binary, DatabaseURL: p.cfg.DatabaseURL, Brokers: p.cfg.Brokers,
 		Users: p.cfg.Users, Events: *events, Seed: p.cfg.Seed, Mix: p.cfg.Mix, PushWorkers: p.cfg.PushWorkers,
 		Latency: p.cfg.Latency, PushPort: p.cfg.PushPort, LogDir: p.cfg.LogDir, Timeout: p.cfg.Timeout,
-		Say:      func(s string) { fmt.Fprintf(os.Stderr, "• %s\n", s) },
-		Progress: show,
+		CryptoMessages: *crypto,
+		Say:            func(s string) { fmt.Fprintf(os.Stderr, "• %s\n", s) },
+		Progress:       show,
 		EventDone: func(e pipeline.EventResult) {
-			fmt.Fprintf(os.Stderr, "\n✓ event %d/%d: fan-out %.2f s, total %.2f s, %d deliveries (%d lost), push %.1f µs/delivery, machine %.1f µs/delivery, notifications %.0f MB, push_deliveries %.0f MB\n",
+			fmt.Fprintf(os.Stderr, "\n✓ event %d/%d: fan-out %.2f s, total %.2f s, %d deliveries (%d lost), push %.1f µs/delivery, machine %.1f µs/delivery, notifications %.0f MB, push_deliveries %.0f MB, crypto alone %.1f µs/message\n",
 				e.Index, *events, e.FanoutSeconds, e.TotalSeconds, e.Deliveries, e.Lost, e.PushCPUUSPerDelivery, e.MachineCPUUSPerDelivery,
-				float64(e.NotificationsBytes)/(1<<20), float64(e.PushDeliveriesBytes)/(1<<20))
+				float64(e.NotificationsBytes)/(1<<20), float64(e.PushDeliveriesBytes)/(1<<20), e.CryptoOnlyUSPerMessage)
 		},
 	}
 	start := time.Now()
