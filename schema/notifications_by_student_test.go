@@ -39,6 +39,10 @@ var rangeEdges = []struct {
 	{"ffffffff-ffff-ffff-ffff-ffffffffffff", 3, "highest uuid"},
 }
 
+// notificationsSnapshotSQL is every notification's count and checksum, in
+// key order: the migration tests take it before and after.
+const notificationsSnapshotSQL = `SELECT count(*) || ':' || md5(string_agg(t::text, '|' ORDER BY event_id, user_id)) FROM notifications t`
+
 func relkind(t *testing.T, q querier, rel string) string {
 	t.Helper()
 	var kind string
@@ -133,9 +137,8 @@ func TestNotificationsByStudentMigration(t *testing.T) {
 		FROM unnest($1::uuid[]) e, generate_series(1, 300) g`, []uuid.UUID{heldEvent, schematest.EventIDAt(held.Add(2 * time.Hour)), uuid.New()}); err != nil {
 		t.Fatal(err)
 	}
-	const snapSQL = `SELECT count(*) || ':' || md5(string_agg(t::text, '|' ORDER BY event_id, user_id)) FROM notifications t`
 	var before, after string
-	if err := conn.QueryRow(ctx, snapSQL).Scan(&before); err != nil || !strings.HasPrefix(before, "900:") {
+	if err := conn.QueryRow(ctx, notificationsSnapshotSQL).Scan(&before); err != nil || !strings.HasPrefix(before, "900:") {
 		t.Fatalf("seed: %q (%v)", before, err)
 	}
 	var aheadDays []string
@@ -154,7 +157,7 @@ func TestNotificationsByStudentMigration(t *testing.T) {
 	if err := db.MigrateNext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.QueryRow(ctx, snapSQL).Scan(&after); err != nil || after != before {
+	if err := conn.QueryRow(ctx, notificationsSnapshotSQL).Scan(&after); err != nil || after != before {
 		t.Fatalf("migration changed the notifications: before %s, after %s (%v)", before, after, err)
 	}
 	// The default partition (the v4 event's rows) is the default again.

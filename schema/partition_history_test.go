@@ -261,7 +261,7 @@ func TestPartitionMigrationConvertsPopulatedDatabase(t *testing.T) {
 			dst *string
 			sql string
 		}{
-			{&s.notifications, `SELECT count(*) || ':' || md5(string_agg(t::text, '|' ORDER BY event_id, user_id)) FROM notifications t`},
+			{&s.notifications, notificationsSnapshotSQL},
 			{&s.deliveries, `SELECT count(*) || ':' || md5(string_agg(t::text, '|' ORDER BY event_id, subscription_id)) FROM push_deliveries t`},
 			{&s.counters, `SELECT count(*) || ':' || md5(string_agg(t::text, '|' ORDER BY event_id, shard)) FROM (
 				SELECT event_id, shard, notified, targeted, delivered, gone, failed, retrying, cancelled, expired, not_configured FROM event_counters) t`},

@@ -16,8 +16,8 @@
 -- far less often. Measured with the slice statement alone, four chains,
 -- ten events of 1M students into one day with a CHECKPOINT before the
 -- seventh (benchmarks/RESULTS.md, "One index entry per student per day"):
---   - events 2–10: 1.98–2.31 s against 2.13–2.77 s, and flat (the old
---     index's events 7–10 took 1.2–1.4× its first);
+--   - events 2–10: 1.98–2.31 s against 2.11–2.77 s (means 2.07–2.11 s
+--     against 2.40–2.43 s), last over first 1.09–1.11× against 1.17–1.38×;
 --   - full-page images after the checkpoint: 11,575 against 50,297;
 --   - ten events' notifications with their indexes: 1,246 MB against 1,911 MB.
 --
@@ -38,7 +38,7 @@
 -- notifications: fan-out writes wait for it, reads do not. It sorts one
 -- uuid per row (10M rows in 2.6 s on the reference machine, both cores
 -- free), so a month of a busy platform's history (300M rows) takes a
--- minute or two: apply it outside a send. The inbox index is dropped only after, so the inbox keeps an
--- index throughout.
+-- minute or two: apply it outside a send. The inbox index is dropped
+-- only after, so the inbox keeps an index throughout.
 CREATE INDEX notifications_user ON notifications (user_id);
 DROP INDEX notifications_inbox;
