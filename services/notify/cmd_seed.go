@@ -49,7 +49,11 @@ func runSeed(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "seeding %d students, %d Web Push subscriptions, %d FCM and %d APNs devices (seed %d)\n", o.Users, subs, nFCM, nAPNs, o.Seed)
 	pr := progress.New(os.Stderr, 0)
 	o.Progress = func(p seed.Progress) {
-		pr.Print(progress.Step{Done: p.Rows, Total: p.Total, Elapsed: p.Elapsed, Unit: "rows"})
+		st := progress.Step{Done: p.Rows, Total: p.Total, Elapsed: p.Elapsed, Unit: "rows"}
+		if p.Vacuuming {
+			st.After = "vacuuming the seeded tables"
+		}
+		pr.Print(st)
 	}
 	res, err := seed.Load(ctx, pool, o)
 	pr.Done()
