@@ -160,6 +160,7 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res.FCMDevices, res.APNsDevices = o.AppDevices()
 	var written atomic.Int64
 	total := 2*res.Users + res.Subscriptions + res.FCMDevices + res.APNsDevices
+	snapshot := func() Progress { return Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start)} }
 
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
@@ -174,7 +175,7 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 				case <-stopProgress:
 					return
 				case <-t.C:
-					o.Progress(Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start)})
+					o.Progress(snapshot())
 				}
 			}
 		}()
@@ -247,14 +248,16 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	// long ago: the first event of a benchmark must cost what any later
 	// one does (bench history compares the last event with the first).
 	if o.Progress != nil {
-		o.Progress(Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start), Vacuuming: true})
+		p := snapshot()
+		p.Vacuuming = true
+		o.Progress(p)
 	}
 	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) users, enrollments, push_subscriptions"); err != nil {
 		return res, fmt.Errorf("vacuum the seeded tables: %w", err)
 	}
 	res.Seconds = time.Since(start).Seconds()
 	if o.Progress != nil {
-		o.Progress(Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start)})
+		o.Progress(snapshot())
 	}
 	return res, nil
 }
