@@ -78,6 +78,7 @@ const sliceSelectFirst = `
 WITH slice AS (
     SELECT user_id FROM enrollments
     WHERE course_id = $1 AND user_id >= $2 AND user_id <= $3 AND enrolled_at <= $4
+      AND (dropped_at IS NULL OR dropped_at > $4)
     ORDER BY user_id
     LIMIT $5
 ), `
@@ -86,6 +87,7 @@ const sliceSelectNext = `
 WITH slice AS (
     SELECT user_id FROM enrollments
     WHERE course_id = $1 AND user_id > $2 AND user_id <= $3 AND enrolled_at <= $4
+      AND (dropped_at IS NULL OR dropped_at > $4)
     ORDER BY user_id
     LIMIT $5
 ), `
