@@ -355,7 +355,8 @@ func checkPushCoverage(t testing.TB, audience []string, cmds []streams.PushComma
 // like Postgres sorts uuids (byte order = lowercase text order).
 func audience(t testing.TB, pool *pgxpool.Pool, courseID string, at time.Time) []string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT user_id::text FROM enrollments WHERE course_id = $1 AND enrolled_at <= $2 ORDER BY user_id`, courseID, at)
+	rows, err := pool.Query(context.Background(), `SELECT user_id::text FROM enrollments WHERE course_id = $1 AND enrolled_at <= $2
+		AND (dropped_at IS NULL OR dropped_at > $2) ORDER BY user_id`, courseID, at)
 	if err != nil {
 		t.Fatal(err)
 	}
