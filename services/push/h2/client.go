@@ -301,6 +301,9 @@ func (p *Pool) RoundTrip(ctx context.Context, req *Request, body []byte, timeout
 			if time.Now().After(deadline) {
 				return Response{}, ErrTimeout
 			}
+			// A connection going away takes no new streams anyway; one that
+			// refused the stream would likely refuse it again.
+			refusedBy = cc
 			continue
 		}
 		return st.resp, st.err
