@@ -500,7 +500,7 @@ type h2Conn struct {
 	// the peer has not taken yet.
 	ctrlQueued, ctrlInFlight int
 	inFlightBytes            int
-	idleSince     time.Time
+	idleSince                time.Time
 
 	flush    chan struct{} // capacity 1: "wbuf has data"
 	done     chan struct{} // closed by close
