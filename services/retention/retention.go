@@ -109,8 +109,10 @@ func New(cfg Config) (*Retainer, error) {
 
 // Partition is one partition and what the run did with it.
 type Partition struct {
-	Table     string `json:"table"`
+	Table string `json:"table"`
+	// Partition is the partition's name; Schema the schema it is in.
 	Partition string `json:"partition"`
+	Schema    string `json:"schema,omitempty"`
 	// Day is the UTC day of its event ids (YYYY-MM-DD); "" for the default.
 	Day    string `json:"day,omitempty"`
 	Action string `json:"action"`
@@ -279,7 +281,7 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 		// From here on no writer adds to the day while it is judged.
 		names := make([]string, len(parts))
 		for i, p := range parts {
-			names[i] = pgx.Identifier{p.Partition}.Sanitize()
+			names[i] = p.ident()
 		}
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(names, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return nil, 0, fmt.Errorf("lock partitions: %w", err)
@@ -334,7 +336,7 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 		removed = tag.RowsAffected() // the last one: fanout_runs
 	}
 	for _, p := range parts {
-		if _, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{p.Partition}.Sanitize()); err != nil {
+		if _, err := tx.Exec(ctx, "DROP TABLE "+p.ident()); err != nil {
 			return nil, 0, fmt.Errorf("drop %s: %w", p.Partition, err)
 		}
 	}
@@ -344,6 +346,10 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 	r.cfg.Logger.Info("retention: day dropped", "day", parts[0].Day, "partitions", len(parts), "events", removed)
 	return parts, removed, nil
 }
+
+// ident is the partition's schema-qualified, quoted name: LOCK and DROP
+// must reach this table, not one of the same name earlier in search_path.
+func (p Partition) ident() string { return pgx.Identifier{p.Schema, p.Partition}.Sanitize() }
 
 // createDay creates table's partition of day d (dry run: checks that it
 // could be).
@@ -436,8 +442,8 @@ type exclusion struct{ drop string }
 // would otherwise have scanned the default for, and skips the scan. A
 // check left by an interrupted run is replaced.
 func (r *Retainer) excludeFromDefault(ctx context.Context, conn *pgxpool.Conn, table, day string) (*exclusion, error) {
-	var def, lo, hi string
-	err := conn.QueryRow(ctx, sqlDefaultAndBounds, table, day).Scan(&def, &lo, &hi)
+	var defSchema, def, lo, hi string
+	err := conn.QueryRow(ctx, sqlDefaultAndBounds, table, day).Scan(&defSchema, &def, &lo, &hi)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil // no default partition: nothing to scan
 	}
@@ -445,7 +451,7 @@ func (r *Retainer) excludeFromDefault(ctx context.Context, conn *pgxpool.Conn, t
 		return nil, fmt.Errorf("find the default partition of %s: %w", table, err)
 	}
 	name := pgx.Identifier{def + "_excl_" + strings.ReplaceAll(day, "-", "")}.Sanitize()
-	defID := pgx.Identifier{def}.Sanitize()
+	defID := pgx.Identifier{defSchema, def}.Sanitize()
 	e := &exclusion{drop: "ALTER TABLE " + defID + " DROP CONSTRAINT IF EXISTS " + name}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := r.setLockTimeout(ctx, tx); err != nil {
@@ -502,7 +508,7 @@ func listPartitions(ctx context.Context, conn *pgxpool.Conn, table string) ([]Pa
 	for rows.Next() {
 		p := Partition{Table: table}
 		var bound string
-		if err := rows.Scan(&p.Partition, &bound, &p.RowsEstimate); err != nil {
+		if err := rows.Scan(&p.Schema, &p.Partition, &bound, &p.RowsEstimate); err != nil {
 			return nil, fmt.Errorf("retention: list partitions of %s: %w", table, err)
 		}
 		if bound != "DEFAULT" {

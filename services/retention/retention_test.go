@@ -112,7 +112,14 @@ func (e *env) exists(rel string) bool {
 
 func (e *env) run(keep time.Duration, dryRun bool) *retention.Report {
 	e.t.Helper()
-	r, err := retention.New(retention.Config{Pool: e.pool, Keep: keep, Now: func() time.Time { return now }, Logger: quiet})
+	return e.runWith(retention.Config{Pool: e.pool, Keep: keep}, dryRun)
+}
+
+// runWith runs retention with cfg on the tests' clock.
+func (e *env) runWith(cfg retention.Config, dryRun bool) *retention.Report {
+	e.t.Helper()
+	cfg.Now, cfg.Logger = func() time.Time { return now }, quiet
+	r, err := retention.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -449,5 +456,39 @@ func TestRetentionForeverOnlyCreates(t *testing.T) {
 	}
 	if d, err := retention.ParseKeep("forever"); err != nil || d != retention.Forever {
 		t.Errorf("ParseKeep(forever) = %v, %v", d, err)
+	}
+}
+
+// TestRetentionLocksAndDropsItsOwnPartitions: partitions are named by
+// schema, not found through search_path — a table of the same name in a
+// schema earlier in the path (a decoy) is neither locked nor dropped,
+// and the real partition goes.
+func TestRetentionLocksAndDropsItsOwnPartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := daysAgo(45)
+	e.partitions(d)
+	e.event(d.Add(time.Hour), "finished", true, "delivered")
+	decoy := "notifications_p" + d.Format("20060102")
+	e.exec(`CREATE SCHEMA decoy`)
+	e.exec(`CREATE TABLE decoy.` + decoy + ` (keep_me int)`)
+	e.exec(`INSERT INTO decoy.` + decoy + ` VALUES (1)`)
+
+	cfg := e.pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = "decoy, public"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	rep := e.runWith(retention.Config{Pool: pool, Keep: 30 * retention.Day}, false)
+	if got := action(rep, decoy); got != "drop" {
+		t.Errorf("%s: %q, want drop", decoy, got)
+	}
+	if e.exists("public." + decoy) {
+		t.Errorf("public.%s kept, want it dropped", decoy)
+	}
+	if !e.exists("decoy."+decoy) || e.count(`SELECT count(*) FROM decoy.`+decoy) != 1 {
+		t.Errorf("the decoy decoy.%s was dropped or emptied", decoy)
 	}
 }

@@ -6,18 +6,19 @@ const advisoryLockKey = 0x72657461696e
 // sqlPartitioned tells a partitioned table from a plain one.
 const sqlPartitioned = `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`
 
-// sqlPartitions lists a parent's partitions with their bounds as Postgres
+// sqlPartitions lists a parent's partitions — schema and name, so that
+// statements name exactly them whatever search_path holds — with their bounds as Postgres
 // prints them ("DEFAULT" or "FOR VALUES FROM ('…') TO ('…')") and the
 // planner's row estimate (-1: never analysed). A day partitioned further
 // (notifications' student ranges, migration 0016) has no estimate of its
 // own: its leaves' are summed.
 const sqlPartitions = `
-SELECT c.relname, pg_get_expr(c.relpartbound, c.oid),
+SELECT n.nspname, c.relname, pg_get_expr(c.relpartbound, c.oid),
        CASE WHEN c.relkind = 'p' THEN
            (SELECT CASE WHEN bool_and(l.reltuples < 0) THEN -1 ELSE sum(greatest(l.reltuples, 0)) END
             FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid WHERE t.isleaf)
        ELSE c.reltuples END::bigint
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE i.inhparent = to_regclass($1)
 ORDER BY c.relname`
 
@@ -63,7 +64,7 @@ const (
 // sqlDefaultAndBounds: table's default partition and the bounds of day's
 // partition, as uuid text (no row: no default partition).
 const sqlDefaultAndBounds = `
-SELECT c.relname, event_id_floor($2::date::timestamp AT TIME ZONE 'UTC')::text,
+SELECT n.nspname, c.relname, event_id_floor($2::date::timestamp AT TIME ZONE 'UTC')::text,
        event_id_floor(($2::date + 1)::timestamp AT TIME ZONE 'UTC')::text
-FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partdefid
+FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partdefid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE p.partrelid = to_regclass($1)`
