@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/eventcontrol"
 )
 
 // Defaults of Config.
@@ -62,6 +64,15 @@ type Config struct {
 	Ahead int
 	// Tables are the day-partitioned tables (default DefaultTables).
 	Tables []string
+	// CancelOlderThan bounds how long a paused or scheduled event can keep
+	// its day: a day retention would drop whose events of that kind are
+	// older than this has them cancelled through event control (as
+	// `notify event cancel` does: parked push commands go back to the
+	// outbox so the push workers record their devices cancelled, parked
+	// slice commands are dropped) and is dropped once every device has its
+	// final outcome. Default Keep; Forever: never cancel (such a day is
+	// refused until someone resumes or cancels its events). At least Keep.
+	CancelOlderThan time.Duration
 	// LockTimeout: default DefaultLockTimeout.
 	LockTimeout time.Duration
 	// Now is the clock (default time.Now).
@@ -73,6 +84,7 @@ type Config struct {
 // Retainer runs retention.
 type Retainer struct {
 	cfg Config
+	ctl *eventcontrol.Controller
 }
 
 // New validates cfg.
@@ -82,6 +94,12 @@ func New(cfg Config) (*Retainer, error) {
 	}
 	if cfg.Keep < Day && cfg.Keep != Forever {
 		return nil, fmt.Errorf("retention: keep %s is shorter than one day (partitions are days; e.g. 30d)", cfg.Keep)
+	}
+	if cfg.CancelOlderThan == 0 {
+		cfg.CancelOlderThan = cfg.Keep
+	}
+	if cfg.CancelOlderThan < cfg.Keep {
+		return nil, fmt.Errorf("retention: cancel-older-than %s is shorter than keep %s (only days older than keep are judged)", FormatKeep(cfg.CancelOlderThan), FormatKeep(cfg.Keep))
 	}
 	if cfg.Ahead < 0 {
 		return nil, fmt.Errorf("retention: ahead %d days is negative", cfg.Ahead)
@@ -104,7 +122,11 @@ func New(cfg Config) (*Retainer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Retainer{cfg: cfg}, nil
+	ctl, err := eventcontrol.New(cfg.Pool, eventcontrol.Config{PlanWait: -1})
+	if err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	return &Retainer{cfg: cfg, ctl: ctl}, nil
 }
 
 // Partition is one partition and what the run did with it.
@@ -121,6 +143,9 @@ type Partition struct {
 	Reason       string `json:"reason,omitempty"`
 	// Running lists events that refused the drop (at most 10).
 	Running []string `json:"running_events,omitempty"`
+	// Cancelled lists the day's paused or scheduled events this run
+	// cancelled (Config.CancelOlderThan; with DryRun: would cancel).
+	Cancelled []string `json:"cancelled_events,omitempty"`
 
 	lo, hi string
 	day    time.Time
@@ -139,6 +164,9 @@ type Report struct {
 	// EventsRemoved: fanout_runs rows deleted with their dropped days
 	// (with DryRun: would be).
 	EventsRemoved int64 `json:"events_removed"`
+	// EventsCancelled: paused or scheduled events cancelled because they
+	// were older than Config.CancelOlderThan (with DryRun: would be).
+	EventsCancelled int64 `json:"events_cancelled"`
 }
 
 // Blocked returns the partitions that could not be created.
@@ -218,7 +246,18 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 	}
 	sort.Slice(days, func(i, j int) bool { return days[i].Before(days[j]) })
 	for _, d := range days {
-		parts, removed, err := r.dropDay(ctx, conn, byDay[d], dryRun)
+		var cancelled []string
+		if r.cfg.CancelOlderThan != Forever && !d.Add(Day).After(now.Add(-r.cfg.CancelOlderThan)) {
+			var err error
+			if cancelled, err = r.cancelStuck(ctx, conn, byDay[d][0], dryRun); err != nil {
+				return nil, fmt.Errorf("retention: day %s: %w", d.Format(time.DateOnly), err)
+			}
+			rep.EventsCancelled += int64(len(cancelled))
+		}
+		parts, removed, err := r.dropDay(ctx, conn, byDay[d], dryRun, len(cancelled))
+		for i := range parts {
+			parts[i].Cancelled = cancelled
+		}
 		if err != nil {
 			return nil, fmt.Errorf("retention: day %s: %w", d.Format(time.DateOnly), err)
 		}
@@ -261,9 +300,43 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 	return rep, nil
 }
 
+// cancelStuck cancels the paused and scheduled events of p's day through
+// event control and returns them. An event resumed, finished or cancelled
+// meanwhile is left as it is. A dry run cancels nothing and returns what
+// it would cancel.
+func (r *Retainer) cancelStuck(ctx context.Context, conn *pgxpool.Conn, p Partition, dryRun bool) ([]string, error) {
+	rows, err := conn.Query(ctx, sqlStuckEvents, p.lo, p.hi)
+	if err != nil {
+		return nil, fmt.Errorf("find paused and scheduled events: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find paused and scheduled events: %w", err)
+	}
+	if dryRun {
+		return ids, nil
+	}
+	var done []string
+	for _, id := range ids {
+		res, err := r.ctl.Apply(ctx, id, eventcontrol.Cancel)
+		if errors.Is(err, eventcontrol.ErrWrongState) || errors.Is(err, eventcontrol.ErrFinal) {
+			continue
+		}
+		if err != nil {
+			return done, fmt.Errorf("cancel event %s: %w", id, err)
+		}
+		r.cfg.Logger.Warn("retention: cancelled an event older than the cancel bound so its day can be dropped",
+			"event", id, "previous_state", res.Previous, "cancel_older_than", FormatKeep(r.cfg.CancelOlderThan),
+			"requeued_commands", res.Requeued, "dropped_commands", res.Dropped)
+		done = append(done, id)
+	}
+	return done, nil
+}
+
 // dropDay drops one day's partitions (one per table) in one transaction,
-// or refuses when an event of the day still runs.
-func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Partition, dryRun bool) ([]Partition, int64, error) {
+// or refuses when an event of the day still runs (cancelled: how many
+// events of the day this run cancelled, for the refusal's reason).
+func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Partition, dryRun bool, cancelled int) ([]Partition, int64, error) {
 	lo, hi := parts[0].lo, parts[0].hi
 	opts := pgx.TxOptions{}
 	if dryRun {
@@ -310,6 +383,9 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 		if len(running) > maxShown {
 			running = running[:maxShown]
 			reason = fmt.Sprintf("more than %d events of this day still running", maxShown)
+		}
+		if cancelled > 0 {
+			reason += fmt.Sprintf(" (%d cancelled by this run: dropped once their devices are recorded)", cancelled)
 		}
 		for i := range parts {
 			parts[i].Action, parts[i].Reason, parts[i].Running = ActionRefuse, reason, running

@@ -27,17 +27,30 @@ ORDER BY c.relname`
 // push command has counted its devices (notified = targeted_students,
 // migration 0010) and whose every target has a final outcome (delivered,
 // gone, failed, cancelled, expired — retrying is not final) is done,
-// whether or not anything has written 'finished' yet.
+// whether or not anything has written 'finished' yet. A 'cancelled' event
+// still needs its rows while a device or a notified student's push
+// command has no outcome: the push workers are recording them cancelled.
 const sqlRunningEvents = `
 SELECT r.event_id::text, r.state FROM fanout_runs r
 WHERE r.event_id >= $1::uuid AND r.event_id < $2::uuid
   AND (r.state IN ('scheduled', 'paused')
+       OR (r.state = 'cancelled' AND
+           (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
+                   + coalesce(sum(c.notified - c.targeted_students), 0)
+            FROM event_counters c WHERE c.event_id = r.event_id) > 0)
        OR (r.state = 'running' AND (r.finished_at IS NULL OR
            (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
                    + coalesce(sum(c.notified - c.targeted_students), 0)
             FROM event_counters c WHERE c.event_id = r.event_id) > 0)))
 ORDER BY r.event_id
 LIMIT $3`
+
+// sqlStuckEvents: the paused and scheduled events of [$1, $2), which
+// Config.CancelOlderThan cancels.
+const sqlStuckEvents = `
+SELECT event_id::text FROM fanout_runs
+WHERE event_id >= $1::uuid AND event_id < $2::uuid AND state IN ('scheduled', 'paused')
+ORDER BY event_id`
 
 // The per-event bookkeeping of a dropped day, deleted in the drop's
 // transaction (ranges first: they reference their run). The material, the
