@@ -349,7 +349,7 @@ func TestWebAppContract(t *testing.T) {
 	for _, c := range []struct {
 		path   string
 		status int
-	}{{"/app/", 200}, {"/app/app.js", 200}, {"/app/sw.js", 200}, {"/app/index.html", 301}, {"/app/nope.js", 404}} {
+	}{{"/app/", 200}, {"/app/app.js", 200}, {"/app/sw.js", 200}, {"/app/index.html", 200}, {"/app/nope.js", 404}} {
 		if r := e.do(req{method: "GET", path: c.path}); r.status != c.status {
 			t.Errorf("GET %s: %d, want %d", c.path, r.status, c.status)
 		}
