@@ -46,7 +46,11 @@
 // project's real-browser test (firefox_test.go, package firefox) listens
 // to them from a script of its own that its own server adds to the page.
 //
-// /app/ and /app/index.html are both the page.
+// # No redirects
+//
+// Like the rest of the API the web app never redirects: /app/ and
+// /app/index.html are both the page, and /app (no slash) is a JSON 404
+// naming /app/ — the page's files are relative to the slash.
 package webapp
 
 import (
@@ -105,6 +109,10 @@ func Handler() http.Handler {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the web app is read-only: GET or HEAD")
+			return
+		}
+		if r.URL.Path+"/" == Prefix {
+			writeError(w, http.StatusNotFound, "not_found", "the web app is at "+Prefix+" (with the slash: its files are relative to it); the API never redirects")
 			return
 		}
 		// Only the shipped files exist; anything else is the API's JSON 404.

@@ -32,8 +32,14 @@ func get(t *testing.T, srv *httptest.Server, method, path string) answer {
 	return answer{resp.StatusCode, resp.Header, string(b)}
 }
 
+// server mounts the handler as `notify run api` does (server.go routes):
+// at /app/ and at /app.
 func server(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(webapp.Handler())
+	m := http.NewServeMux()
+	h := webapp.Handler()
+	m.Handle(webapp.Prefix, h)
+	m.Handle(strings.TrimSuffix(webapp.Prefix, "/"), h)
+	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -54,6 +60,7 @@ func TestServesTheShippedFilesOnly(t *testing.T) {
 		{"/app/nope.js", "GET", 404, "application/json", `"not_found"`},
 		{"/app/static/", "GET", 404, "application/json", `"not_found"`},
 		{"/app/static/app.js", "GET", 404, "application/json", `"not_found"`},
+		{"/app", "GET", 404, "application/json", `/app/ (with the slash`},
 		{"/app/", "POST", 405, "application/json", `"method_not_allowed"`},
 	} {
 		a := get(t, srv, c.method, c.path)
@@ -61,7 +68,7 @@ func TestServesTheShippedFilesOnly(t *testing.T) {
 			t.Errorf("%s %s: %d %q %.80q, want %d %s containing %q", c.method, c.path, a.status, a.header.Get("Content-Type"), a.body, c.status, c.contentType, c.body)
 		}
 		if loc := a.header.Get("Location"); loc != "" {
-			t.Errorf("%s %s: redirects to %q", c.method, c.path, loc)
+			t.Errorf("%s %s: redirects to %q; the API never redirects", c.method, c.path, loc)
 		}
 		if c.status >= 400 && !json.Valid([]byte(a.body)) {
 			t.Errorf("%s %s: error body is not JSON: %q", c.method, c.path, a.body)
@@ -77,7 +84,7 @@ func TestServesTheShippedFilesOnly(t *testing.T) {
 // sends no Referer when the inbox's links are followed.
 func TestSecurityHeaders(t *testing.T) {
 	srv := server(t)
-	for _, path := range []string{"/app/", "/app/index.html", "/app/app.js", "/app/app.css", "/app/sw.js", "/app/nope.js"} {
+	for _, path := range []string{"/app/", "/app/index.html", "/app/app.js", "/app/app.css", "/app/sw.js", "/app/nope.js", "/app"} {
 		a := get(t, srv, "GET", path)
 		csp := a.header.Get("Content-Security-Policy")
 		directives := map[string]string{}
