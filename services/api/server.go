@@ -165,8 +165,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /readyz", s.handleReadyz)
 	m.HandleFunc("GET /openapi.json", s.handleOpenAPI)
 	// The reference browser integration (page + service worker), see
-	// package webapp. Metrics are not here: see MetricsHandler.
-	m.Handle(webapp.Prefix, webapp.Handler())
+	// package webapp. Metrics are not here: see MetricsHandler. /app
+	// itself is the web app's JSON 404, not the mux's redirect to /app/.
+	app := webapp.Handler()
+	m.Handle(webapp.Prefix, app)
+	m.Handle(strings.TrimSuffix(webapp.Prefix, "/"), app)
 	s.mux = m
 	s.handler = s.instrument(m)
 }
