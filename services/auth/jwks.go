@@ -67,7 +67,8 @@ type JWKSConfig struct {
 	// name an unknown kid: a forger minting kids cannot make the API
 	// hammer the provider. Default 30s.
 	MinRefresh time.Duration
-	// Client fetches URL. Default: an http.Client with a 5s timeout.
+	// Client fetches URL. Default: an http.Client with a 5s timeout that
+	// follows redirects only to URLs URL itself could be.
 	Client *http.Client
 	// Logger receives refresh failures (the old keys stay in use).
 	// Default slog.Default().
@@ -137,7 +138,13 @@ func NewJWKS(ctx context.Context, cfg JWKSConfig) (*JWKS, error) {
 		cfg.MinRefresh = DefaultJWKSMinRefresh
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 5 * time.Second}
+		cfg.Client = &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			// A redirect must not downgrade the keys' transport.
+			if len(via) >= 5 {
+				return errors.New("too many redirects")
+			}
+			return checkJWKSURL(req.URL.String())
+		}}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -355,3 +355,39 @@ func TestJWKSConfigErrors(t *testing.T) {
 		t.Error("a 1024-bit RSA key was accepted")
 	}
 }
+
+func TestJWKSFromEnv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	writeSet(t, path, keySet(t, newIdPKey(t, "k", jose.ES256).public()))
+	for _, v := range []string{EnvJWKSFile, EnvJWKSURL, EnvJWKSIssuer, EnvJWKSAudience, EnvJWKSRefresh, EnvUserClaim, EnvAudience, EnvIssuer, EnvMaxLifetime} {
+		t.Setenv(v, "")
+	}
+	ctx := context.Background()
+	if j, err := JWKSFromEnv(ctx, nil); j != nil || err != nil {
+		t.Fatalf("unset: %v %v, want none", j, err)
+	}
+	t.Setenv(EnvJWKSFile, path)
+	if _, err := JWKSFromEnv(ctx, nil); err == nil || !strings.Contains(err.Error(), EnvJWKSIssuer) {
+		t.Fatalf("no issuer: %v, want an error naming %s", err, EnvJWKSIssuer)
+	}
+	t.Setenv(EnvJWKSIssuer, "https://idp.example")
+	t.Setenv(EnvAudience, "notify-prod")
+	t.Setenv(EnvUserClaim, "uid")
+	j, err := JWKSFromEnv(ctx, nil)
+	if err != nil || j.Rules().Issuer != "https://idp.example" || j.Rules().Audience != "notify-prod" || j.UserClaim() != "uid" || j.Len() != 1 {
+		t.Fatalf("%+v %v", j, err)
+	}
+	t.Setenv(EnvJWKSAudience, "notify-idp")
+	if j, err := JWKSFromEnv(ctx, nil); err != nil || j.Rules().Audience != "notify-idp" {
+		t.Fatalf("audience of its own: %v", err)
+	}
+	t.Setenv(EnvJWKSRefresh, "soon")
+	if _, err := JWKSFromEnv(ctx, nil); err == nil || !strings.Contains(err.Error(), EnvJWKSRefresh) {
+		t.Fatalf("bad refresh: %v", err)
+	}
+	t.Setenv(EnvJWKSRefresh, "")
+	t.Setenv(EnvJWKSURL, "https://idp.example/jwks")
+	if _, err := JWKSFromEnv(ctx, nil); err == nil {
+		t.Fatal("file and URL both accepted")
+	}
+}
