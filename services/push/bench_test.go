@@ -32,7 +32,7 @@ import (
 // requests 429 with Retry-After 1 s (the outbox is then relayed to Kafka
 // every 20 ms, standing in for the CDC connector, and the engine-alone
 // comparison is skipped); NOTIFY_BENCH_PUSH_WORKER_FLAGS adds flags to
-// the worker (e.g. "--hold-retry-after -1" for every 429 through a retry
+// the worker (e.g. "--hold-retry-after -1s" for every 429 through a retry
 // command).
 func BenchmarkPushStage(b *testing.B) {
 	n := 100000
