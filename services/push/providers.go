@@ -8,7 +8,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 )
@@ -22,12 +22,12 @@ const (
 
 // FCMSender sends one FCM HTTP v1 message; *fcm.Client implements it.
 type FCMSender interface {
-	Send(ctx context.Context, m fcm.Message) outcome.Outcome
+	Send(ctx context.Context, m fcm.Message) provider.Outcome
 }
 
 // APNsSender sends one APNs notification; *apns.Client implements it.
 type APNsSender interface {
-	Send(ctx context.Context, n apns.Notification) outcome.Outcome
+	Send(ctx context.Context, n apns.Notification) provider.Outcome
 }
 
 // errProviderNotConfigured is the recorded reason (push_deliveries.error)
@@ -107,7 +107,7 @@ func newAppMessage(cmd streams.PushCommand, ttl time.Duration) appMessage {
 // sendApp sends to an FCM or APNs device; the caller checked hasProvider.
 // The event id is FCM's collapse_key and APNs' collapse id (the clients
 // set both from EventID), so a resend replaces an undelivered copy.
-func (w *Worker) sendApp(ctx context.Context, rc recipient, m *appMessage) outcome.Outcome {
+func (w *Worker) sendApp(ctx context.Context, rc recipient, m *appMessage) provider.Outcome {
 	if rc.platform == platformFCM {
 		return w.cfg.FCM.Send(ctx, fcm.Message{Token: rc.token, Title: m.title, EventID: m.eventID,
 			CourseID: m.courseID, URL: m.url, TTL: m.fcmTTL})

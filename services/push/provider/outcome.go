@@ -1,8 +1,4 @@
-// Package outcome is what became of one send to one device, whatever its
-// platform: the Web Push sender, the FCM and APNs providers and the push
-// worker that records it all speak this type, so the worker's accounting
-// (delivered, gone, failed, retrying) is written once for every platform.
-package outcome
+package provider
 
 import "time"
 
