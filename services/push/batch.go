@@ -8,6 +8,7 @@ import (
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -137,7 +138,7 @@ func (b *batch) add(res result) (release bool) {
 		final(StatusGone)
 	case webpush.PermanentFailure:
 		switch {
-		case res.rc.disabled || errors.Is(out.Err, errProviderNotConfigured):
+		case res.rc.disabled || errors.Is(out.Err, provider.ErrNotConfigured):
 			r.attempts = b.attempt - 1 // not sent
 		case deploymentsFault(out.Err):
 			if out.Status == 0 {
@@ -150,8 +151,7 @@ func (b *batch) add(res result) (release bool) {
 		final(StatusFailed)
 	default: // Retryable
 		switch {
-		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, webpush.ErrSenderClosed) ||
-			errors.Is(out.Err, fcm.ErrClosed) || errors.Is(out.Err, apns.ErrClientClosed):
+		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, provider.ErrClosed):
 			// Cancelled by us (revoke, stop): it may or may not have
 			// reached the push service. Leave it unrecorded so the
 			// command's next owner sends it; its slot goes with the batch.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 )
@@ -44,8 +45,8 @@ func lifetime(cmd *streams.PushCommand, configured time.Duration, now time.Time)
 	switch {
 	case left <= 0:
 		return 0, true
-	case configured == webpush.TTLZero:
-		return webpush.TTLZero, false
+	case configured == provider.NowOrNever:
+		return provider.NowOrNever, false
 	}
 	return left, false
 }

@@ -17,7 +17,8 @@ const NowOrNever time.Duration = -1
 type Device struct {
 	Platform Platform
 	// Endpoint, P256DH and Auth are a Web Push subscription's.
-	Endpoint, P256DH, Auth string
+	Endpoint     string
+	P256DH, Auth []byte
 	// Token is an FCM registration token or an APNs device token.
 	Token string
 	// Topic is an APNs device's bundle id ("" = the provider's default).
