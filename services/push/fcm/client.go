@@ -360,7 +360,7 @@ func hostPort(u *url.URL) string {
 
 // PausedFor is what remains of the project's pause (zero when none).
 func (c *Client) PausedFor() time.Duration {
-	return c.pause.Left(c.cfg.Now())
+	return c.pause.Left(c.cfg.Now)
 }
 
 // Send sends one message and reports what happened. It blocks while
@@ -424,7 +424,7 @@ func (c *Client) send(ctx context.Context, msg Message) provider.Outcome {
 // paused returns the outcome of a send refused because the project is
 // paused.
 func (c *Client) paused() (provider.Outcome, bool) {
-	left := c.pause.Left(c.cfg.Now())
+	left := c.pause.Left(c.cfg.Now)
 	if left <= 0 {
 		return provider.Outcome{}, false
 	}

