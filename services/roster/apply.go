@@ -314,6 +314,9 @@ func erase(ctx context.Context, tx pgx.Tx, dels []Change, res *Result) error {
 		ids[i], pos[i] = c.User.ID, c.Pos
 		posOf[ids[i]] = c.Pos
 	}
+	if _, err := tx.Exec(ctx, sqlEraseLock); err != nil {
+		return fmt.Errorf("erase %d users: %w", n, err)
+	}
 	rows, err := tx.Query(ctx, sqlEraseTargets, ids, pos)
 	if err != nil {
 		return fmt.Errorf("erase %d users: %w", n, err)

@@ -107,6 +107,14 @@ FROM unnest($1::uuid[], $2::bigint[]) AS v (id, pos)
 LEFT JOIN users u ON u.id = v.id
 WHERE u.id IS NULL OR u.source_pos IS NULL OR v.pos IS NULL OR v.pos >= u.source_pos`
 
+// sqlEraseLock orders an erasure against enrollment changes applied at
+// the same time from the enrollments topic: SHARE ROW EXCLUSIVE waits for
+// the transactions writing enrollments to commit (so the erasure's delete
+// sees their rows) and holds new ones until the erasure commits (so their
+// check finds its tombstone). Readers (the fan-out's slices) are not
+// blocked; erasures are rare, so the enrollments' writers seldom wait.
+const sqlEraseLock = `LOCK TABLE enrollments IN SHARE ROW EXCLUSIVE MODE`
+
 const sqlEraseFlagOn = `SELECT set_config('notify.erasure', 'on', true)`
 
 const sqlEraseFlagOff = `SELECT set_config('notify.erasure', '', true)`
