@@ -346,7 +346,11 @@ func erase(ctx context.Context, tx pgx.Tx, dels []Change, res *Result) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlEraseFlagOn)
-	for _, q := range []string{sqlEraseDeliveries, sqlEraseNotifications, sqlEraseDevices, sqlEraseEnrollments, sqlEraseIdempotency, sqlEraseUsers} {
+	for _, q := range []string{sqlEraseDeliveries, sqlEraseNotifications, sqlEraseDevices} {
+		b.Queue(q, targets)
+	}
+	b.Queue(sqlEraseEnrollments, targets, targetPos)
+	for _, q := range []string{sqlEraseIdempotency, sqlEraseUsers} {
 		b.Queue(q, targets)
 	}
 	b.Queue(sqlEraseFlagOff)

@@ -129,10 +129,11 @@ func TestApplyStaleChangeIgnored(t *testing.T) {
 
 // history is a platform's changes: users, a course, enrolments, a drop
 // and a re-enrolment, a second course deleted, a user erased and created
-// again.
+// again (enrolling in another course: see sqlEraseEnrollments for the
+// same one).
 func history() []roster.Change {
 	ins, ann, bob, cy := uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	c1, c2 := uuid.New(), uuid.New()
+	c1, c2, c3 := uuid.New(), uuid.New(), uuid.New()
 	return []roster.Change{
 		userUp(ins, "Instructor", 1), userUp(ann, "Ann", 2), userUp(bob, "Bob", 3), userUp(cy, "Cy", 4),
 		courseUp(c1, ins, "Algebra", 5), courseUp(c2, ins, "Botany", 6),
@@ -142,8 +143,8 @@ func history() []roster.Change {
 		courseDel(c2, 14),
 		courseUp(c1, ins, "Algebra I", 15),
 		userDel(cy, 16),
-		userUp(cy, "Cy again", 17), enrol(c1, cy, 18),
-		drop(c1, ann, 19),
+		userUp(cy, "Cy again", 17), courseUp(c3, ins, "Chemistry", 18),
+		drop(c1, ann, 19), enrol(c3, cy, 20),
 	}
 }
 
@@ -178,6 +179,36 @@ func TestApplyReplayConverges(t *testing.T) {
 			}
 			if got := dump(t, db.Pool); got != want {
 				t.Fatalf("prefix replays:\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+// The three tables arrive on three topics with no order between them:
+// whichever topic is applied first, the tables end the same as in the
+// platform's order (positions are LSNs, one order over all tables).
+func TestApplyConvergesWhateverTheTopicOrder(t *testing.T) {
+	t.Parallel()
+	h := history()
+	ref := schematest.NewDatabase(t)
+	apply(t, ref.Pool, h...)
+	want := dump(t, ref.Pool)
+	byTable := map[string][]roster.Change{}
+	for _, c := range h {
+		byTable[c.Table()] = append(byTable[c.Table()], c)
+	}
+	for _, order := range [][]string{
+		{"users", "courses", "enrollments"}, {"enrollments", "courses", "users"},
+		{"courses", "enrollments", "users"}, {"enrollments", "users", "courses"},
+	} {
+		t.Run(strings.Join(order, ","), func(t *testing.T) {
+			t.Parallel()
+			db := schematest.NewDatabase(t)
+			for _, table := range order {
+				apply(t, db.Pool, byTable[table]...)
+			}
+			if got := dump(t, db.Pool); got != want {
+				t.Fatalf("got\n%s\nwant\n%s", got, want)
 			}
 		})
 	}

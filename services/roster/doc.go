@@ -22,7 +22,11 @@
 // a new user.
 //
 // Positions are Debezium's source.lsn: one WAL, so they order changes
-// across the three tables too. A record without an LSN takes its Kafka
-// offset, which orders changes of one topic partition only (one row's
-// changes are on one partition: the key is its primary key).
+// across the three tables too, and the roster relies on that where a
+// change of one table meets rows of another — an erasure or a course
+// deletion against enrollments applied from the other topic before or
+// after it — so the tables converge whichever topic is applied first. A
+// record without an LSN takes its Kafka offset, which orders the changes
+// of one topic partition only (one row's changes are on one partition:
+// the key is its primary key).
 package roster

@@ -28,10 +28,13 @@ SET instructor_id = excluded.instructor_id, title = excluded.title, source_pos =
 WHERE c.source_pos IS NULL OR excluded.source_pos IS NULL OR excluded.source_pos >= c.source_pos`
 
 // sqlDeleteCourses marks courses deleted (the row stays: materials
-// reference it) and ends their open enrollment periods at the deletion.
-// A period never ends before it began (enrollments_period): the two
-// times come from different clocks (the platform's column, the change's
-// commit time). A course notify never had is skipped.
+// reference it) and ends their open enrollment periods at the deletion —
+// those started by an older change: a period started by a newer one (the
+// course was created again, and the enrollments topic got there first)
+// is not the deleted course's. A period never ends before it began
+// (enrollments_period): the two times come from different clocks (the
+// platform's column, the change's commit time). A course notify never
+// had is skipped.
 const sqlDeleteCourses = `
 WITH v AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[]) AS v (id, pos, at)
@@ -39,11 +42,12 @@ WITH v AS (
     UPDATE courses c SET deleted_at = coalesce(c.deleted_at, v.at), source_pos = v.pos
     FROM v
     WHERE c.id = v.id AND (c.source_pos IS NULL OR v.pos IS NULL OR v.pos >= c.source_pos)
-    RETURNING c.id, v.at
+    RETURNING c.id, v.at, v.pos
 ), ended AS (
     UPDATE enrollments e SET dropped_at = greatest(g.at, e.enrolled_at)
     FROM gone g
     WHERE e.course_id = g.id AND e.dropped_at IS NULL
+      AND (e.source_pos IS NULL OR g.pos IS NULL OR e.source_pos < g.pos)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ended)`
@@ -60,20 +64,27 @@ WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND e.dropped_at IS NU
 // no open one — unless a period's last change is not older than this one
 // (a replayed enrolment must not reopen what a later drop closed; a
 // period a course deletion ended keeps the position of the enrolment
-// itself, so equal is the same change again), or an erasure
-// newer than the change forgot the student. A period starts no earlier
-// than the last one ended, so one student's periods never overlap (the
-// fan-out's slice relies on it). ON CONFLICT DO NOTHING covers
-// enrollments_open (an open period: kept above, or stale) and the primary
-// key (a period that began and ended at that very instant).
+// itself, so equal is the same change again), or an erasure newer than
+// the change forgot the student. A period starts no earlier than the last
+// one ended, so one student's periods never overlap (the fan-out's slice
+// relies on it). An enrolment older than its course's deletion (the
+// courses topic got there first) starts a period that ended at the
+// deletion, as it would have had it arrived first. ON CONFLICT DO
+// NOTHING covers enrollments_open (an open period: kept above, or stale)
+// and the primary key (a period that began and ended at that very
+// instant).
 const sqlStartEnrollments = `
-INSERT INTO enrollments (course_id, user_id, enrolled_at, source_pos)
-SELECT v.course_id, v.user_id, greatest(v.at, p.last_drop), v.pos
+INSERT INTO enrollments (course_id, user_id, enrolled_at, dropped_at, source_pos)
+SELECT v.course_id, v.user_id, s.start,
+       CASE WHEN c.deleted_at IS NOT NULL AND v.pos IS NOT NULL AND c.source_pos > v.pos THEN greatest(c.deleted_at, s.start) END,
+       v.pos
 FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::bigint[]) AS v (course_id, user_id, at, pos)
 CROSS JOIN LATERAL (
     SELECT max(o.dropped_at) AS last_drop, max(o.source_pos) AS last_pos, bool_or(o.dropped_at IS NULL) AS open
     FROM enrollments o WHERE o.course_id = v.course_id AND o.user_id = v.user_id
 ) p
+CROSS JOIN LATERAL (SELECT greatest(v.at, p.last_drop) AS start) s
+LEFT JOIN courses c ON c.id = v.course_id
 WHERE p.open IS NOT TRUE
   AND (v.pos IS NULL OR p.last_pos IS NULL OR p.last_pos < v.pos)
   AND (v.pos IS NULL OR NOT EXISTS (
@@ -129,7 +140,15 @@ const sqlEraseNotifications = `DELETE FROM notifications WHERE user_id = ANY($1:
 
 const sqlEraseDevices = `DELETE FROM push_subscriptions WHERE user_id = ANY($1::uuid[])`
 
-const sqlEraseEnrollments = `DELETE FROM enrollments WHERE user_id = ANY($1::uuid[])`
+// sqlEraseEnrollments keeps only periods whose last change is newer than
+// the erasure (the user created again, and the enrollments topic got
+// there first). One case stays inexact: the new user enrolled in a course
+// the old one was still enrolled in, applied before the erasure, is one
+// period (an upsert keeps an open period) that survives with the old
+// enrolment's start.
+const sqlEraseEnrollments = `
+DELETE FROM enrollments e USING unnest($1::uuid[], $2::bigint[]) AS v (id, pos)
+WHERE e.user_id = v.id AND (v.pos IS NULL OR e.source_pos IS NULL OR e.source_pos < v.pos)`
 
 const sqlEraseIdempotency = `DELETE FROM api_idempotency WHERE user_id = ANY($1::uuid[])`
 
