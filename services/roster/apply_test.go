@@ -133,7 +133,7 @@ func TestApplyStaleChangeIgnored(t *testing.T) {
 // same one).
 func history() []roster.Change {
 	ins, ann, bob, cy := uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	c1, c2, c3 := uuid.New(), uuid.New(), uuid.New()
+	c1, c2, c3, c4 := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	return []roster.Change{
 		userUp(ins, "Instructor", 1), userUp(ann, "Ann", 2), userUp(bob, "Bob", 3), userUp(cy, "Cy", 4),
 		courseUp(c1, ins, "Algebra", 5), courseUp(c2, ins, "Botany", 6),
@@ -145,6 +145,9 @@ func history() []roster.Change {
 		userDel(cy, 16),
 		userUp(cy, "Cy again", 17), courseUp(c3, ins, "Chemistry", 18),
 		drop(c1, ann, 19), enrol(c3, cy, 20),
+		// A course whose periods change up to its deletion.
+		courseUp(c4, ins, "Dance", 21), enrol(c4, ann, 22), enrol(c4, bob, 23), drop(c4, ann, 24), enrol(c4, ann, 25),
+		courseDel(c4, 26),
 	}
 }
 
@@ -158,8 +161,8 @@ func TestApplyReplayConverges(t *testing.T) {
 	}
 	want := dump(t, ref.Pool)
 	// Cy's first enrolment went with her erasure.
-	if n := strings.Count(want, "enrollment "); n != 5 {
-		t.Fatalf("%d enrollment periods, want 5:\n%s", n, want)
+	if n := strings.Count(want, "enrollment "); n != 8 {
+		t.Fatalf("%d enrollment periods, want 8:\n%s", n, want)
 	}
 	for _, batch := range []int{1, 2, 3, 7, len(h)} {
 		t.Run(fmt.Sprintf("batch%d", batch), func(t *testing.T) {

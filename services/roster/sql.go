@@ -52,12 +52,24 @@ WITH v AS (
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ended)`
 
-// sqlKeepEnrollments: an enrollment upsert whose student already has an
-// open period in the course keeps that period and takes the position.
+// A live period of an enrollment change is the key's open period, or one
+// its course's deletion ended although the deletion is newer than the
+// change: the courses topic got there first, and in the platform's order
+// the change came while the period was open (ended at the deletion:
+// dropped_at is the deletion's time, as sqlDeleteCourses sets it).
+// Updating that one, not starting another, is what applying in the
+// platform's order would have done.
+const livePeriod = `(e.dropped_at IS NULL OR (
+        v.pos IS NOT NULL AND c.deleted_at IS NOT NULL AND c.source_pos > v.pos
+        AND e.dropped_at = greatest(c.deleted_at, e.enrolled_at)))`
+
+// sqlKeepEnrollments: an enrollment upsert whose student has a live
+// period in the course keeps that period and takes the position.
 const sqlKeepEnrollments = `
 UPDATE enrollments e SET source_pos = v.pos
 FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS v (course_id, user_id, pos)
-WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND e.dropped_at IS NULL
+LEFT JOIN courses c ON c.id = v.course_id
+WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND ` + livePeriod + `
   AND (e.source_pos IS NULL OR v.pos IS NULL OR v.pos >= e.source_pos)`
 
 // sqlStartEnrollments starts a period for each upsert whose student has
@@ -67,12 +79,13 @@ WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND e.dropped_at IS NU
 // itself, so equal is the same change again), or an erasure newer than
 // the change forgot the student. A period starts no earlier than the last
 // one ended, so one student's periods never overlap (the fan-out's slice
-// relies on it). An enrolment older than its course's deletion (the
+// relies on it), and after the last one began (a period that ended where
+// it began, and a re-enrolment at that same instant, keep distinct keys).
+// An enrolment older than its course's deletion (the
 // courses topic got there first) starts a period that ended at the
 // deletion, as it would have had it arrived first. ON CONFLICT DO
-// NOTHING covers enrollments_open (an open period: kept above, or stale)
-// and the primary key (a period that began and ended at that very
-// instant).
+// NOTHING covers enrollments_open: an open period (kept above, or
+// stale).
 const sqlStartEnrollments = `
 INSERT INTO enrollments (course_id, user_id, enrolled_at, dropped_at, source_pos)
 SELECT v.course_id, v.user_id, s.start,
@@ -80,10 +93,10 @@ SELECT v.course_id, v.user_id, s.start,
        v.pos
 FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::bigint[]) AS v (course_id, user_id, at, pos)
 CROSS JOIN LATERAL (
-    SELECT max(o.dropped_at) AS last_drop, max(o.source_pos) AS last_pos, bool_or(o.dropped_at IS NULL) AS open
+    SELECT max(o.dropped_at) AS last_drop, max(o.enrolled_at) AS last_start, max(o.source_pos) AS last_pos, bool_or(o.dropped_at IS NULL) AS open
     FROM enrollments o WHERE o.course_id = v.course_id AND o.user_id = v.user_id
 ) p
-CROSS JOIN LATERAL (SELECT greatest(v.at, p.last_drop) AS start) s
+CROSS JOIN LATERAL (SELECT greatest(v.at, p.last_drop, p.last_start + interval '1 microsecond') AS start) s
 LEFT JOIN courses c ON c.id = v.course_id
 WHERE p.open IS NOT TRUE
   AND (v.pos IS NULL OR p.last_pos IS NULL OR p.last_pos < v.pos)
@@ -91,11 +104,12 @@ WHERE p.open IS NOT TRUE
     SELECT 1 FROM roster_erasures x WHERE x.id_hash = sha256(uuid_send(v.user_id)) AND x.source_pos > v.pos))
 ON CONFLICT DO NOTHING`
 
-// sqlDropEnrollments ends open periods at the change's time.
+// sqlDropEnrollments ends live periods at the change's time.
 const sqlDropEnrollments = `
 UPDATE enrollments e SET dropped_at = greatest(v.at, e.enrolled_at), source_pos = v.pos
 FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::timestamptz[]) AS v (course_id, user_id, pos, at)
-WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND e.dropped_at IS NULL
+LEFT JOIN courses c ON c.id = v.course_id
+WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND ` + livePeriod + `
   AND (e.source_pos IS NULL OR v.pos IS NULL OR v.pos >= e.source_pos)`
 
 // Erasure. sqlEraseTargets keeps the deletes that are not older than the
