@@ -363,7 +363,7 @@ type e2eProc struct {
 	err    error
 }
 
-func startE2ERoster(t *testing.T, args ...string) *e2eProc {
+func startE2ERoster(t testing.TB, args ...string) *e2eProc {
 	t.Helper()
 	p := &e2eProc{cmd: exec.Command(notifytest.Binary(t), args...), log: &e2eLog{}, exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), ids.EnvNamespace+"="+e2eNamespace.String())

@@ -243,7 +243,7 @@ func Start(t testing.TB, cfg Config) *Connector {
 			c.stopOnce = sync.Once{}
 			continue
 		}
-		t.Fatalf("debeziumtest: %v\n%s", err, c.LogTail(60))
+		t.Fatalf("debeziumtest: %v\n%s%s", err, c.logErrors(8), c.LogTail(60))
 		return nil
 	}
 }
@@ -280,7 +280,10 @@ func (c *Connector) waitRunning(timeout time.Duration) error {
 		} else {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			last = fmt.Sprintf("HTTP %d %s", resp.StatusCode, bytes.TrimSpace(body))
+			last = fmt.Sprintf("HTTP %d", resp.StatusCode)
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+				last += " " + string(bytes.TrimSpace(body))
+			}
 			var s status
 			if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &s) == nil {
 				if s.Connector.State == "FAILED" {
@@ -341,6 +344,31 @@ func (c *Connector) LogTail(n int) string {
 		b.WriteString("    " + l + "\n")
 	}
 	return b.String()
+}
+
+// logErrors returns the worker log's ERROR lines, each with the line
+// after it when that is an exception's message rather than a log line:
+// the cause of a failed start, which a tail of stack frames buries.
+func (c *Connector) logErrors(n int) string {
+	lines := strings.Split(string(readFile(c.Log)), "\n")
+	var out []string
+	seen := map[string]bool{}
+	for i, l := range lines {
+		if !strings.Contains(l, "] ERROR ") || len(out) >= n {
+			continue
+		}
+		if i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "[") && !strings.HasPrefix(lines[i+1], "\t") {
+			l += "\n        " + lines[i+1]
+		}
+		if !seen[l] {
+			seen[l] = true
+			out = append(out, "    "+l)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "errors in the worker's log:\n" + strings.Join(out, "\n") + "\n"
 }
 
 func (c *Connector) cleanup(t testing.TB, pg *pgx.ConnConfig) {

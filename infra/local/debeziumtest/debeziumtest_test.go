@@ -345,3 +345,45 @@ func exec(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string) {
 		t.Fatalf("%v\n%s", err, sql)
 	}
 }
+
+// fatalRecorder is a testing.TB whose Fatal ends the goroutine and keeps
+// the message, so a test can check what Start says when it fails.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *fatalRecorder) Fatal(args ...any) { r.msg = fmt.Sprint(args...); runtime.Goexit() }
+
+// TestStartFailureSaysWhy: a connector that cannot start (its database
+// does not exist) fails the test at once with the cause from the worker's
+// log and the log's tail, instead of waiting out the start timeout.
+func TestStartFailureSaysWhy(t *testing.T) {
+	r := &fatalRecorder{TB: t}
+	missing := "notify_t_missing_" + strings.TrimSuffix(streamstest.Prefix(), ".")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		debeziumtest.Start(r, debeziumtest.Config{
+			Database:     missing,
+			Tables:       []string{"public.users"},
+			TopicPrefix:  strings.TrimSuffix(streamstest.Prefix(), "."),
+			StartTimeout: 3 * time.Minute,
+		})
+	}()
+	<-done
+	if r.msg == "" {
+		t.Fatal("Start returned on a database that does not exist")
+	}
+	t.Logf("Start failed, as it should:\n%s", r.msg)
+	for _, want := range []string{`database "` + missing + `" does not exist`, "worker.log"} {
+		if !strings.Contains(r.msg, want) {
+			t.Errorf("failure does not say %q:\n%s", want, r.msg)
+		}
+	}
+}
