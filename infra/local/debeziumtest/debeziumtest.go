@@ -105,16 +105,43 @@ type Connector struct {
 // Topic returns the topic of a captured table ("public.users").
 func (c *Connector) Topic(table string) string { return c.cfg.TopicPrefix + "." + table }
 
+// EnvLibs names the environment variable that points Start at another
+// directory of jars (one fetched by another checkout, say).
+const EnvLibs = "NOTIFY_DEBEZIUM_LIBS"
+
 // repoRoot is the checkout this file belongs to: the jars and the worker's
 // logging config are found from here, so the test can run from any
-// directory, and every path handed to java is absolute.
+// directory, and every path handed to java is absolute. Built with
+// -trimpath the file's path is not absolute; the checkout is then the
+// nearest directory above the working directory (a package's, under go
+// test) that holds go.mod.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	if filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	}
+	dir, _ := os.Getwd()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
 }
 
-// LibsDir is where infra/local/debezium.sh fetch puts the jars.
-func LibsDir() string { return filepath.Join(repoRoot(), ".local", "debezium", "libs") }
+// LibsDir is where infra/local/debezium.sh fetch puts the jars, or
+// EnvLibs when set.
+func LibsDir() string {
+	if v := os.Getenv(EnvLibs); v != "" {
+		if abs, err := filepath.Abs(v); err == nil {
+			return abs
+		}
+		return v
+	}
+	return filepath.Join(repoRoot(), ".local", "debezium", "libs")
+}
 
 // Start starts a worker running Debezium's PostgreSQL connector for cfg
 // and returns once the connector and its task are RUNNING. It stops the
