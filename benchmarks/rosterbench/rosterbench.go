@@ -375,4 +375,3 @@ func Print(w io.Writer, r Result) {
 		r.CPUSeconds, r.RosterCPUSeconds, r.PostgresCPUSeconds, r.CPUSeconds/float64(r.Changes)*1e6)
 	_ = tw.Flush()
 }
-
