@@ -29,7 +29,7 @@ func init() {
 // rosterTopicFlags are the platform's topics and column mappings, shared
 // by `notify run roster` and `notify roster status`.
 type rosterTopicFlags struct {
-	users, courses, enrollments          string
+	users, courses, enrollments         string
 	usersCols, coursesCols, enrollsCols string
 }
 

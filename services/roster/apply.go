@@ -85,7 +85,7 @@ type round struct {
 	enrolled    map[[2]uuid.UUID]int
 	enrollUps   []Change
 	enrollDels  []Change
-	stale       int // coalesced upserts older than the one kept
+	stale       int            // coalesced upserts older than the one kept
 	coalescedBy map[string]int // upserts superseded by a newer one, by table
 }
 

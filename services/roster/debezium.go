@@ -207,22 +207,38 @@ func (d *Decoder) Decode(key, value []byte, offset int64) (c Change, ok bool, er
 		return Change{}, false, nil
 	}
 	var ev event
-	if err := json.Unmarshal(value, &ev); err != nil {
-		return Change{}, false, decodeErr(ReasonMalformed, "value is not a JSON change event: %v", err)
-	}
 	var fieldTypes map[string]string
-	if len(ev.Payload) > 0 && ev.Op == "" {
-		schema := ev.Schema
-		p := bytes.TrimSpace(ev.Payload)
-		if bytes.Equal(p, []byte("null")) {
+	if schema, payload, ok := splitEnvelope(value); ok && len(schema) > 0 {
+		if bytes.Equal(payload, []byte("null")) {
 			return Change{}, false, nil // an enveloped tombstone
 		}
-		ev = event{}
-		if err := json.Unmarshal(p, &ev); err != nil {
+		if err := json.Unmarshal(payload, &ev); err != nil {
 			return Change{}, false, decodeErr(ReasonMalformed, "payload is not a change event: %v", err)
 		}
+		var err error
 		if fieldTypes, err = d.valueSchema(schema); err != nil {
 			return Change{}, false, err
+		}
+	} else {
+		if err := json.Unmarshal(value, &ev); err != nil {
+			return Change{}, false, decodeErr(ReasonMalformed, "value is not a JSON change event: %v", err)
+		}
+		if len(ev.Payload) > 0 && ev.Op == "" {
+			// An envelope the scanner could not follow (it is then
+			// invalid JSON, and Unmarshal said so) or without a schema.
+			schema := ev.Schema
+			p := bytes.TrimSpace(ev.Payload)
+			if bytes.Equal(p, []byte("null")) {
+				return Change{}, false, nil
+			}
+			ev = event{}
+			if err := json.Unmarshal(p, &ev); err != nil {
+				return Change{}, false, decodeErr(ReasonMalformed, "payload is not a change event: %v", err)
+			}
+			var err error
+			if fieldTypes, err = d.valueSchema(schema); err != nil {
+				return Change{}, false, err
+			}
 		}
 	}
 	switch ev.Op {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // IANA zones on hosts without /usr/share/zoneinfo
 	"unicode/utf8"
@@ -140,21 +141,59 @@ func (u User) Validate() error {
 	if err := checkText("user name", u.Name, MaxNameBytes); err != nil {
 		return err
 	}
-	if u.Locale != nil {
-		if _, err := language.Parse(*u.Locale); err != nil || *u.Locale == "" {
-			return fmt.Errorf("%w: locale %q is not a BCP 47 language tag (e.g. \"en\", \"pt-BR\")", ErrInvalid, *u.Locale)
-		}
+	if u.Locale != nil && !locales.valid(*u.Locale) {
+		return fmt.Errorf("%w: locale %q is not a BCP 47 language tag (e.g. \"en\", \"pt-BR\")", ErrInvalid, *u.Locale)
 	}
-	if u.TimeZone != nil {
-		tz := *u.TimeZone
-		// LoadLocation takes "" for UTC and "Local" for the host's zone;
-		// neither is a zone name a platform stores.
-		if _, err := time.LoadLocation(tz); err != nil || tz == "" || tz == "Local" {
-			return fmt.Errorf("%w: time zone %q is not an IANA zone name (e.g. \"Europe/Berlin\")", ErrInvalid, tz)
-		}
+	if u.TimeZone != nil && !zones.valid(*u.TimeZone) {
+		return fmt.Errorf("%w: time zone %q is not an IANA zone name (e.g. \"Europe/Berlin\")", ErrInvalid, *u.TimeZone)
 	}
 	return nil
 }
+
+// validity caches the answers of check: a platform's users share a few
+// hundred zones and locales, and parsing one (time.LoadLocation reads the
+// zone's tzdata) costs more than decoding the whole record.
+type validity struct {
+	check func(string) bool
+	mu    sync.Mutex
+	seen  map[string]bool
+}
+
+// maxValidity bounds each cache: there are about 600 IANA zones; past the
+// bound (values that differ per user) answers are computed each time.
+const maxValidity = 4096
+
+func (v *validity) valid(s string) bool {
+	v.mu.Lock()
+	ok, hit := v.seen[s]
+	v.mu.Unlock()
+	if hit {
+		return ok
+	}
+	ok = v.check(s)
+	v.mu.Lock()
+	if v.seen == nil {
+		v.seen = map[string]bool{}
+	}
+	if len(v.seen) < maxValidity {
+		v.seen[s] = ok
+	}
+	v.mu.Unlock()
+	return ok
+}
+
+var (
+	locales = &validity{check: func(s string) bool {
+		_, err := language.Parse(s)
+		return err == nil && s != ""
+	}}
+	// LoadLocation takes "" for UTC and "Local" for the host's zone;
+	// neither is a zone name a platform stores.
+	zones = &validity{check: func(s string) bool {
+		_, err := time.LoadLocation(s)
+		return err == nil && s != "" && s != "Local"
+	}}
+)
 
 // Validate checks a course as Apply stores it.
 func (c Course) Validate() error {

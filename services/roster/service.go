@@ -25,7 +25,7 @@ import (
 const (
 	DefaultMaxBatch    = 5000
 	DefaultParallel    = 2
-	DefaultMaxPoll     = 20000
+	DefaultMaxPoll     = 100000
 	DefaultCommitRetry = 10 * time.Second
 )
 
@@ -179,8 +179,10 @@ func NewService(cfg Config) (*Service, error) {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Every partition's share of a fetch bounded, so that one poll
+		// holds records of many partitions, applied in parallel.
 		kgo.FetchMaxBytes(64<<20),
-		kgo.FetchMaxPartitionBytes(16<<20),
+		kgo.FetchMaxPartitionBytes(4<<20),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
 			s.readyOnce.Do(func() { close(s.ready) })
 		}),
@@ -252,11 +254,21 @@ func (s *Service) loop(run *startstop.Run) {
 				s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 			}
 		})
+		// One entry per partition, its records in offset order: a poll
+		// can hold several fetches of the same partition.
 		var parts []kgo.FetchTopicPartition
+		at := map[topicPartition]int{}
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if len(fp.Records) > 0 {
-				parts = append(parts, fp)
+			if len(fp.Records) == 0 {
+				return
 			}
+			k := topicPartition{fp.Topic, fp.Partition}
+			if i, ok := at[k]; ok {
+				parts[i].Records = append(parts[i].Records, fp.Records...)
+				return
+			}
+			at[k] = len(parts)
+			parts = append(parts, fp)
 		})
 		ok := s.applyAll(hard, parts)
 		s.cl.AllowRebalance()
@@ -349,7 +361,7 @@ func (s *Service) applyBatch(ctx context.Context, d *Decoder, recs []*kgo.Record
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if streams.IsDataError(err) && len(changes) > 0 {
+		if refused(err) && len(changes) > 0 {
 			// Postgres refuses something of the batch that the decoder
 			// let through; find it record by record.
 			return s.applyOneByOne(ctx, d, changes, from, dead, last)
@@ -362,6 +374,16 @@ func (s *Service) applyBatch(ctx context.Context, d *Decoder, recs []*kgo.Record
 		case <-time.After(pause):
 		}
 	}
+}
+
+// refused reports whether err says the batch's data can never apply:
+// Postgres refuses it (streams.IsDataError), or Apply does (ErrInvalid,
+// which the decoder's own check should have caught first).
+func refused(err error) bool { return streams.IsDataError(err) || errors.Is(err, ErrInvalid) }
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 type deadRecord struct {
@@ -384,8 +406,12 @@ func (s *Service) applyOneByOne(ctx context.Context, d *Decoder, changes []Chang
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if streams.IsDataError(err) {
-				bad := []deadRecord{{from[i], streams.ReasonDataError, err}}
+			if refused(err) {
+				reason := streams.ReasonDataError
+				if errors.Is(err, ErrInvalid) {
+					reason = ReasonInvalid
+				}
+				bad := []deadRecord{{from[i], reason, err}}
 				if err := s.deadLetter(ctx, bad); err != nil {
 					return err
 				}

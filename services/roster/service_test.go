@@ -260,3 +260,45 @@ func TestServiceConfig(t *testing.T) {
 		}
 	}
 }
+
+// Replaying every topic from the earliest offset (a new group, or offsets
+// reset) changes nothing: the tables stay the platform's.
+func TestServiceReplayFromEarliest(t *testing.T) {
+	t.Parallel()
+	stream := platformStream(3, 300, 4, 600)
+	ref := schematest.NewDatabase(t)
+	var changes []roster.Change
+	for _, e := range stream {
+		changes = append(changes, e.change)
+	}
+	apply(t, ref.Pool, changes...)
+	want := dump(t, ref.Pool)
+
+	db := schematest.NewDatabase(t)
+	topics := streamstest.NewTopics(t)
+	usersT, coursesT, enrollT := platformTopics(t, topics)
+	topicOf := map[string]string{rostertest.Users.Name: usersT, rostertest.Courses.Name: coursesT, rostertest.Enrollments.Name: enrollT}
+	var recs []*kgo.Record
+	for _, e := range stream {
+		recs = append(recs, record(topicOf[e.table.Name], e.table, e.ev, true))
+	}
+	produce(t, streamstest.Client(t), recs...)
+	adm := streamstest.Admin(t)
+	group := topics.Group(streams.GroupRoster)
+	for pass := 0; pass < 2; pass++ {
+		s := startService(t, roster.Config{Pool: db.Pool, Topics: topics, UsersTopic: usersT, CoursesTopic: coursesT, EnrollmentsTopic: enrollT, MaxBatch: 50})
+		waitCommitted(t, adm, group, usersT, coursesT, enrollT)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := s.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if got := dump(t, db.Pool); got != want {
+			t.Fatalf("pass %d: tables differ from the platform's", pass)
+		}
+		// From the earliest offset again.
+		if _, err := adm.DeleteGroups(context.Background(), group); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -99,7 +99,7 @@ func (t Table) KeyOf(row map[string]any, schemas bool) []byte {
 		return mustJSON(payload)
 	}
 	return mustJSON(map[string]any{
-		"schema": map[string]any{"type": "struct", "optional": false, "name": t.Name + ".Key", "fields": t.fieldSchemas(t.keyColumns())},
+		"schema":  map[string]any{"type": "struct", "optional": false, "name": t.Name + ".Key", "fields": t.fieldSchemas(t.keyColumns())},
 		"payload": payload,
 	})
 }
