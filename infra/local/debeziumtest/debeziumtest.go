@@ -183,30 +183,32 @@ func Start(t testing.TB, cfg Config) *Connector {
 	t.Cleanup(func() { c.cleanup(t, pg) })
 
 	conn := map[string]string{
-		"name":                              c.Name,
-		"connector.class":                   "io.debezium.connector.postgresql.PostgresConnector",
-		"tasks.max":                         "1",
-		"plugin.name":                       "pgoutput",
-		"database.hostname":                 pg.Host,
-		"database.port":                     strconv.Itoa(int(pg.Port)),
-		"database.user":                     pg.User,
-		"database.password":                 pg.Password,
-		"database.dbname":                   cfg.Database,
-		"topic.prefix":                      cfg.TopicPrefix,
-		"table.include.list":                strings.Join(cfg.Tables, ","),
-		"slot.name":                         c.Slot,
-		"publication.name":                  c.Publication,
-		"publication.autocreate.mode":       "filtered",
-		"snapshot.mode":                     "initial",
-		"topic.creation.default.partitions": "1",
+		"name":                        c.Name,
+		"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
+		"tasks.max":                   "1",
+		"plugin.name":                 "pgoutput",
+		"database.hostname":           pg.Host,
+		"database.port":               strconv.Itoa(int(pg.Port)),
+		"database.user":               pg.User,
+		"database.password":           pg.Password,
+		"database.dbname":             cfg.Database,
+		"topic.prefix":                cfg.TopicPrefix,
+		"table.include.list":          strings.Join(cfg.Tables, ","),
+		"slot.name":                   c.Slot,
+		"publication.name":            c.Publication,
+		"publication.autocreate.mode": "filtered",
+		"snapshot.mode":               "initial",
+		// The broker does not create topics on first use
+		// (auto.create.topics.enable=false): without topic.creation.*
+		// the producer retries UNKNOWN_TOPIC_OR_PARTITION forever.
+		"topic.creation.default.partitions":         "1",
 		"topic.creation.default.replication.factor": "-1",
 	}
-	// The broker does not create topics on first use
-	// (auto.create.topics.enable=false): without topic.creation.* the
-	// producer retries UNKNOWN_TOPIC_OR_PARTITION forever.
 	for k, v := range cfg.Props {
 		conn[k] = v
 	}
+	// Props may rename them; cleanup and the status poll use these.
+	c.Name, c.Slot, c.Publication = conn["name"], conn["slot.name"], conn["publication.name"]
 	connFile := filepath.Join(c.Dir, "connector.properties")
 	writeProps(t, connFile, conn)
 
