@@ -3,7 +3,6 @@ package schematest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -68,13 +67,8 @@ func NewDatabaseBefore(t testing.TB, name string) *Partial {
 	p := &Partial{Database: db, Conn: db.Conn(t), Pending: ms}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// The table as schema.Migrate creates it, so that schema.Migrate on
-	// Conn later applies only what is pending.
-	if _, err := p.Conn.Exec(ctx, `CREATE TABLE schema_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		t.Fatalf("schematest: create schema_migrations: %v", err)
+	if err := schema.EnsureMigrationsTable(ctx, p.Conn); err != nil {
+		t.Fatalf("schematest: %v", err)
 	}
 	for range ms[:at] {
 		if err := p.MigrateNext(ctx); err != nil {
@@ -91,14 +85,8 @@ func (p *Partial) MigrateNext(ctx context.Context) error {
 		return errors.New("no migration pending")
 	}
 	m := p.Pending[0]
-	if err := pgx.BeginFunc(ctx, p.Conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+	if err := pgx.BeginFunc(ctx, p.Conn, func(tx pgx.Tx) error { return schema.Apply(ctx, tx, m) }); err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 	}
 	p.Pending = p.Pending[1:]
 	return nil

@@ -37,7 +37,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		code   string
 	}{
 		// publish: path, headers, body framing
-		{"course id not a uuid", req{method: "POST", path: "/v1/courses/nope/materials", body: `{"title":"t"}`}, 404, errCourseNotFound},
+		{"course id not a uuid", req{method: "POST", path: "/v1/courses/nope/materials", body: `{"title":"t"}`}, 400, errInvalidID},
 		{"unknown course", req{method: "POST", path: "/v1/courses/" + NewUUID().String() + "/materials", body: `{"title":"t"}`}, 404, errCourseNotFound},
 		{"text/plain", req{method: "POST", path: pub, body: `{"title":"t"}`, header: map[string]string{"Content-Type": "text/plain"}}, 415, errUnsupportedMediaType},
 		{"no content type", req{method: "POST", path: pub, body: `{"title":"t"}`, header: map[string]string{"Content-Type": ""}}, 415, errUnsupportedMediaType},

@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
@@ -49,6 +50,18 @@ const (
 // DefaultUserRecheck is the default of Config.UserRecheck.
 const DefaultUserRecheck = auth.DefaultRecheck
 
+// Defaults of Config.AuthRateLimit and AuthRateBurst.
+const (
+	DefaultAuthRateLimit = 20
+	DefaultAuthRateBurst = 50
+)
+
+// DefaultUnknownUserTTL is the default of Config.UnknownUserTTL.
+const DefaultUnknownUserTTL = auth.DefaultUnknownTTL
+
+// DefaultReadyInterval is the default of Config.ReadyInterval.
+const DefaultReadyInterval = time.Second
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Addr is the listen address. Default "127.0.0.1:8080"; port 0 picks a
@@ -65,6 +78,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// ReadyTimeout bounds the database ping of /readyz. Default 1s.
 	ReadyTimeout time.Duration
+	// ReadyInterval is how long /readyz reuses its last database ping:
+	// probes from many load balancers cost one ping per interval, not one
+	// each. Default 1s.
+	ReadyInterval time.Duration
 
 	// PublishBatch is the most publishes written by one statement and one
 	// transaction (see publishBatcher). 1 writes every publish alone.
@@ -98,8 +115,18 @@ type Config struct {
 	// holds its row locks for long. Default 1000.
 	IdempotencySweepBatch int
 
-	// Key verifies bearer tokens. Required.
+	// Key verifies HS256 bearer tokens (notify's own, `notify token`).
+	// Required.
 	Key *auth.Key
+	// JWKS, when set, also verifies RS256 and ES256 tokens of an identity
+	// provider (auth.JWKSFromEnv); they speak for users only. Default:
+	// none, HS256 tokens only.
+	JWKS *auth.JWKS
+	// IDs maps the user and course ids the API is given — path params,
+	// bodies, token subjects — to notify's uuids (package ids). Default:
+	// the zero Mapper, uuids only; an id it cannot map is answered 400
+	// (401 in a token).
+	IDs ids.Mapper
 	// TokenCacheSize bounds the verified tokens kept so a client's repeated
 	// token is not re-verified on every request (see auth.Cache). Default
 	// auth.DefaultCacheSize.
@@ -110,8 +137,23 @@ type Config struct {
 	// user's tokens stop working within it. Default 5m.
 	UserRecheck time.Duration
 
-	// RateLimit is the requests per second each user may send to the
-	// authenticated routes, sustained; beyond it the answer is 429
+	// UnknownUserTTL is how long a token subject found not to be a user
+	// stays refused without another lookup (auth.CacheConfig.UnknownTTL).
+	// Default 30s; negative disables.
+	UnknownUserTTL time.Duration
+	// AuthRateLimit is how many tokens the token cache does not hold yet
+	// each client address may present per second, sustained; each costs a
+	// signature check and a user lookup, so this bound applies before
+	// either, and a client presenting more gets 429 rate_limited. Clients
+	// behind one proxy share its address: size it for the proxy. Default
+	// 20; negative disables.
+	AuthRateLimit float64
+	// AuthRateBurst is how many new tokens a client address may present at
+	// once before AuthRateLimit applies. Default 50.
+	AuthRateBurst int
+
+	// RateLimit is the requests per second each user (or service) may
+	// send to the authenticated routes, sustained; beyond it the answer is 429
 	// rate_limited with Retry-After. A human (an instructor publishing, a
 	// student's browser reading its inbox) stays far below it; a script
 	// polling an event's status does not. Default 10; negative disables
@@ -178,6 +220,18 @@ func (c Config) withDefaults() Config {
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = time.Second
 	}
+	if c.ReadyInterval == 0 {
+		c.ReadyInterval = DefaultReadyInterval
+	}
+	if c.UnknownUserTTL == 0 {
+		c.UnknownUserTTL = DefaultUnknownUserTTL
+	}
+	if c.AuthRateLimit == 0 {
+		c.AuthRateLimit = DefaultAuthRateLimit
+	}
+	if c.AuthRateBurst == 0 {
+		c.AuthRateBurst = DefaultAuthRateBurst
+	}
 	if c.PublishBatch == 0 {
 		c.PublishBatch = DefaultPublishBatch
 	}
@@ -233,6 +287,7 @@ func (c Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"read-header-timeout": c.ReadHeaderTimeout, "read-timeout": c.ReadTimeout,
 		"write-timeout": c.WriteTimeout, "idle-timeout": c.IdleTimeout, "ready-timeout": c.ReadyTimeout,
+		"ready-interval": c.ReadyInterval,
 	} {
 		if d < 0 {
 			return fmt.Errorf("invalid api %s %s: must be positive", name, d)
@@ -264,6 +319,9 @@ func (c Config) validate() error {
 	}
 	if math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) {
 		return fmt.Errorf("invalid api rate limit %v", c.RateLimit)
+	}
+	if math.IsNaN(c.AuthRateLimit) || math.IsInf(c.AuthRateLimit, 0) || c.AuthRateLimit > 0 && c.AuthRateBurst < 1 {
+		return fmt.Errorf("invalid api auth rate limit %v (burst %d must be ≥ 1)", c.AuthRateLimit, c.AuthRateBurst)
 	}
 	if c.Key == nil {
 		return errors.New("api config: Key (token secret) is required")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/eventcontrol"
 )
 
@@ -15,12 +16,13 @@ const (
 )
 
 // handleControl serves POST /v1/events/{event_id}/pause|resume|cancel:
-// authorized exactly as GET /v1/events/{event_id} (one indexed row, the
-// course's instructor only), then one transition of package eventcontrol,
-// answered with the event's new state.
-func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, *http.Request, UUID) {
-	return func(w http.ResponseWriter, r *http.Request, user UUID) {
-		id, _, ok := s.authorizeEvent(w, r, user, string(a))
+// authorized as GET /v1/events/{event_id} (one indexed row, the course's
+// instructor), or for a service with events:control on any event, then
+// one transition of package eventcontrol, answered with the event's new
+// state.
+func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, *http.Request, principal) {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		id, _, ok := s.authorizeEvent(w, r, p, string(a), auth.ScopeEventsControl)
 		if !ok {
 			return
 		}
@@ -28,7 +30,7 @@ func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, 
 		switch {
 		case err == nil:
 			s.log.Info("event state changed", "event_id", res.EventID, "action", string(a), "state", res.State,
-				"previous", res.Previous, "by", user.String(), "requeued", res.Requeued, "dropped", res.Dropped)
+				"previous", res.Previous, "by", p.String(), "requeued", res.Requeued, "dropped", res.Dropped)
 			writeJSON(w, http.StatusOK, res)
 		case errors.Is(err, eventcontrol.ErrUnknownEvent):
 			writeError(w, newError(http.StatusNotFound, errEventNotFound, "no such event"))

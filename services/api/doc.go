@@ -54,8 +54,12 @@
 //     redirect. A body that does not arrive within Config.ReadTimeout is 408
 //     request_timeout; one that cannot be read otherwise is 400
 //     malformed_request. Messages never carry socket errors' text.
-//   - A path id that is not a uuid is 404 (it cannot name anything), like an
-//     unknown id.
+//   - An event or device id in a path that is not a uuid is 404 (it cannot
+//     name anything), like an unknown id. User and course ids — the course
+//     in a path, a token's subject — go through Config.IDs (package ids):
+//     a uuid is itself, the platform's own id its UUIDv5 in
+//     NOTIFY_ID_NAMESPACE; one that cannot be mapped (no namespace set,
+//     too long) is 400 invalid_id naming the problem, 401 in a token.
 //   - Request bodies must be Content-Type application/json, else 415; a
 //     charset other than utf-8 (utf-16, iso-8859-1, …) is 400
 //     unsupported_charset rather than read as UTF-8; bodies over 64 KiB are 413; malformed JSON,
@@ -92,22 +96,48 @@
 // # Authentication and rate limits
 //
 // Every route under /v1 but GET /v1/vapid-public-key needs a bearer token that
-// package auth accepts (HS256; iss, aud, iat, exp required; nbf honoured;
-// lifetime bounded — see its doc) and whose subject is a row of users: the
-// token cache looks the user up once per token and again every
-// Config.UserRecheck (5 minutes), so a deleted user is locked out within
-// it. Any failure is 401 unauthorized with a WWW-Authenticate challenge;
-// a user lookup that fails (database down) is 503.
+// package auth accepts (HS256 with the shared secret, or RS256/ES256 from
+// the identity provider's JWK Set when Config.JWKS is set; iss, aud, iat,
+// exp required; nbf honoured; lifetime bounded — see its doc). The token
+// is resolved once per request into a principal:
 //
-// Each user may then send Config.RateBurst requests at once (default 50)
+//   - a user: the subject (or the provider's user claim) mapped through
+//     Config.IDs, which must be a row of users: the token cache looks the
+//     user up once per token and again every Config.UserRecheck (5
+//     minutes), so a deleted user is locked out within it; a subject found
+//     missing stays refused for Config.UnknownUserTTL (30s) without
+//     another lookup. A user's rights follow from the roster: a course's
+//     instructor publishes to it and sees and controls its events; a
+//     user's token carries no scopes.
+//   - a service: subject service:NAME, no users row, with scopes (package
+//     auth's Scope) that grant their right on every course and event:
+//     notifications:send publishes to any course (as the course's
+//     instructor, the material's author; the service's Idempotency-Keys
+//     are kept under a uuid derived from its name), events:read reads any
+//     event's status, events:control pauses, resumes and cancels any
+//     event, roster:write is for the roster routes. A service has no
+//     /v1/me resources (403).
+//
+// Routes check rights with Server.authorize (401/403 written for them).
+// Any token failure is 401 unauthorized with a WWW-Authenticate
+// challenge; a user lookup that fails (database down) is 503; a missing
+// scope 403 forbidden.
+//
+// A token the cache does not hold costs a signature check and a user
+// lookup, so those are rate limited per client address before either
+// (Config.AuthRateBurst at once, default 50, then Config.AuthRateLimit per
+// second, default 20): a flood of signed tokens for users that do not
+// exist costs at most the burst in lookups, the rest 429.
+//
+// Each principal may then send Config.RateBurst requests at once (default 50)
 // and Config.RateLimit per second after that (default 10), counted
-// together over every authenticated route (a token bucket per user, in a
-// bounded map). Beyond that the answer is 429 rate_limited with
+// together over every authenticated route (a token bucket per user or
+// service, in a bounded map). Beyond that the answer is 429 rate_limited with
 // Retry-After in whole seconds; the request does nothing.
 //
 // The access log has one line per request with method, route pattern,
-// status, duration, the user id (once authenticated) and the remote
-// address.
+// status, duration, the caller (a user id or service:NAME, once
+// authenticated) and the remote address.
 //
 // # Push subscriptions
 //
@@ -141,7 +171,8 @@
 // # Events
 //
 // GET /v1/events/{event_id} reports an event's progress to the course's
-// instructor (403 for anyone else; 404 for an unknown event) through a
+// instructor or a service with events:read (403 for anyone else; 404 for
+// an unknown event) through a
 // StatusSource; the default (EventReports) serves the eventstatus report,
 // the same JSON as `notify status --json`: the fan-out's state ("pending"
 // until the planner ran, then "running" with notified/slices/rate/ETA,
@@ -156,7 +187,8 @@
 // # Operations
 //
 // /healthz answers while the process runs; /readyz pings Postgres with a
-// short timeout (200 or 503). Metrics (Prometheus text) are served by
+// short timeout (200 or 503), reusing the answer for Config.ReadyInterval
+// (1s) so many probes cost one ping. Metrics (Prometheus text) are served by
 // MetricsHandler, not on the public port: `notify run api` serves them on
 // --metrics-addr (127.0.0.1:9104 by default).
 //

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -17,6 +18,7 @@ import (
 const (
 	errUnauthorized          = "unauthorized"
 	errForbidden             = "forbidden"
+	errInvalidID             = "invalid_id"
 	errNotFound              = "not_found"
 	errCourseNotFound        = "course_not_found"
 	errEventNotFound         = "event_not_found"
@@ -56,6 +58,8 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter, when positive, is sent as Retry-After (seconds).
+	RetryAfter int
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -72,6 +76,9 @@ type errorBody struct {
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	var b errorBody
 	b.Error.Code, b.Error.Message = e.Code, e.Message
 	writeJSON(w, e.Status, b)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/eventstatus"
 )
 
@@ -73,12 +74,18 @@ func (s EventReports) EventStatus(ctx context.Context, eventID UUID) (UUID, any,
 	return course, r, nil
 }
 
-// authorizeEvent reads the path's event id and lets only its course's
-// instructor through (the answer is written otherwise: 400, 404, 403 or
-// 500). It runs before any costly work: the owner is one indexed row, and
-// unknown ids are remembered (cachedStatus). verb completes "only the
-// course's instructor may … this event".
-func (s *Server) authorizeEvent(w http.ResponseWriter, r *http.Request, user UUID, verb string) (id, course UUID, ok bool) {
+// authorizeEvent reads the path's event id and lets through its course's
+// instructor, or a service holding scope (on any event); the answer is
+// written otherwise: 403, 404 or 500. A service without the scope is
+// refused before the lookup; a user's right is the lookup's answer, which
+// is cheap: one indexed row, and unknown ids are remembered
+// (cachedStatus). verb completes "only the course's instructor may … this
+// event".
+func (s *Server) authorizeEvent(w http.ResponseWriter, r *http.Request, p principal, verb string, scope auth.Scope) (id, course UUID, ok bool) {
+	if p.IsService() && !p.Has(scope) {
+		writeError(w, newError(http.StatusForbidden, errForbidden, "a service needs scope %s to %s an event", scope, verb))
+		return id, course, false
+	}
 	id, e := pathUUID(r, "event_id", errEventNotFound, "event")
 	if e != nil {
 		writeError(w, e)
@@ -93,15 +100,18 @@ func (s *Server) authorizeEvent(w http.ResponseWriter, r *http.Request, user UUI
 		s.internalError(w, r, "event owner", err)
 		return id, course, false
 	}
-	if instructor == (UUID{}) || instructor != user {
+	if p.IsService() {
+		return id, course, true
+	}
+	if instructor == (UUID{}) || instructor != p.User {
 		writeError(w, newError(http.StatusForbidden, errForbidden, "only the course's instructor may %s this event", verb))
 		return id, course, false
 	}
 	return id, course, true
 }
 
-func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, user UUID) {
-	id, course, ok := s.authorizeEvent(w, r, user, "see")
+func (s *Server) handleEvent(w http.ResponseWriter, r *http.Request, p principal) {
+	id, course, ok := s.authorizeEvent(w, r, p, "see", auth.ScopeEventsRead)
 	if !ok {
 		return
 	}

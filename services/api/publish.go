@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -35,8 +36,12 @@ type PublishResponse struct {
 // one implicit transaction: the course check, the idempotency claim, the
 // material and the outbox event commit together or not at all.
 //
-//   - Nothing is inserted unless the caller is the course's instructor; the
-//     first column tells 404 (NULL) from 403 (someone else).
+//   - Nothing is inserted unless the caller is the course's instructor, or
+//     ($16) a service with notifications:send, which publishes as the
+//     course's instructor (the material's author); the first column tells
+//     404 (NULL) from 403 (someone else).
+//   - $2 owns the Idempotency-Key: the user, or the service's derived
+//     uuid (principal.key), so a service's keys never meet a person's.
 //   - With a key ($3 not empty), the claim is INSERT … ON CONFLICT DO NOTHING:
 //     a concurrent request holding the same key makes it wait for that
 //     transaction and then yield no row, and then neither the material nor
@@ -48,15 +53,15 @@ WITH course AS (
 ), claim AS (
     INSERT INTO api_idempotency (user_id, key, request_hash, status, response)
     SELECT $2, $3, $4, 201, $5 FROM course
-    WHERE course.instructor_id = $2 AND $3 <> ''
+    WHERE (course.instructor_id = $2 OR $16) AND $3 <> ''
     ON CONFLICT (user_id, key) DO NOTHING
     RETURNING 1
 ), allowed AS (
-    SELECT 1 FROM course
-    WHERE course.instructor_id = $2 AND ($3 = '' OR EXISTS (SELECT 1 FROM claim))
+    SELECT instructor_id FROM course
+    WHERE (course.instructor_id = $2 OR $16) AND ($3 = '' OR EXISTS (SELECT 1 FROM claim))
 ), material AS (
     INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at)
-    SELECT $6, $7, $1, $2, $8, $9, NULLIF($10, ''), $11 FROM allowed
+    SELECT $6, $7, $1, allowed.instructor_id, $8, $9, NULLIF($10, ''), $11 FROM allowed
     RETURNING 1
 ), event AS (
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
@@ -68,9 +73,17 @@ SELECT (SELECT instructor_id FROM course),
 
 const sqlIdempotencyGet = `SELECT request_hash, status, response FROM api_idempotency WHERE user_id = $1 AND key = $2`
 
-func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, user UUID) {
+// handlePublish serves POST /v1/courses/{course_id}/materials: the
+// course's instructor, or a service with notifications:send on any course
+// (the material's author is then the course's instructor; the service is
+// named in the log).
+func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, p principal) {
 	start := time.Now()
-	course, e := pathUUID(r, "course_id", errCourseNotFound, "course")
+	if p.IsService() && !p.Has(auth.ScopeNotificationsSend) {
+		writeError(w, newError(http.StatusForbidden, errForbidden, "publishing needs a service credential with scope %s", auth.ScopeNotificationsSend))
+		return
+	}
+	course, e := s.mapID(r.PathValue("course_id"), "course_id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -90,7 +103,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, user UUID
 		writeError(w, e)
 		return
 	}
-	res, err := s.publish(r.Context(), user, course, req, key)
+	res, err := s.publish(r.Context(), p, course, req, key)
 	if err != nil {
 		var ae *Error
 		if errors.As(err, &ae) {
@@ -106,6 +119,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, user UUID
 	} else {
 		s.m.published.Inc()
 		s.m.pubLatency.UpdateDuration(start)
+		if p.IsService() {
+			s.log.Info("material published by a service", "service", p.Service, "course_id", course.String())
+		}
 	}
 	writeRawJSON(w, res.status, res.body)
 }
@@ -135,7 +151,8 @@ type publishResult struct {
 // published_at is this server's clock when the request was accepted,
 // truncated to the microseconds Postgres stores, so the response, the
 // material row and the event payload carry exactly the same instant.
-func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequest, key string) (publishResult, error) {
+func (s *Server) publish(ctx context.Context, p principal, course UUID, req PublishRequest, key string) (publishResult, error) {
+	user := p.key() // the Idempotency-Key's owner
 	materialID, eventID := NewUUID(), NewUUID()
 	publishedAt := time.Now().UTC().Truncate(time.Microsecond)
 	resp, err := json.Marshal(PublishResponse{MaterialID: materialID.String(), EventID: eventID.String(), PublishedAt: publishedAt,
@@ -173,7 +190,7 @@ func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequ
 	}
 
 	row, err := s.batch.publish(publishArgs{
-		course: course, user: user, key: key, hash: hash, response: string(resp),
+		course: course, user: user, anyCourse: p.Has(auth.ScopeNotificationsSend), key: key, hash: hash, response: string(resp),
 		materialID: materialID, eventID: eventID, title: req.Title, body: req.Body, url: req.URL,
 		publishedAt: publishedAt, aggregateID: course.String(), payload: string(payload),
 	})
@@ -184,7 +201,7 @@ func (s *Server) publish(ctx context.Context, user, course UUID, req PublishRequ
 	switch {
 	case instructor == nil:
 		return publishResult{}, newError(http.StatusNotFound, errCourseNotFound, "no such course")
-	case *instructor != user:
+	case *instructor != user && !p.IsService():
 		return publishResult{}, newError(http.StatusForbidden, errForbidden, "only the course's instructor may publish")
 	case written == 2:
 		return publishResult{status: http.StatusCreated, body: resp}, nil

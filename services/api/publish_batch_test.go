@@ -30,7 +30,7 @@ func TestPublishGroupsAnswerEachRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler),
-		PublishConcurrency: 1, PublishBatch: 16, RateLimit: -1}, db.Pool)
+		PublishConcurrency: 1, PublishBatch: 16, RateLimit: -1, AuthRateLimit: -1}, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

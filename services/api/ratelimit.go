@@ -1,15 +1,19 @@
 package api
 
 import (
+	"hash/maphash"
 	"math"
 	"sync"
 	"time"
 )
 
-// rateLimiter is a token bucket per user: each user may send burst
-// requests at once and rate per second after that. Buckets live in a
-// bounded map split into shards by the user id's first byte, so concurrent
-// requests of different users rarely share a lock; a shard that is full
+// rateLimiter is a token bucket per key (a user, a service, a client
+// address): each may send burst requests at once and rate per second
+// after that. Buckets live in a bounded map split into shards by a seeded
+// hash of the key — not by its first byte, which for time-ordered (v7)
+// uuids minted together is the same for all of them, and which a client
+// choosing its ids could aim at one shard — so concurrent requests of
+// different users rarely share a lock; a shard that is full
 // evicts a bucket that has refilled (forgetting it changes nothing), or
 // else any one (that user starts again with a full bucket — the bound on
 // memory wins over exactness when more users than the bound are active at
@@ -18,6 +22,7 @@ type rateLimiter struct {
 	rate     float64 // tokens per second
 	burst    float64
 	perShard int
+	seed     maphash.Seed
 	shards   [rateShards]rateShard
 }
 
@@ -34,7 +39,7 @@ type bucket struct {
 }
 
 func newRateLimiter(rate float64, burst, users int) *rateLimiter {
-	l := &rateLimiter{rate: rate, burst: float64(burst), perShard: max(1, users/rateShards)}
+	l := &rateLimiter{rate: rate, burst: float64(burst), perShard: max(1, users/rateShards), seed: maphash.MakeSeed()}
 	for i := range l.shards {
 		l.shards[i].buckets = make(map[UUID]*bucket)
 	}
@@ -44,7 +49,7 @@ func newRateLimiter(rate float64, burst, users int) *rateLimiter {
 // allow takes one token from user's bucket at now. When the bucket is
 // empty it returns false and how long until a token is back.
 func (l *rateLimiter) allow(user UUID, now time.Time) (bool, time.Duration) {
-	sh := &l.shards[user[0]%rateShards]
+	sh := &l.shards[l.shard(user)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	b, ok := sh.buckets[user]
@@ -64,6 +69,11 @@ func (l *rateLimiter) allow(user UUID, now time.Time) (bool, time.Duration) {
 	}
 	wait := time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
 	return false, wait
+}
+
+// shard is key's shard index.
+func (l *rateLimiter) shard(key UUID) int {
+	return int(maphash.Comparable(l.seed, key) % rateShards)
 }
 
 // evict removes one bucket of a full shard, preferring one that has

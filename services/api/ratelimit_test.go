@@ -85,7 +85,13 @@ func TestRateLimiterBounded(t *testing.T) {
 	// spent their burst a moment ago stays limited while idle users are
 	// forgotten. 64 users over 16 shards: 4 per shard.
 	l2 := newRateLimiter(1, 2, 64)
-	inShard := func() UUID { u := NewUUID(); u[0] = hot[0]; return u }
+	inShard := func() UUID {
+		for {
+			if u := NewUUID(); l2.shard(u) == l2.shard(hot) {
+				return u
+			}
+		}
+	}
 	for range 3 {
 		l2.allow(inShard(), now.Add(-10*time.Second)) // idle since
 	}
@@ -103,6 +109,24 @@ func TestRateLimiterBounded(t *testing.T) {
 	}
 	if got := retryAfterSeconds(time.Millisecond); got != 1 {
 		t.Fatalf("retry after 1ms = %d", got)
+	}
+}
+
+// Shards are picked by a hash of the whole id: v7 uuids minted in the
+// same millisecond share their first bytes, yet spread over the shards.
+func TestRateLimiterShardsByHash(t *testing.T) {
+	t.Parallel()
+	l := newRateLimiter(1, 2, 1<<20)
+	used := map[int]int{}
+	for range 1600 {
+		u := NewUUID()
+		u[0], u[1], u[2], u[3], u[4], u[5] = 1, 2, 3, 4, 5, 6 // one instant
+		used[l.shard(u)]++
+	}
+	for i := range rateShards {
+		if used[i] < 50 { // 100 expected; binomial spread is ±30
+			t.Fatalf("shard %d got %d of 1600 ids: %v", i, used[i], used)
+		}
 	}
 }
 

@@ -95,16 +95,6 @@ func (p *PlatformID) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// mapID maps a platform id, answering 400 invalid_id for one that cannot
-// be mapped.
-func (s *Server) mapID(what, id string) (uuid.UUID, *Error) {
-	u, err := s.cfg.IDs.Map(id)
-	if err != nil {
-		return uuid.UUID{}, newError(http.StatusBadRequest, errInvalidID, "%s: %v", what, err)
-	}
-	return u, nil
-}
-
 // applyRoster runs changes in one transaction.
 func (s *Server) applyRoster(ctx context.Context, changes []roster.Change) (roster.Result, error) {
 	var res roster.Result
@@ -120,7 +110,7 @@ func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("user_id")
-	u, e := s.mapID("user id", id)
+	u, e := s.mapID(id, "user id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -152,7 +142,7 @@ func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("user_id")
-	u, e := s.mapID("user id", id)
+	u, e := s.mapID(id, "user id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -170,7 +160,7 @@ func (s *Server) handlePutCourse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("course_id")
-	c, e := s.mapID("course id", id)
+	c, e := s.mapID(id, "course id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -205,7 +195,7 @@ func (s *Server) courseOf(id uuid.UUID, instructor PlatformID, title string) (ro
 	if instructor == "" {
 		return roster.Course{}, newError(http.StatusBadRequest, errInvalidCourse, "instructor_id is required")
 	}
-	in, e := s.mapID("instructor_id", string(instructor))
+	in, e := s.mapID(string(instructor), "instructor_id")
 	if e != nil {
 		return roster.Course{}, e
 	}
@@ -220,12 +210,12 @@ func (s *Server) handleEnrollment(op roster.Op) http.HandlerFunc {
 		if _, ok := s.authorize(w, r, auth.ScopeRosterWrite); !ok {
 			return
 		}
-		c, e := s.mapID("course id", r.PathValue("course_id"))
+		c, e := s.mapID(r.PathValue("course_id"), "course id")
 		if e != nil {
 			writeError(w, e)
 			return
 		}
-		u, e := s.mapID("user id", r.PathValue("user_id"))
+		u, e := s.mapID(r.PathValue("user_id"), "user id")
 		if e != nil {
 			writeError(w, e)
 			return
@@ -436,7 +426,7 @@ func (s *Server) importChange(b []byte, now time.Time) (roster.Change, *Error) {
 	}
 	switch l.Kind {
 	case "user":
-		id, e := s.mapID("id", string(l.ID))
+		id, e := s.mapID(string(l.ID), "id")
 		if e != nil {
 			return roster.Change{}, e
 		}
@@ -448,7 +438,7 @@ func (s *Server) importChange(b []byte, now time.Time) (roster.Change, *Error) {
 		}
 		return roster.Change{Op: op, User: &u, At: now}, nil
 	case "course":
-		id, e := s.mapID("id", string(l.ID))
+		id, e := s.mapID(string(l.ID), "id")
 		if e != nil {
 			return roster.Change{}, e
 		}
@@ -460,11 +450,11 @@ func (s *Server) importChange(b []byte, now time.Time) (roster.Change, *Error) {
 		}
 		return roster.Change{Op: op, Course: &c, At: now}, nil
 	case "enrollment":
-		c, e := s.mapID("course_id", string(l.CourseID))
+		c, e := s.mapID(string(l.CourseID), "course_id")
 		if e != nil {
 			return roster.Change{}, e
 		}
-		u, e := s.mapID("user_id", string(l.UserID))
+		u, e := s.mapID(string(l.UserID), "user_id")
 		if e != nil {
 			return roster.Change{}, e
 		}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,10 +39,14 @@ type Server struct {
 	vapid   string // base64url public key
 	tokens  *auth.Cache
 	limiter *rateLimiter // nil when Config.RateLimit < 0
-	batch   *publishBatcher
-	control *eventcontrol.Controller // the control routes' transitions; shared: it holds only the pool
-	sweeper *idempotencySweeper      // nil until Start, or when disabled
-	m       serverMetrics
+	// authLimiter bounds, per client address, the tokens not in the cache
+	// (each costs a verify and a user lookup); nil when AuthRateLimit < 0.
+	authLimiter *rateLimiter
+	ready       readiness
+	batch       *publishBatcher
+	control     *eventcontrol.Controller // the control routes' transitions; shared: it holds only the pool
+	sweeper     *idempotencySweeper      // nil until Start, or when disabled
+	m           serverMetrics
 
 	http   *http.Server
 	ln     net.Listener
@@ -59,7 +62,11 @@ type serverMetrics struct {
 	batchFallbacks *metrics.Counter
 	replayed       *metrics.Counter
 	rateLimited    *metrics.Counter
-	pubLatency     *metrics.Histogram
+	// authRateLimited: requests refused before their token was checked;
+	// userLookups: token subjects looked up in users.
+	authRateLimited *metrics.Counter
+	userLookups     *metrics.Counter
+	pubLatency      *metrics.Histogram
 	// Idempotency-Key expiry: records deleted, sweeps completed, sweeps
 	// that failed (retried at the next tick).
 	keysExpired *metrics.Counter
@@ -121,7 +128,11 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			published:   cfg.Metrics.NewCounter("notify_api_publishes_total"),
 			replayed:    cfg.Metrics.NewCounter("notify_api_publish_replays_total"),
 			rateLimited: cfg.Metrics.NewCounter("notify_api_rate_limited_total"),
-			pubLatency:  cfg.Metrics.NewHistogram("notify_api_publish_duration_seconds"),
+
+			authRateLimited: cfg.Metrics.NewCounter("notify_api_auth_rate_limited_total"),
+			userLookups:     cfg.Metrics.NewCounter("notify_api_token_user_lookups_total"),
+
+			pubLatency: cfg.Metrics.NewHistogram("notify_api_publish_duration_seconds"),
 
 			batchSize:      cfg.Metrics.NewHistogram("notify_api_publish_group_size"),
 			batchFallbacks: cfg.Metrics.NewCounter("notify_api_publish_group_fallbacks_total"),
@@ -131,7 +142,8 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			sweepErrors: cfg.Metrics.NewCounter("notify_api_idempotency_sweep_errors_total"),
 		},
 	}
-	tokens, err := auth.NewCache(cfg.Key, auth.CacheConfig{Size: cfg.TokenCacheSize, Check: s.userExists, Recheck: cfg.UserRecheck})
+	tokens, err := auth.NewCache(cfg.Key, auth.CacheConfig{Size: cfg.TokenCacheSize, Check: s.userExists, Recheck: cfg.UserRecheck,
+		UnknownTTL: cfg.UnknownUserTTL, JWKS: cfg.JWKS})
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +154,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst, cfg.RateLimitUsers)
 	}
+	if cfg.AuthRateLimit > 0 {
+		s.authLimiter = newRateLimiter(cfg.AuthRateLimit, cfg.AuthRateBurst, authRateClients)
+	}
 	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
 	s.routes()
 	return s, nil
@@ -149,7 +164,11 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 
 func (s *Server) routes() {
 	m := http.NewServeMux()
-	m.HandleFunc("POST /v1/courses/{course_id}/materials", s.authed(s.handlePublish))
+	// Who may call what: /v1/me/… takes a user's token (authed); the
+	// others take a user's or a service's (withPrincipal) and check the
+	// rights themselves — a course's instructor on their own course, a
+	// service by scope on every course (see openapi.json).
+	m.HandleFunc("POST /v1/courses/{course_id}/materials", s.withPrincipal(s.handlePublish))
 	m.HandleFunc("POST /v1/me/push-subscriptions", s.authed(s.handleSubscribe))
 	m.HandleFunc("DELETE /v1/me/push-subscriptions", s.authed(s.handleUnsubscribe))
 	m.HandleFunc("POST /v1/me/devices", s.authed(s.handleRegisterDevice))
@@ -158,10 +177,10 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/vapid-public-key", s.handleVAPIDKey)
 	m.HandleFunc("GET /v1/me/notifications", s.authed(s.handleInbox))
 	m.HandleFunc("POST /v1/me/notifications/{event_id}/read", s.authed(s.handleMarkRead))
-	m.HandleFunc("GET /v1/events/{event_id}", s.authed(s.handleEvent))
-	m.HandleFunc("POST /v1/events/{event_id}/pause", s.authed(s.handleControl(eventcontrol.Pause)))
-	m.HandleFunc("POST /v1/events/{event_id}/resume", s.authed(s.handleControl(eventcontrol.Resume)))
-	m.HandleFunc("POST /v1/events/{event_id}/cancel", s.authed(s.handleControl(eventcontrol.Cancel)))
+	m.HandleFunc("GET /v1/events/{event_id}", s.withPrincipal(s.handleEvent))
+	m.HandleFunc("POST /v1/events/{event_id}/pause", s.withPrincipal(s.handleControl(eventcontrol.Pause)))
+	m.HandleFunc("POST /v1/events/{event_id}/resume", s.withPrincipal(s.handleControl(eventcontrol.Resume)))
+	m.HandleFunc("POST /v1/events/{event_id}/cancel", s.withPrincipal(s.handleControl(eventcontrol.Cancel)))
 	// The roster for platforms without change data capture (roster.go).
 	m.HandleFunc("PUT /v1/users/{user_id}", s.handlePutUser)
 	m.HandleFunc("DELETE /v1/users/{user_id}", s.handleDeleteUser)
@@ -173,8 +192,11 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /readyz", s.handleReadyz)
 	m.HandleFunc("GET /openapi.json", s.handleOpenAPI)
 	// The reference browser integration (page + service worker), see
-	// package webapp. Metrics are not here: see MetricsHandler.
-	m.Handle(webapp.Prefix, webapp.Handler())
+	// package webapp. Metrics are not here: see MetricsHandler. /app
+	// itself is the web app's JSON 404, not the mux's redirect to /app/.
+	app := webapp.Handler()
+	m.Handle(webapp.Prefix, app)
+	m.Handle(strings.TrimSuffix(webapp.Prefix, "/"), app)
 	s.mux = m
 	s.handler = s.instrument(m)
 }
@@ -258,112 +280,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	})
 }
 
-// authed wraps a handler that needs the caller's user id: it
-// authenticates, records the user for the access log and applies the
-// user's rate limit.
-func (s *Server) authed(h func(http.ResponseWriter, *http.Request, UUID)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		user, e := s.authenticate(r)
-		if e != nil {
-			if e.Status == http.StatusUnauthorized {
-				challenge := `Bearer realm="notify"`
-				if e.Code != errUnauthorized || r.Header.Get("Authorization") != "" {
-					challenge += `, error="invalid_token"`
-				}
-				w.Header().Set("WWW-Authenticate", challenge)
-			}
-			writeError(w, e)
-			return
-		}
-		if sw, ok := w.(*statusWriter); ok {
-			sw.user = user
-		}
-		if s.limiter != nil {
-			if ok, wait := s.limiter.allow(user, s.cfg.Now()); !ok {
-				s.m.rateLimited.Inc()
-				secs := retryAfterSeconds(wait)
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				writeError(w, newError(http.StatusTooManyRequests, errRateLimited,
-					"too many requests: at most %g per second per user (bursts of %d); retry after %d s", s.cfg.RateLimit, s.cfg.RateBurst, secs))
-				return
-			}
-		}
-		h(w, r, user)
-	}
-}
-
-// tokenErrorMessages tell a client why its token was refused; none of them
-// helps someone without the secret.
-var tokenErrorMessages = []struct {
-	err error
-	msg string
-}{
-	{auth.ErrExpired, "token expired"},
-	{auth.ErrNotYetValid, "token not valid yet (iat or nbf in the future)"},
-	{auth.ErrIssuer, "token issuer not accepted"},
-	{auth.ErrAudience, "token audience not accepted"},
-	{auth.ErrLifetime, "token lifetime longer than this API accepts"},
-	{auth.ErrUnknownSubject, "token subject is not a user"},
-}
-
-func (s *Server) authenticate(r *http.Request) (UUID, *Error) {
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "missing bearer token")
-	}
-	scheme, tok, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "Authorization must be: Bearer <token>")
-	}
-	c, err := s.tokens.Verify(r.Context(), strings.TrimSpace(tok), s.cfg.Now())
-	if errors.Is(err, auth.ErrCheckFailed) {
-		// The user lookup failed, not the token.
-		if r.Context().Err() == nil {
-			s.log.Error("authenticate: look up the token's user", "err", err)
-		}
-		return UUID{}, newError(http.StatusServiceUnavailable, errUnavailable, "cannot check the token's user right now")
-	}
-	if err != nil {
-		msg := "invalid token"
-		for _, m := range tokenErrorMessages {
-			if errors.Is(err, m.err) {
-				msg = m.msg
-				break
-			}
-		}
-		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "%s", msg)
-	}
-	u, err := ParseUUID(c.Subject)
-	if err != nil {
-		return UUID{}, newError(http.StatusUnauthorized, errUnauthorized, "token subject is not a user id")
-	}
-	return u, nil
-}
-
-const sqlUserExists = `SELECT EXISTS (SELECT 1 FROM users WHERE id = $1)`
-
-// userExists is the token cache's subject check: a token speaks for a
-// user only while that user is a row of users.
-func (s *Server) userExists(ctx context.Context, c auth.Claims) error {
-	u, err := ParseUUID(c.Subject)
-	if err != nil {
-		return fmt.Errorf("%w: subject %q is not a uuid", auth.ErrUnknownSubject, c.Subject)
-	}
-	var ok bool
-	if err := s.pool.QueryRow(ctx, sqlUserExists, u).Scan(&ok); err != nil {
-		return fmt.Errorf("look up user %s: %w", u, err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: %s", auth.ErrUnknownSubject, u)
-	}
-	return nil
-}
-
 // statusWriter records the status for the access log and metrics.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
-	user   UUID // set by authed once the caller is known
+	who    string // set once the caller is known: a user's uuid or service:NAME
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -456,16 +377,12 @@ func (s *Server) instrument(next *http.ServeMux) http.Handler {
 			if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
 				level = slog.LevelDebug
 			}
-			user := ""
-			if sw.user != (UUID{}) {
-				user = sw.user.String()
-			}
 			s.log.LogAttrs(r.Context(), level, "request",
 				slog.String("method", r.Method),
 				slog.String("route", route),
 				slog.Int("status", status),
 				slog.Float64("duration_ms", float64(d.Microseconds())/1000),
-				slog.String("user", user),
+				slog.String("user", sw.who),
 				slog.String("remote", r.RemoteAddr),
 			)
 		}()
@@ -483,15 +400,47 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// authRateClients bounds the client addresses the auth limiter tracks.
+const authRateClients = 100_000
+
+// readiness is /readyz's last database ping, reused for ReadyInterval.
+type readiness struct {
+	mu    sync.Mutex
+	at    time.Time // zero: never pinged
+	err   error
+	pings int // pings made, for tests
+}
+
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadyTimeout)
-	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
-		s.log.Warn("readyz: database unreachable", "err", err)
+	if err := s.readyErr(r.Context()); err != nil {
 		writeError(w, newError(http.StatusServiceUnavailable, errUnavailable, "database unreachable"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyErr is the last ping's result while it is younger than
+// ReadyInterval, else a new ping's. Probes arriving during a ping wait for
+// it (the mutex) and share its answer, so the database sees at most one
+// ping per interval however many probes there are.
+func (s *Server) readyErr(ctx context.Context) error {
+	rd := &s.ready
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if !rd.at.IsZero() && time.Since(rd.at) < s.cfg.ReadyInterval {
+		return rd.err
+	}
+	// The ping is not the probe's: a probe that gives up must not record
+	// "unreachable" for the others.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyTimeout)
+	defer cancel()
+	rd.err = s.pool.Ping(ctx)
+	rd.at = time.Now()
+	rd.pings++
+	if rd.err != nil {
+		s.log.Warn("readyz: database unreachable", "err", rd.err)
+	}
+	return rd.err
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {

@@ -139,8 +139,9 @@ func TestCacheChecksSubject(t *testing.T) {
 			t.Fatalf("unknown user: %v", err)
 		}
 	}
-	if calls != 3 || c.Len() != 1 {
-		t.Fatalf("calls %d, cached %d: a refused token must not be cached", calls, c.Len())
+	// The second refusal came from the memory of refused subjects.
+	if calls != 2 || c.Len() != 1 {
+		t.Fatalf("calls %d, cached %d: a refused token must not be cached, its subject checked once", calls, c.Len())
 	}
 	// After Recheck the user is looked up again: deleted means refused.
 	delete(known, "u1")
@@ -150,8 +151,12 @@ func TestCacheChecksSubject(t *testing.T) {
 	if _, err := c.Verify(ctx, good, now.Add(time.Minute)); !errors.Is(err, ErrUnknownSubject) {
 		t.Fatalf("deleted user after recheck: %v", err)
 	}
+	// Refused subjects are remembered for UnknownTTL, a failed check never.
 	down = true
-	if _, err := c.Verify(ctx, good, now.Add(time.Minute)); !errors.Is(err, ErrCheckFailed) || errors.Is(err, ErrUnknownSubject) {
+	if _, err := c.Verify(ctx, good, now.Add(time.Minute+time.Second)); !errors.Is(err, ErrUnknownSubject) {
+		t.Fatalf("refused subject within UnknownTTL: %v", err)
+	}
+	if _, err := c.Verify(ctx, sign("u2"), now.Add(time.Minute)); !errors.Is(err, ErrCheckFailed) || errors.Is(err, ErrUnknownSubject) {
 		t.Fatalf("failed check: %v, want ErrCheckFailed", err)
 	}
 }

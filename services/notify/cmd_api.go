@@ -12,6 +12,7 @@ import (
 
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
@@ -39,6 +40,8 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 	idemSweep := fs.Duration("idempotency-sweep-interval", api.DefaultIdempotencySweepInterval, "how often expired Idempotency-Keys are deleted (negative: never)")
 	rateLimit := fs.Float64("rate-limit", api.DefaultRateLimit, "requests per second each user may send to the authenticated routes, sustained (0: no limit); beyond it 429 with Retry-After")
 	rateBurst := fs.Int("rate-burst", api.DefaultRateBurst, "requests a user may send at once before --rate-limit applies")
+	authRate := fs.Float64("auth-rate-limit", api.DefaultAuthRateLimit, "new (not yet cached) tokens each client address may present per second, checked before the signature and the user lookup (0: no limit); clients behind one proxy share it")
+	authBurst := fs.Int("auth-rate-burst", api.DefaultAuthRateBurst, "new tokens a client address may present at once before --auth-rate-limit applies")
 	metricsAddr := fs.String("metrics-addr", envOr("NOTIFY_API_METRICS_ADDR", defaultAPIMetricsAddr), `serve Prometheus metrics on this address at /metrics, never on --addr ("off" disables; NOTIFY_API_METRICS_ADDR)`)
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		if *rateLimit < 0 || *rateBurst < 1 {
@@ -46,6 +49,12 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		}
 		if *rateLimit == 0 {
 			*rateLimit = -1 // api.Config: negative disables
+		}
+		if *authRate < 0 || *authBurst < 1 {
+			return nil, usageError{msg: fmt.Sprintf("--auth-rate-limit %g must be ≥ 0 and --auth-rate-burst %d ≥ 1", *authRate, *authBurst)}
+		}
+		if *authRate == 0 {
+			*authRate = -1
 		}
 		if *metricsAddr == "off" || *metricsAddr == "" {
 			*metricsAddr = ""
@@ -72,6 +81,14 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
+		idMap, err := ids.FromEnv()
+		if err != nil {
+			return nil, err
+		}
+		jwks, err := auth.JWKSFromEnv(ctx, log)
+		if err != nil {
+			return nil, err
+		}
 		vapidCfg, err := vapidFromEnv(log, devMode, false)
 		if err != nil {
 			return nil, err
@@ -94,7 +111,8 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
-		srv, err := api.New(api.Config{Addr: *addr, Key: key, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
+		srv, err := api.New(api.Config{Addr: *addr, Key: key, JWKS: jwks, IDs: idMap, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
+			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep,
 			RateLimit: *rateLimit, RateBurst: *rateBurst}, pool)

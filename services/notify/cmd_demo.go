@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,31 @@ func (p *pipelineFlags) resolve() error {
 	p.cfg.DatabaseURL = p.inf.databaseURL
 	if p.cfg.Binary, err = os.Executable(); err != nil {
 		return fmt.Errorf("find the notify binary: %w", err)
+	}
+	return p.absPaths()
+}
+
+// absPaths makes the paths the run hands to child processes absolute: the
+// log directory (the services' logs, the mock's certificate, the dev
+// credentials, Firefox's profile, Prometheus' config) and the executables.
+// A relative one breaks a child that resolves it against another
+// directory: Firefox takes --profile relative to its own, and failed to
+// start with the default log directory.
+func (p *pipelineFlags) absPaths() error {
+	if p.cfg.LogDir == "" {
+		p.cfg.LogDir = filepath.Join(".local", "log", "run-"+time.Now().Format("20060102-150405"))
+	}
+	var err error
+	if p.cfg.LogDir, err = filepath.Abs(p.cfg.LogDir); err != nil {
+		return fmt.Errorf("--log-dir: %w", err)
+	}
+	if p.cfg.Binary, err = filepath.Abs(p.cfg.Binary); err != nil {
+		return fmt.Errorf("find the notify binary: %w", err)
+	}
+	if b := p.cfg.Browser; b != nil {
+		if b.Firefox, err = filepath.Abs(b.Firefox); err != nil {
+			return fmt.Errorf("--browser: %w", err)
+		}
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ func runRetention(ctx context.Context, args []string) error {
 	ahead := fs.Int("ahead", retention.DefaultAhead, "days after today whose partitions are created now")
 	dryRun := fs.Bool("dry-run", false, "report what would be dropped and created; change nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	cancelOlder := fs.String("cancel-older-than", "", `paused or scheduled events older than this are cancelled (recorded through event control) so their day can be dropped; "" (the default): --keep; "forever": never`)
 	lockTimeout := fs.Duration("lock-timeout", retention.DefaultLockTimeout, "longest wait for a lock (a day's partitions); the run fails rather than queue writers behind it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -45,6 +46,12 @@ func runRetention(ctx context.Context, args []string) error {
 	if err != nil {
 		return usageError{msg: "--" + err.Error()}
 	}
+	var co time.Duration
+	if *cancelOlder != "" {
+		if co, err = retention.ParseKeep(*cancelOlder); err != nil {
+			return usageError{msg: "--cancel-older-than: " + err.Error()}
+		}
+	}
 	if *ahead < 1 {
 		return usageError{msg: fmt.Sprintf("--ahead must be at least 1 day, got %d", *ahead)}
 	}
@@ -53,7 +60,7 @@ func runRetention(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	r, err := retention.New(retention.Config{Pool: pool, Keep: k, Ahead: *ahead, LockTimeout: *lockTimeout})
+	r, err := retention.New(retention.Config{Pool: pool, Keep: k, CancelOlderThan: co, Ahead: *ahead, LockTimeout: *lockTimeout})
 	if err != nil {
 		return usageError{msg: err.Error()}
 	}
@@ -93,6 +100,9 @@ func printRetention(w io.Writer, rep *retention.Report, asJSON bool) error {
 		if len(p.Running) > 0 {
 			reason += ": " + strings.Join(p.Running, ", ")
 		}
+		if len(p.Cancelled) > 0 {
+			reason += "; cancelled " + strings.Join(p.Cancelled, ", ")
+		}
 		rows := "?"
 		if p.RowsEstimate >= 0 {
 			rows = fmt.Sprint(p.RowsEstimate)
@@ -102,9 +112,9 @@ func printRetention(w io.Writer, rep *retention.Report, asJSON bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "dropped %d, created %d, kept %d, refused %d, blocked %d; events removed %d\n",
+	_, err := fmt.Fprintf(w, "dropped %d, created %d, kept %d, refused %d, blocked %d; events removed %d, cancelled %d\n",
 		rep.Counts[retention.ActionDrop], rep.Counts[retention.ActionCreate], rep.Counts[retention.ActionKeep],
-		rep.Counts[retention.ActionRefuse], rep.Counts[retention.ActionBlocked], rep.EventsRemoved)
+		rep.Counts[retention.ActionRefuse], rep.Counts[retention.ActionBlocked], rep.EventsRemoved, rep.EventsCancelled)
 	return err
 }
 

@@ -100,3 +100,54 @@ func TestTokenFollowsTheAPIsRules(t *testing.T) {
 		t.Fatalf("--ttl over the maximum: %v, stdout %q", err, out.String())
 	}
 }
+
+func TestTokenForAService(t *testing.T) {
+	t.Setenv(auth.EnvSecret, "")
+	t.Setenv(envDev, "")
+	var out bytes.Buffer
+	if err := printToken(&out, []string{"--service", "lms", "--scope", "notifications:send,events:read", "--dev"}); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := auth.NewKey([]byte(auth.DevSecret))
+	c, err := key.Verify(strings.TrimSpace(out.String()), time.Now())
+	if err != nil || c.Subject != "service:lms" || !c.HasScope(auth.ScopeNotificationsSend) || !c.HasScope(auth.ScopeEventsRead) || c.HasScope(auth.ScopeEventsControl) {
+		t.Fatalf("verify: %v %+v", err, c)
+	}
+	for _, args := range [][]string{
+		{"--service", "lms"},
+		{"--service", "lms", "--scope", "admin"},
+		{"--service", "LMS", "--scope", "events:read"},
+		{"--service", "lms", "--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa", "--scope", "events:read"},
+		{"--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa", "--scope", "events:read"},
+	} {
+		out.Reset()
+		var ue usageError
+		if err := printToken(&out, append(args, "--dev")); !errors.As(err, &ue) || out.Len() != 0 {
+			t.Errorf("%v: got %v, stdout %q; want a usage error and no output", args, err, out.String())
+		}
+	}
+	out.Reset()
+	if err := printToken(&out, []string{"--service", "lms", "--scope", "events:read,admin", "--dev"}); err == nil || !strings.Contains(err.Error(), `"admin"`) || !strings.Contains(err.Error(), "events:control") {
+		t.Errorf("unknown scope: %v, want an error naming it and the known scopes", err)
+	}
+}
+
+// A platform id is written as given when the namespace is set (the API
+// maps it); without the namespace it is refused naming the setting.
+func TestTokenForAPlatformUserID(t *testing.T) {
+	t.Setenv(auth.EnvSecret, "")
+	t.Setenv(envDev, "")
+	t.Setenv("NOTIFY_ID_NAMESPACE", "")
+	var out bytes.Buffer
+	if err := printToken(&out, []string{"--user", "42", "--dev"}); err == nil || !strings.Contains(err.Error(), "NOTIFY_ID_NAMESPACE") {
+		t.Fatalf("without a namespace: %v", err)
+	}
+	t.Setenv("NOTIFY_ID_NAMESPACE", "6ba7b811-9dad-11d1-80b4-00c04fd430c8")
+	if err := printToken(&out, []string{"--user", "42", "--dev"}); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := auth.NewKey([]byte(auth.DevSecret))
+	if c, err := key.Verify(strings.TrimSpace(out.String()), time.Now()); err != nil || c.Subject != "42" || len(c.Scopes) != 0 {
+		t.Fatalf("verify: %v %+v", err, c)
+	}
+}

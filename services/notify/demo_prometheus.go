@@ -36,6 +36,9 @@ func newDemoPrometheus(addr string, out io.Writer) (*demoPrometheus, error) {
 	if err != nil {
 		return nil, usageError{msg: "--prometheus: prometheus is not installed (Debian: apt-get install prometheus)"}
 	}
+	if bin, err = filepath.Abs(bin); err != nil { // a relative PATH entry
+		return nil, fmt.Errorf("--prometheus: %w", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError{msg: fmt.Sprintf("--prometheus-addr %s: %v", addr, err)}

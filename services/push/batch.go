@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/notify-dev/notify/services/push/apns"
+	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
@@ -46,8 +47,10 @@ type batch struct {
 
 	// failing: rows' subscriptions that failed for good, counting toward
 	// disabling them; recovered: delivered ones that had failed before.
-	// The dead (b.dead) count too, when they are written.
+	// The dead (b.dead) count too, when they are written, but for those
+	// whose last failure was the deployment's (deadCounted: the rest).
 	failing, recovered []int64
+	deadCounted        []int64
 
 	nDelivered, nGone, nFailed    int
 	nRetrying, nDeferred, nDeadLt int
@@ -68,7 +71,7 @@ func (b *batch) resetFinal() {
 }
 
 func (b *batch) resetLater() {
-	b.later, b.retry, b.deferred, b.dead = nil, nil, nil, nil
+	b.later, b.retry, b.deferred, b.dead, b.deadCounted = nil, nil, nil, nil, nil
 	b.retryWait, b.deferredWait, b.deadReasons, b.deadSent = 0, 0, nil, false
 	b.nRetrying, b.nDeferred, b.nDeadLt = 0, 0, 0
 }
@@ -136,6 +139,10 @@ func (b *batch) add(res result) (release bool) {
 		switch {
 		case res.rc.disabled || errors.Is(out.Err, errProviderNotConfigured):
 			r.attempts = b.attempt - 1 // not sent
+		case deploymentsFault(out.Err):
+			if out.Status == 0 {
+				r.attempts = b.attempt - 1 // refused before a request
+			}
 		case subscriptionsFault(out.Status):
 			b.failing = append(b.failing, id)
 		}
@@ -162,6 +169,9 @@ func (b *batch) add(res result) (release bool) {
 			return later(StatusRetrying)
 		case int(b.attempt) >= b.maxAttempts:
 			b.dead = append(b.dead, id)
+			if !deploymentsFault(out.Err) {
+				b.deadCounted = append(b.deadCounted, id)
+			}
 			if b.deadReasons == nil {
 				b.deadReasons = map[string]int{}
 			}
@@ -189,6 +199,17 @@ func subscriptionsFault(status int) bool {
 		return false
 	}
 	return true
+}
+
+// deploymentsFault reports a failure that is the deployment's, not the
+// device's: the FCM token endpoint refusing our credentials (or failing
+// to issue a token), the dial guard refusing the push service's address,
+// an APNs topic missing or not the key's. Every device of the platform
+// fails alike, so, as with provider_not_configured, counting it would
+// disable all of them after DisableAfterFailures events — a revoked key
+// would cost every device.
+func deploymentsFault(err error) bool {
+	return errors.Is(err, fcm.ErrTokenExchange) || errors.Is(err, endpoint.ErrRefused) || errors.Is(err, apns.ErrTopic)
 }
 
 // reasonKey groups dead-letter causes: the HTTP status, or the error.
@@ -321,8 +342,8 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 	o := outcomes{rows: rows, gone: b.gone, cmds: cmds, fresh: !isRetry(cmd)}
 	if w.cfg.DisableAfterFailures > 0 {
 		o.failing, o.recovered, o.disableAfter = b.failing, b.recovered, w.cfg.DisableAfterFailures
-		if last && len(b.dead) > 0 {
-			o.failing = append(o.failing[:len(o.failing):len(o.failing)], b.dead...)
+		if last && len(b.deadCounted) > 0 {
+			o.failing = append(o.failing[:len(o.failing):len(o.failing)], b.deadCounted...)
 		}
 	}
 	start := time.Now()

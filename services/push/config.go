@@ -80,7 +80,9 @@ type Config struct {
 	// DisableAfterFailures disables a subscription once this many events
 	// in a row ended failed for it (after every attempt, or refused for
 	// good), not counting failures that are the sender's or the message's
-	// (VAPID rejected, 401/403; payload too large, 413). A delivery resets
+	// (VAPID rejected, 401/403; payload too large, 413) or the
+	// deployment's (no provider, FCM token exchange refused, dial guard
+	// refusal, APNs topic missing or disallowed). A delivery resets
 	// the count. A disabled subscription is recorded failed without a send
 	// and counted in notify_push_subscriptions_disabled_total. Default 5;
 	// negative: never disable.

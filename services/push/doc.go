@@ -30,7 +30,11 @@
 // dead letters. A platform whose provider is nil (no credentials) is not
 // sent to: its devices are recorded failed with reason
 // provider_not_configured, unsent, not counted toward disabling them, and
-// counted in notify_push_provider_not_configured_total.
+// counted in notify_push_provider_not_configured_total. Other faults of
+// the deployment fail every device of a platform alike and are not
+// counted toward disabling devices either: the FCM token endpoint refusing
+// the credentials, the dial guard refusing the push service's address, an
+// APNs topic missing or not the key's (deploymentsFault in batch.go).
 //
 // Copies of a command — the connector re-emits after a crash, an early
 // retry re-queued just before a crash — land on the same partition and so on

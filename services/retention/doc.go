@@ -16,8 +16,9 @@
 //     running with its fan-out unfinished, a student whose push command
 //     has not counted its devices yet or a device without a final outcome
 //     (the derivation `notify status` uses for "done"; the
-//     lifecycle finisher writes state 'finished' for exactly that) — the
-//     day is refused and nothing changes;
+//     lifecycle finisher writes state 'finished' for exactly that), or
+//     cancelled with a device or a student's push command not yet
+//     recorded — the day is refused and nothing changes;
 //  3. otherwise the day's fanout_ranges, event_counters,
 //     event_platform_counters, event_target_ranges and fanout_runs rows
 //     are deleted by event id range (a few rows per event, primary key
@@ -25,6 +26,19 @@
 //     ACCESS EXCLUSIVE for an instant; DETACH … CONCURRENTLY, which would
 //     not, is refused on a table with a default partition. LockTimeout
 //     bounds how long writers can queue behind that lock request.
+//
+// A paused or scheduled event would keep its day forever. Before judging
+// a day whose events are older than Config.CancelOlderThan (default: Keep;
+// `notify retention --cancel-older-than`), the run cancels its paused and
+// scheduled events through package eventcontrol — the transition `notify
+// event cancel` makes, so parked push commands return to the outbox and
+// the push workers record their devices 'cancelled', and the event's
+// counters stay exact — and the day goes on the first run after those
+// outcomes are written.
+//
+// Partitions are named by schema and name as the catalog lists them (not
+// resolved through search_path), so LOCK and DROP reach exactly the
+// partitions of the tables, never a same-named table elsewhere in the path.
 //
 // The run then creates the partitions of today and the next Ahead days
 // that do not exist yet (CREATE TABLE … LIKE + ATTACH, which only takes

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/notify-dev/notify/services/eventcontrol"
 )
 
 // Defaults of Config.
@@ -62,6 +64,15 @@ type Config struct {
 	Ahead int
 	// Tables are the day-partitioned tables (default DefaultTables).
 	Tables []string
+	// CancelOlderThan bounds how long a paused or scheduled event can keep
+	// its day: a day retention would drop whose events of that kind are
+	// older than this has them cancelled through event control (as
+	// `notify event cancel` does: parked push commands go back to the
+	// outbox so the push workers record their devices cancelled, parked
+	// slice commands are dropped) and is dropped once every device has its
+	// final outcome. Default Keep; Forever: never cancel (such a day is
+	// refused until someone resumes or cancels its events). At least Keep.
+	CancelOlderThan time.Duration
 	// LockTimeout: default DefaultLockTimeout.
 	LockTimeout time.Duration
 	// Now is the clock (default time.Now).
@@ -73,6 +84,7 @@ type Config struct {
 // Retainer runs retention.
 type Retainer struct {
 	cfg Config
+	ctl *eventcontrol.Controller
 }
 
 // New validates cfg.
@@ -82,6 +94,12 @@ func New(cfg Config) (*Retainer, error) {
 	}
 	if cfg.Keep < Day && cfg.Keep != Forever {
 		return nil, fmt.Errorf("retention: keep %s is shorter than one day (partitions are days; e.g. 30d)", cfg.Keep)
+	}
+	if cfg.CancelOlderThan == 0 {
+		cfg.CancelOlderThan = cfg.Keep
+	}
+	if cfg.CancelOlderThan < cfg.Keep {
+		return nil, fmt.Errorf("retention: cancel-older-than %s is shorter than keep %s (only days older than keep are judged)", FormatKeep(cfg.CancelOlderThan), FormatKeep(cfg.Keep))
 	}
 	if cfg.Ahead < 0 {
 		return nil, fmt.Errorf("retention: ahead %d days is negative", cfg.Ahead)
@@ -104,13 +122,19 @@ func New(cfg Config) (*Retainer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Retainer{cfg: cfg}, nil
+	ctl, err := eventcontrol.New(cfg.Pool, eventcontrol.Config{PlanWait: -1})
+	if err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	return &Retainer{cfg: cfg, ctl: ctl}, nil
 }
 
 // Partition is one partition and what the run did with it.
 type Partition struct {
-	Table     string `json:"table"`
+	Table string `json:"table"`
+	// Partition is the partition's name; Schema the schema it is in.
 	Partition string `json:"partition"`
+	Schema    string `json:"schema,omitempty"`
 	// Day is the UTC day of its event ids (YYYY-MM-DD); "" for the default.
 	Day    string `json:"day,omitempty"`
 	Action string `json:"action"`
@@ -119,6 +143,9 @@ type Partition struct {
 	Reason       string `json:"reason,omitempty"`
 	// Running lists events that refused the drop (at most 10).
 	Running []string `json:"running_events,omitempty"`
+	// Cancelled lists the day's paused or scheduled events this run
+	// cancelled (Config.CancelOlderThan; with DryRun: would cancel).
+	Cancelled []string `json:"cancelled_events,omitempty"`
 
 	lo, hi string
 	day    time.Time
@@ -137,6 +164,9 @@ type Report struct {
 	// EventsRemoved: fanout_runs rows deleted with their dropped days
 	// (with DryRun: would be).
 	EventsRemoved int64 `json:"events_removed"`
+	// EventsCancelled: paused or scheduled events cancelled because they
+	// were older than Config.CancelOlderThan (with DryRun: would be).
+	EventsCancelled int64 `json:"events_cancelled"`
 }
 
 // Blocked returns the partitions that could not be created.
@@ -216,7 +246,18 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 	}
 	sort.Slice(days, func(i, j int) bool { return days[i].Before(days[j]) })
 	for _, d := range days {
-		parts, removed, err := r.dropDay(ctx, conn, byDay[d], dryRun)
+		var cancelled []string
+		if r.cfg.CancelOlderThan != Forever && !d.Add(Day).After(now.Add(-r.cfg.CancelOlderThan)) {
+			var err error
+			if cancelled, err = r.cancelStuck(ctx, conn, byDay[d][0], dryRun); err != nil {
+				return nil, fmt.Errorf("retention: day %s: %w", d.Format(time.DateOnly), err)
+			}
+			rep.EventsCancelled += int64(len(cancelled))
+		}
+		parts, removed, err := r.dropDay(ctx, conn, byDay[d], dryRun, len(cancelled))
+		for i := range parts {
+			parts[i].Cancelled = cancelled
+		}
 		if err != nil {
 			return nil, fmt.Errorf("retention: day %s: %w", d.Format(time.DateOnly), err)
 		}
@@ -259,9 +300,43 @@ func (r *Retainer) Run(ctx context.Context, dryRun bool) (*Report, error) {
 	return rep, nil
 }
 
+// cancelStuck cancels the paused and scheduled events of p's day through
+// event control and returns them. An event resumed, finished or cancelled
+// meanwhile is left as it is. A dry run cancels nothing and returns what
+// it would cancel.
+func (r *Retainer) cancelStuck(ctx context.Context, conn *pgxpool.Conn, p Partition, dryRun bool) ([]string, error) {
+	rows, err := conn.Query(ctx, sqlStuckEvents, p.lo, p.hi)
+	if err != nil {
+		return nil, fmt.Errorf("find paused and scheduled events: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find paused and scheduled events: %w", err)
+	}
+	if dryRun {
+		return ids, nil
+	}
+	var done []string
+	for _, id := range ids {
+		res, err := r.ctl.Apply(ctx, id, eventcontrol.Cancel)
+		if errors.Is(err, eventcontrol.ErrWrongState) || errors.Is(err, eventcontrol.ErrFinal) {
+			continue
+		}
+		if err != nil {
+			return done, fmt.Errorf("cancel event %s: %w", id, err)
+		}
+		r.cfg.Logger.Warn("retention: cancelled an event older than the cancel bound so its day can be dropped",
+			"event", id, "previous_state", res.Previous, "cancel_older_than", FormatKeep(r.cfg.CancelOlderThan),
+			"requeued_commands", res.Requeued, "dropped_commands", res.Dropped)
+		done = append(done, id)
+	}
+	return done, nil
+}
+
 // dropDay drops one day's partitions (one per table) in one transaction,
-// or refuses when an event of the day still runs.
-func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Partition, dryRun bool) ([]Partition, int64, error) {
+// or refuses when an event of the day still runs (cancelled: how many
+// events of the day this run cancelled, for the refusal's reason).
+func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Partition, dryRun bool, cancelled int) ([]Partition, int64, error) {
 	lo, hi := parts[0].lo, parts[0].hi
 	opts := pgx.TxOptions{}
 	if dryRun {
@@ -279,7 +354,7 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 		// From here on no writer adds to the day while it is judged.
 		names := make([]string, len(parts))
 		for i, p := range parts {
-			names[i] = pgx.Identifier{p.Partition}.Sanitize()
+			names[i] = p.ident()
 		}
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+strings.Join(names, ", ")+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return nil, 0, fmt.Errorf("lock partitions: %w", err)
@@ -309,6 +384,9 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 			running = running[:maxShown]
 			reason = fmt.Sprintf("more than %d events of this day still running", maxShown)
 		}
+		if cancelled > 0 {
+			reason += fmt.Sprintf(" (%d cancelled by this run: dropped once their devices are recorded)", cancelled)
+		}
 		for i := range parts {
 			parts[i].Action, parts[i].Reason, parts[i].Running = ActionRefuse, reason, running
 		}
@@ -334,7 +412,7 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 		removed = tag.RowsAffected() // the last one: fanout_runs
 	}
 	for _, p := range parts {
-		if _, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{p.Partition}.Sanitize()); err != nil {
+		if _, err := tx.Exec(ctx, "DROP TABLE "+p.ident()); err != nil {
 			return nil, 0, fmt.Errorf("drop %s: %w", p.Partition, err)
 		}
 	}
@@ -344,6 +422,10 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 	r.cfg.Logger.Info("retention: day dropped", "day", parts[0].Day, "partitions", len(parts), "events", removed)
 	return parts, removed, nil
 }
+
+// ident is the partition's schema-qualified, quoted name: LOCK and DROP
+// must reach this table, not one of the same name earlier in search_path.
+func (p Partition) ident() string { return pgx.Identifier{p.Schema, p.Partition}.Sanitize() }
 
 // createDay creates table's partition of day d (dry run: checks that it
 // could be).
@@ -436,8 +518,8 @@ type exclusion struct{ drop string }
 // would otherwise have scanned the default for, and skips the scan. A
 // check left by an interrupted run is replaced.
 func (r *Retainer) excludeFromDefault(ctx context.Context, conn *pgxpool.Conn, table, day string) (*exclusion, error) {
-	var def, lo, hi string
-	err := conn.QueryRow(ctx, sqlDefaultAndBounds, table, day).Scan(&def, &lo, &hi)
+	var defSchema, def, lo, hi string
+	err := conn.QueryRow(ctx, sqlDefaultAndBounds, table, day).Scan(&defSchema, &def, &lo, &hi)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil // no default partition: nothing to scan
 	}
@@ -445,7 +527,7 @@ func (r *Retainer) excludeFromDefault(ctx context.Context, conn *pgxpool.Conn, t
 		return nil, fmt.Errorf("find the default partition of %s: %w", table, err)
 	}
 	name := pgx.Identifier{def + "_excl_" + strings.ReplaceAll(day, "-", "")}.Sanitize()
-	defID := pgx.Identifier{def}.Sanitize()
+	defID := pgx.Identifier{defSchema, def}.Sanitize()
 	e := &exclusion{drop: "ALTER TABLE " + defID + " DROP CONSTRAINT IF EXISTS " + name}
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if err := r.setLockTimeout(ctx, tx); err != nil {
@@ -502,7 +584,7 @@ func listPartitions(ctx context.Context, conn *pgxpool.Conn, table string) ([]Pa
 	for rows.Next() {
 		p := Partition{Table: table}
 		var bound string
-		if err := rows.Scan(&p.Partition, &bound, &p.RowsEstimate); err != nil {
+		if err := rows.Scan(&p.Schema, &p.Partition, &bound, &p.RowsEstimate); err != nil {
 			return nil, fmt.Errorf("retention: list partitions of %s: %w", table, err)
 		}
 		if bound != "DEFAULT" {

@@ -112,7 +112,14 @@ func (e *env) exists(rel string) bool {
 
 func (e *env) run(keep time.Duration, dryRun bool) *retention.Report {
 	e.t.Helper()
-	r, err := retention.New(retention.Config{Pool: e.pool, Keep: keep, Now: func() time.Time { return now }, Logger: quiet})
+	return e.runWith(retention.Config{Pool: e.pool, Keep: keep}, dryRun)
+}
+
+// runWith runs retention with cfg on the tests' clock.
+func (e *env) runWith(cfg retention.Config, dryRun bool) *retention.Report {
+	e.t.Helper()
+	cfg.Now, cfg.Logger = func() time.Time { return now }, quiet
+	r, err := retention.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -219,7 +226,9 @@ func TestRetentionRefusesDayOfRunningEvent(t *testing.T) {
 			e.partitions(d)
 			done := e.event(d.Add(time.Hour), "finished", true, "delivered")
 			running := e.event(d.Add(2*time.Hour), c.state, c.finished, c.outcome)
-			rep := e.run(30*retention.Day, false)
+			// Paused and scheduled events are never cancelled here (see
+			// TestRetentionCancelsStuckEvents).
+			rep := e.runWith(retention.Config{Pool: e.pool, Keep: 30 * retention.Day, CancelOlderThan: retention.Forever}, false)
 			for _, table := range retention.DefaultTables {
 				name := table + "_p" + d.Format("20060102")
 				if got := action(rep, name); got != "refuse" {
@@ -246,7 +255,8 @@ func TestRetentionRefusesDayOfRunningEvent(t *testing.T) {
 			// Once it is done, the day goes.
 			e.exec(`UPDATE fanout_runs SET state = 'cancelled', finished_at = coalesce(finished_at, now()) WHERE event_id = $1`, running)
 			e.exec(`UPDATE push_deliveries SET status = 'cancelled' WHERE event_id = $1 AND status = 'retrying'`, running)
-			rep = e.run(30*retention.Day, false)
+			e.exec(`UPDATE event_counters SET targeted_students = notified WHERE event_id = $1`, running) // its push commands ran
+			rep = e.runWith(retention.Config{Pool: e.pool, Keep: 30 * retention.Day, CancelOlderThan: retention.Forever}, false)
 			if got := action(rep, "notifications_p"+d.Format("20060102")); got != "drop" {
 				t.Errorf("after the event ended: %q, want drop", got)
 			}
@@ -449,5 +459,98 @@ func TestRetentionForeverOnlyCreates(t *testing.T) {
 	}
 	if d, err := retention.ParseKeep("forever"); err != nil || d != retention.Forever {
 		t.Errorf("ParseKeep(forever) = %v, %v", d, err)
+	}
+}
+
+// TestRetentionLocksAndDropsItsOwnPartitions: partitions are named by
+// schema, not found through search_path — a table of the same name in a
+// schema earlier in the path (a decoy) is neither locked nor dropped,
+// and the real partition goes.
+func TestRetentionLocksAndDropsItsOwnPartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := daysAgo(45)
+	e.partitions(d)
+	e.event(d.Add(time.Hour), "finished", true, "delivered")
+	decoy := "notifications_p" + d.Format("20060102")
+	e.exec(`CREATE SCHEMA decoy`)
+	e.exec(`CREATE TABLE decoy.` + decoy + ` (keep_me int)`)
+	e.exec(`INSERT INTO decoy.` + decoy + ` VALUES (1)`)
+
+	cfg := e.pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = "decoy, public"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	rep := e.runWith(retention.Config{Pool: pool, Keep: 30 * retention.Day}, false)
+	if got := action(rep, decoy); got != "drop" {
+		t.Errorf("%s: %q, want drop", decoy, got)
+	}
+	if e.exists("public." + decoy) {
+		t.Errorf("public.%s kept, want it dropped", decoy)
+	}
+	if !e.exists("decoy."+decoy) || e.count(`SELECT count(*) FROM decoy.`+decoy) != 1 {
+		t.Errorf("the decoy decoy.%s was dropped or emptied", decoy)
+	}
+}
+
+// TestRetentionCancelsStuckEvents: a paused or scheduled event does not
+// keep its day forever. Once older than CancelOlderThan (default Keep) it
+// is cancelled through event control — the same transition as `notify
+// event cancel`, so parked push commands go back to the outbox for the
+// push workers to record their devices cancelled and parked slice
+// commands are dropped — and the day is dropped once every device has its
+// final outcome; younger than the bound, it still refuses the day.
+func TestRetentionCancelsStuckEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d := daysAgo(45)
+	e.partitions(d)
+	scheduled := e.event(d.Add(time.Hour), "scheduled", false, "retrying")
+	e.exec(`UPDATE event_counters SET targeted_students = notified WHERE event_id = $1`, scheduled)
+	e.exec(`UPDATE push_deliveries SET status = 'cancelled' WHERE event_id = $1`, scheduled)
+	paused := e.event(d.Add(2*time.Hour), "paused", false, "retrying")
+	e.exec(`INSERT INTO parked_commands (event_id, aggregatetype, type, payload) VALUES
+		($1, 'push', 'PushCommand', '{"n": 1}'), ($1, 'fanout', 'SliceCommand', '{"n": 2}')`, paused)
+	day := "notifications_p" + d.Format("20060102")
+
+	// A bound longer than the event's age: refused, nothing cancelled.
+	rep := e.runWith(retention.Config{Pool: e.pool, Keep: 30 * retention.Day, CancelOlderThan: 60 * retention.Day}, false)
+	if got := action(rep, day); got != "refuse" {
+		t.Fatalf("%s with a 60-day bound: %q, want refuse", day, got)
+	}
+	if n := e.count(`SELECT count(*) FROM fanout_runs WHERE state = 'cancelled'`); n != 0 {
+		t.Fatalf("%d events cancelled younger than the bound", n)
+	}
+
+	// The default bound (Keep): both are cancelled; the paused one's
+	// devices are not recorded yet, so the day waits for them.
+	rep = e.run(30*retention.Day, false)
+	if got := action(rep, day); got != "refuse" {
+		t.Fatalf("%s while the cancelled event's devices are unrecorded: %q, want refuse", day, got)
+	}
+	if rep.EventsCancelled != 2 {
+		t.Errorf("report: %d events cancelled, want 2", rep.EventsCancelled)
+	}
+	for _, ev := range []uuid.UUID{scheduled, paused} {
+		if n := e.count(`SELECT count(*) FROM fanout_runs WHERE event_id = $1 AND state = 'cancelled'`, ev); n != 1 {
+			t.Errorf("event %s not cancelled", ev)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM outbox WHERE aggregateid = $1::text AND aggregatetype = 'push'`, paused); n != 1 {
+		t.Errorf("%d parked push commands back in the outbox, want 1", n)
+	}
+	if n := e.count(`SELECT count(*) FROM parked_commands`); n != 0 {
+		t.Errorf("%d commands still parked, want 0 (slice dropped, push re-emitted)", n)
+	}
+
+	// The push workers record the devices cancelled: the day goes.
+	e.exec(`UPDATE push_deliveries SET status = 'cancelled' WHERE event_id = $1`, paused)
+	e.exec(`UPDATE event_counters SET targeted_students = notified WHERE event_id = $1`, paused)
+	rep = e.run(30*retention.Day, false)
+	if got := action(rep, day); got != "drop" {
+		t.Fatalf("%s after the devices were recorded: %q, want drop", day, got)
 	}
 }

@@ -6,18 +6,19 @@ const advisoryLockKey = 0x72657461696e
 // sqlPartitioned tells a partitioned table from a plain one.
 const sqlPartitioned = `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`
 
-// sqlPartitions lists a parent's partitions with their bounds as Postgres
+// sqlPartitions lists a parent's partitions — schema and name, so that
+// statements name exactly them whatever search_path holds — with their bounds as Postgres
 // prints them ("DEFAULT" or "FOR VALUES FROM ('…') TO ('…')") and the
 // planner's row estimate (-1: never analysed). A day partitioned further
 // (notifications' student ranges, migration 0016) has no estimate of its
 // own: its leaves' are summed.
 const sqlPartitions = `
-SELECT c.relname, pg_get_expr(c.relpartbound, c.oid),
+SELECT n.nspname, c.relname, pg_get_expr(c.relpartbound, c.oid),
        CASE WHEN c.relkind = 'p' THEN
            (SELECT CASE WHEN bool_and(l.reltuples < 0) THEN -1 ELSE sum(greatest(l.reltuples, 0)) END
             FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid WHERE t.isleaf)
        ELSE c.reltuples END::bigint
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE i.inhparent = to_regclass($1)
 ORDER BY c.relname`
 
@@ -26,17 +27,30 @@ ORDER BY c.relname`
 // push command has counted its devices (notified = targeted_students,
 // migration 0010) and whose every target has a final outcome (delivered,
 // gone, failed, cancelled, expired — retrying is not final) is done,
-// whether or not anything has written 'finished' yet.
+// whether or not anything has written 'finished' yet. A 'cancelled' event
+// still needs its rows while a device or a notified student's push
+// command has no outcome: the push workers are recording them cancelled.
 const sqlRunningEvents = `
 SELECT r.event_id::text, r.state FROM fanout_runs r
 WHERE r.event_id >= $1::uuid AND r.event_id < $2::uuid
   AND (r.state IN ('scheduled', 'paused')
+       OR (r.state = 'cancelled' AND
+           (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
+                   + coalesce(sum(c.notified - c.targeted_students), 0)
+            FROM event_counters c WHERE c.event_id = r.event_id) > 0)
        OR (r.state = 'running' AND (r.finished_at IS NULL OR
            (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
                    + coalesce(sum(c.notified - c.targeted_students), 0)
             FROM event_counters c WHERE c.event_id = r.event_id) > 0)))
 ORDER BY r.event_id
 LIMIT $3`
+
+// sqlStuckEvents: the paused and scheduled events of [$1, $2), which
+// Config.CancelOlderThan cancels.
+const sqlStuckEvents = `
+SELECT event_id::text FROM fanout_runs
+WHERE event_id >= $1::uuid AND event_id < $2::uuid AND state IN ('scheduled', 'paused')
+ORDER BY event_id`
 
 // The per-event bookkeeping of a dropped day, deleted in the drop's
 // transaction (ranges first: they reference their run). The material, the
@@ -63,7 +77,7 @@ const (
 // sqlDefaultAndBounds: table's default partition and the bounds of day's
 // partition, as uuid text (no row: no default partition).
 const sqlDefaultAndBounds = `
-SELECT c.relname, event_id_floor($2::date::timestamp AT TIME ZONE 'UTC')::text,
+SELECT n.nspname, c.relname, event_id_floor($2::date::timestamp AT TIME ZONE 'UTC')::text,
        event_id_floor(($2::date + 1)::timestamp AT TIME ZONE 'UTC')::text
-FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partdefid
+FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partdefid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE p.partrelid = to_regclass($1)`

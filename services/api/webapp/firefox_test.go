@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +41,17 @@ import (
 //  3. the same event pushed twice shows one notification (tag = event id);
 //  4. a payload of the maximum size and non-ASCII text round-trips exactly;
 //  5. unsubscribed in the browser, the next push gets 410 from the push
-//     service and the worker deletes the subscription.
+//     service and the worker deletes the subscription;
+//  6. all along, the page was opened from a crafted link — another user's
+//     ?token=, ?subscribe=1 and ?report= pointing at a listener of the
+//     test's — and none of it took: the page kept no token from the link
+//     and subscribed only on the click, as the typed-in user, the service
+//     worker's script URL is the plain sw.js, nothing connected to the
+//     listener, and the page and worker fetched from their own origin only,
+//     with no Content-Security-Policy violation.
+//
+// The harness that reports and clicks is package firefox's, added to the
+// page by its own server; the shipped files have none.
 func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	ffPath, err := firefox.Find()
 	if err != nil {
@@ -101,8 +113,34 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	studentToken := procs.output("token", "--user", student)
 	instructorToken := procs.output("token", "--user", instructor)
 
+	// Where the shipped page of old sent its state and every decrypted push
+	// when a link said ?report=: any connection at all is a failure.
+	leak, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leak.Close()
+	var leaked atomic.Int64
+	go func() {
+		for {
+			c, err := leak.Accept()
+			if err != nil {
+				return
+			}
+			leaked.Add(1)
+			c.Close()
+		}
+	}()
+	// Checked however the test ends: an early failure must not hide a leak.
+	t.Cleanup(func() {
+		if n := leaked.Load(); n != 0 {
+			t.Errorf("%d connections to the ?report= listener: the page or its worker sent something off its origin", n)
+		}
+	})
+	crafted := url.Values{"token": {instructorToken}, "subscribe": {"1"}, "report": {"http://" + leak.Addr().String()}}
+
 	b, err := firefox.Start(firefox.Config{Firefox: ffPath, PushServerURL: "ws://" + wsAddr + "/", AppURL: apiURL + "/app/",
-		Token: studentToken, Dir: filepath.Join(dir, "firefox"), Logf: t.Logf})
+		Token: studentToken, Query: crafted, Dir: filepath.Join(dir, "firefox"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +164,13 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 			t.Fatal(err)
 		}
 		return r
+	}
+
+	// 6, before anyone signed in: the link's token is neither kept nor shown,
+	// and gone from the address bar.
+	loaded := waitFor(90*time.Second, "the page loaded", func(r firefox.Report) bool { return r.Type == "loaded" })
+	if st := loaded.State; st == nil || st.StoredToken != "" || st.InputToken != "" || strings.Contains(st.Href, "token=") || st.Endpoint != "" {
+		t.Errorf("the page opened from a link with another user's token: %+v; want no token stored or in the field or the address bar, no subscription", st)
 	}
 
 	sub := waitFor(90*time.Second, "the page subscribed", func(r firefox.Report) bool { return r.Type == "subscribed" })
@@ -210,6 +255,42 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 			t.Fatalf("after unsubscribing in the browser: delivery status %q (err %v), %d subscriptions left; want gone and 0", status, err, left)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// 6, at the end: the crafted link steered nothing.
+	st := command("state", "").State
+	if st == nil {
+		t.Fatal("the state command returned no state")
+	}
+	if st.StoredToken != studentToken {
+		t.Errorf("the page's stored token is not the one typed in (the link's: %v)", st.StoredToken == instructorToken)
+	}
+	if want := st.Origin + "/app/sw.js"; st.ScriptURL != want {
+		t.Errorf("service worker script %q, want %q: nothing from the page's URL may reach the worker", st.ScriptURL, want)
+	}
+	if len(st.Origins) == 0 {
+		t.Errorf("the page reported no fetch at all: the origin check saw nothing")
+	}
+	for _, o := range st.Origins {
+		if o != st.Origin {
+			t.Errorf("the page fetched from %s, not only its own origin %s", o, st.Origin)
+		}
+	}
+	for _, r := range b.Reports() {
+		if r.Type == "csp-violation" {
+			t.Errorf("Content-Security-Policy violation in the page: %s", r.Message)
+		}
+		for _, o := range r.Origins {
+			if o != st.Origin {
+				t.Errorf("the service worker fetched from %s, not only its own origin %s", o, st.Origin)
+			}
+		}
+	}
+	var forInstructor int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM push_subscriptions WHERE user_id = $1`, instructor).Scan(&forInstructor); err != nil {
+		t.Fatal(err)
+	}
+	if forInstructor != 0 {
+		t.Errorf("the link's user has %d subscriptions: the page subscribed with the token from the URL", forInstructor)
 	}
 	if dir := os.Getenv("NOTIFY_BROWSER_SHOTS"); dir != "" {
 		if err := b.Screenshot(filepath.Join(dir, "app.png")); err != nil {

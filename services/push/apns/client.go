@@ -265,6 +265,17 @@ func (e *ResponseError) Error() string {
 // data key, or a body over MaxPayload.
 var ErrInvalidNotification = errors.New("invalid APNs notification")
 
+// ErrTopic is wrapped by the Err of a notification with no topic to send
+// under, and matches a ResponseError whose reason says the topic is
+// missing or not the key's (MissingTopic, TopicDisallowed): faults of the
+// deployment's configuration that fail every device alike.
+var ErrTopic = errors.New("APNs topic missing or not allowed")
+
+// Is makes errors.Is(err, ErrTopic) true for APNs's answers about the topic.
+func (e *ResponseError) Is(target error) bool {
+	return target == ErrTopic && (e.Reason == "MissingTopic" || e.Reason == "TopicDisallowed")
+}
+
 // ErrClientClosed is wrapped by the outcomes of sends after Close.
 var ErrClientClosed = errors.New("APNs client closed")
 
@@ -455,7 +466,7 @@ func (c *Client) prepare(n Notification) (*request, error) {
 		topic = c.cfg.Topic
 	}
 	if topic == "" {
-		return nil, invalid("no topic: set the device's bundle id or Config.Topic (NOTIFY_APNS_TOPIC)")
+		return nil, fmt.Errorf("%w: %w: set the device's bundle id or Config.Topic (NOTIFY_APNS_TOPIC)", ErrInvalidNotification, ErrTopic)
 	}
 	if err := ValidateTopic(topic); err != nil {
 		return nil, invalid("%v", err)

@@ -27,6 +27,11 @@ var ErrNotProcessed = errors.New("push service did not process the request")
 // ErrTimeout: no answer within RoundTrip's timeout.
 var ErrTimeout = errors.New("push service did not answer in time")
 
+// errEnhanceYourCalm closes a connection whose peer sent more frames
+// needing a reply than it read.
+var errEnhanceYourCalm = fmt.Errorf("push service sent over %d frames needing a reply without reading them: %w",
+	h2MaxQueuedControlFrames, http2.ConnectionError(http2.ErrCodeEnhanceYourCalm))
+
 // ErrClosed: the pool was closed.
 var ErrClosed = errors.New("connection pool closed")
 
@@ -50,6 +55,21 @@ const (
 	// h2NotProcessedRetries is how often a request the server did not
 	// process is moved to another connection before giving up.
 	h2NotProcessedRetries = 3
+	// h2MaxQueuedControlFrames caps the replies (SETTINGS and PING ACKs,
+	// RST_STREAM, WINDOW_UPDATE) waiting for the writer. A peer that
+	// floods frames needing a reply while not reading its socket would
+	// otherwise grow the write buffer without end; past the cap the
+	// connection is closed with ENHANCE_YOUR_CALM, the limit and the code
+	// golang.org/x/net/http2's server uses.
+	h2MaxQueuedControlFrames = 10000
+	// h2MaxWriteBuffer is how many bytes of requests may wait for the
+	// writer on one connection. Past it the connection takes no new
+	// streams and holds bodies back until the writer catches up: a peer
+	// that grants huge windows and stops reading cannot make the client
+	// buffer every request it is given.
+	h2MaxWriteBuffer = 4 << 20
+	// h2MaxLoggedDebug is how much of a GOAWAY's debug data is logged.
+	h2MaxLoggedDebug = 256
 )
 
 // Defaults of Options.
@@ -154,6 +174,9 @@ type Pool struct {
 	snap atomic.Pointer[[]*h2Conn]
 
 	dials atomic.Int64 // connections opened, for tests and stats
+	// maxCtrlQueued and maxBytesQueued are the most control frames and
+	// bytes any connection had waiting for its writer (MaxQueued).
+	maxCtrlQueued, maxBytesQueued atomic.Int64
 	// sweepEvery (nanoseconds) is how often each connection looks for
 	// requests past their deadline: a sixteenth of the shortest timeout
 	// asked for, so a request fails at most ~6% after its timeout.
@@ -224,6 +247,24 @@ func (p *Pool) Conns() int {
 // Dials is the number of connections opened so far.
 func (p *Pool) Dials() int64 { return p.dials.Load() }
 
+// MaxQueued is the most control frames and the most bytes any of the
+// pool's connections has had waiting for (or in) a write so far: bounded
+// by h2MaxQueuedControlFrames and about h2MaxWriteBuffer whatever the peer
+// does.
+func (p *Pool) MaxQueued() (controlFrames, bytes int) {
+	return int(p.maxCtrlQueued.Load()), int(p.maxBytesQueued.Load())
+}
+
+// raise lifts a high-water mark to v.
+func raise(m *atomic.Int64, v int64) {
+	for {
+		cur := m.Load()
+		if v <= cur || m.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
 // RoundTrip sends req with body and waits for the answer, at most timeout. Requests
 // the server did not process are moved to another connection.
 //
@@ -239,9 +280,10 @@ func (p *Pool) RoundTrip(ctx context.Context, req *Request, body []byte, timeout
 		*st = h2Stream{done: st.done}
 		h2Streams.Put(st)
 	}()
+	var refusedBy *h2Conn
 	for attempt := 0; ; attempt++ {
 		*st = h2Stream{done: st.done, deadline: deadline.UnixNano()}
-		cc, err := p.start(ctx, deadline, st, req, body)
+		cc, err := p.start(ctx, deadline, st, req, body, refusedBy)
 		if err != nil {
 			return Response{}, err
 		}
@@ -259,6 +301,9 @@ func (p *Pool) RoundTrip(ctx context.Context, req *Request, body []byte, timeout
 			if time.Now().After(deadline) {
 				return Response{}, ErrTimeout
 			}
+			// A connection going away takes no new streams anyway; one that
+			// refused the stream would likely refuse it again.
+			refusedBy = cc
 			continue
 		}
 		return st.resp, st.err
@@ -291,12 +336,17 @@ func (p *Pool) sweepPeriod() time.Duration {
 }
 
 // start opens a stream for req on a connection with room, dialing a new
-// connection when every one is at the server's stream limit.
-func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req *Request, body []byte) (*h2Conn, error) {
+// connection when every one is at the server's stream limit. It uses avoid
+// (the connection that refused the stream last) only when the pool has as
+// many connections as it may.
+func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req *Request, body []byte, avoid *h2Conn) (*h2Conn, error) {
 	for {
 		// Fast path: the published list of connections, no pool lock.
 		if snap := p.snap.Load(); snap != nil {
 			for _, cc := range *snap {
+				if cc == avoid {
+					continue
+				}
 				if ok, err := cc.startStream(st, req, body); err != nil || ok {
 					return cc, err
 				}
@@ -309,9 +359,18 @@ func (p *Pool) start(ctx context.Context, deadline time.Time, st *h2Stream, req 
 		}
 		p.pruneLocked()
 		for _, cc := range p.conns { // one may have been added meanwhile
+			if cc == avoid {
+				continue
+			}
 			if ok, err := cc.startStream(st, req, body); err != nil || ok {
 				p.mu.Unlock()
 				return cc, err
+			}
+		}
+		if len(p.conns) >= p.maxConns && avoid != nil {
+			if ok, err := avoid.startStream(st, req, body); err != nil || ok {
+				p.mu.Unlock()
+				return avoid, err
 			}
 		}
 		if len(p.conns) >= p.maxConns {
@@ -435,7 +494,13 @@ type h2Conn struct {
 	recvUnacked   int64
 	goAway        bool // no new streams (GOAWAY, ids exhausted, shutdown)
 	closed        bool
-	idleSince     time.Time
+	goAwayLogged  bool // a GOAWAY's debug data is logged once per connection
+	// ctrlQueued counts the control frames in wbuf and inFlight those
+	// (and inFlightBytes the bytes) in the write under way: together what
+	// the peer has not taken yet.
+	ctrlQueued, ctrlInFlight int
+	inFlightBytes            int
+	idleSince                time.Time
 
 	flush    chan struct{} // capacity 1: "wbuf has data"
 	done     chan struct{} // closed by close
@@ -561,7 +626,7 @@ func (cc *h2Conn) unusable() bool {
 func (cc *h2Conn) startStream(st *h2Stream, req *Request, body []byte) (bool, error) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if cc.closed || cc.goAway || uint32(len(cc.streams)) >= cc.maxStreams {
+	if cc.closed || cc.goAway || uint32(len(cc.streams)) >= cc.maxStreams || cc.queuedBytesLocked() >= h2MaxWriteBuffer {
 		return false, nil
 	}
 	if cc.nextID > h2MaxStreamID {
@@ -634,23 +699,40 @@ func (cc *h2Conn) startStream(st *h2Stream, req *Request, body []byte) (bool, er
 		cc.pending = append(cc.pending, st)
 		cc.sendPendingLocked()
 	}
+	raise(&cc.pool.maxBytesQueued, int64(cc.queuedBytesLocked()))
 	cc.signalFlushLocked()
 	return true, nil
 }
 
+// queuedBytesLocked is how many bytes the peer has not taken yet: in wbuf
+// and in the write under way.
+func (cc *h2Conn) queuedBytesLocked() int { return len(cc.wbuf) + cc.inFlightBytes }
+
+// controlQueuedLocked notes a control frame just appended to wbuf.
+func (cc *h2Conn) controlQueuedLocked() {
+	cc.ctrlQueued++
+	raise(&cc.pool.maxCtrlQueued, int64(cc.ctrlQueued+cc.ctrlInFlight))
+	raise(&cc.pool.maxBytesQueued, int64(cc.queuedBytesLocked()))
+}
+
+// calmLocked reports a peer past h2MaxQueuedControlFrames.
+func (cc *h2Conn) calmLocked() bool {
+	return cc.ctrlQueued+cc.ctrlInFlight > h2MaxQueuedControlFrames
+}
+
 // sendPendingLocked writes as much pending body as the flow-control
-// windows allow, in stream order.
+// windows and h2MaxWriteBuffer allow, in stream order.
 func (cc *h2Conn) sendPendingLocked() {
 	if len(cc.pending) == 0 || cc.connWindow <= 0 {
 		return
 	}
 	keep := cc.pending[:0]
 	for i, st := range cc.pending {
-		if cc.connWindow <= 0 {
+		if cc.connWindow <= 0 || cc.queuedBytesLocked() >= h2MaxWriteBuffer {
 			keep = append(keep, cc.pending[i:]...)
 			break
 		}
-		for len(st.body) > 0 && cc.connWindow > 0 && st.window > 0 {
+		for len(st.body) > 0 && cc.connWindow > 0 && st.window > 0 && cc.queuedBytesLocked() < h2MaxWriteBuffer {
 			n := min(int64(len(st.body)), int64(cc.maxFrame), cc.connWindow, st.window)
 			var flags http2.Flags
 			if n == int64(len(st.body)) {
@@ -698,6 +780,8 @@ func (cc *h2Conn) writeLoop() {
 		cc.mu.Lock()
 		buf := cc.wbuf
 		cc.wbuf = spare[:0]
+		cc.ctrlInFlight, cc.ctrlQueued = cc.ctrlQueued, 0
+		cc.inFlightBytes = len(buf)
 		cc.mu.Unlock()
 		if len(buf) == 0 {
 			spare = buf
@@ -708,6 +792,15 @@ func (cc *h2Conn) writeLoop() {
 			cc.close(fmt.Errorf("write to push service: %w", err))
 			return
 		}
+		cc.mu.Lock()
+		cc.ctrlInFlight, cc.inFlightBytes = 0, 0
+		if len(cc.pending) > 0 { // bodies held back by h2MaxWriteBuffer
+			cc.sendPendingLocked()
+			if len(cc.wbuf) > 0 {
+				cc.signalFlushLocked()
+			}
+		}
+		cc.mu.Unlock()
 		if cap(buf) > 1<<20 {
 			buf = nil // do not keep a burst's buffer forever
 		}
@@ -721,7 +814,10 @@ func (cc *h2Conn) readLoop() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				cc.resetStream(se.StreamID, se.Code, fmt.Errorf("bad answer from push service: %w", err))
+				if err := cc.resetStream(se.StreamID, se.Code, fmt.Errorf("bad answer from push service: %w", err)); err != nil {
+					cc.closeCalm()
+					return
+				}
 				continue
 			}
 			cc.close(fmt.Errorf("read from push service: %w", err))
@@ -729,15 +825,35 @@ func (cc *h2Conn) readLoop() {
 		}
 		cc.lastRead.Store(time.Now().UnixNano())
 		if err := cc.handle(f); err != nil {
-			cc.close(err)
+			if errors.Is(err, errEnhanceYourCalm) {
+				cc.closeCalm()
+			} else {
+				cc.close(err)
+			}
 			return
 		}
 	}
 }
 
-func (cc *h2Conn) handle(f http2.Frame) error {
+// closeCalm closes a connection past h2MaxQueuedControlFrames. No GOAWAY
+// is sent: the peer is not reading, so it would only queue behind the
+// replies it has not taken.
+func (cc *h2Conn) closeCalm() {
+	cc.pool.log.Warn("closing a push service connection: it sends frames needing a reply without reading",
+		"addr", cc.pool.addr, "code", http2.ErrCodeEnhanceYourCalm.String())
+	cc.close(errEnhanceYourCalm)
+}
+
+// handle acts on one frame; it fails with errEnhanceYourCalm when the
+// frame left too many replies waiting.
+func (cc *h2Conn) handle(f http2.Frame) (err error) {
 	cc.mu.Lock()
-	defer cc.mu.Unlock()
+	defer func() {
+		if err == nil && cc.calmLocked() {
+			err = errEnhanceYourCalm
+		}
+		cc.mu.Unlock()
+	}()
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
 		st := cc.streams[f.StreamID]
@@ -770,6 +886,7 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 			cc.recvUnacked += n
 			if cc.recvUnacked >= h2ConnRecvWindow/4 {
 				cc.wbuf = appendWindowUpdate(cc.wbuf, 0, uint32(cc.recvUnacked))
+				cc.controlQueuedLocked()
 				cc.recvUnacked = 0
 				cc.signalFlushLocked()
 			}
@@ -832,6 +949,7 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		if !f.IsAck() {
 			cc.wbuf = appendFrameHeader(cc.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
 			cc.wbuf = append(cc.wbuf, f.Data[:]...)
+			cc.controlQueuedLocked()
 			cc.signalFlushLocked()
 		}
 	case *http2.GoAwayFrame:
@@ -841,8 +959,13 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 				cc.finishLocked(st, fmt.Errorf("%w: connection going away", ErrNotProcessed))
 			}
 		}
-		if f.ErrCode != http2.ErrCodeNo {
-			cc.pool.log.Warn("push service closed a connection", "addr", cc.pool.addr, "code", f.ErrCode.String(), "debug", string(f.DebugData()))
+		// Once per connection and truncated: the debug data is the
+		// peer's text, and a peer may repeat GOAWAY.
+		if f.ErrCode != http2.ErrCodeNo && !cc.goAwayLogged {
+			cc.goAwayLogged = true
+			debug := f.DebugData()
+			debug = debug[:min(len(debug), h2MaxLoggedDebug)]
+			cc.pool.log.Warn("push service closed a connection", "addr", cc.pool.addr, "code", f.ErrCode.String(), "debug", string(debug))
 		}
 		if len(cc.streams) == 0 {
 			go cc.close(errors.New("connection closed by the push service (GOAWAY)"))
@@ -883,6 +1006,7 @@ func (cc *h2Conn) onSettingsLocked(f *http2.SettingsFrame) error {
 		return err
 	}
 	cc.wbuf = appendFrameHeader(cc.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
+	cc.controlQueuedLocked()
 	cc.sendPendingLocked()
 	cc.signalFlushLocked()
 	return nil
@@ -890,6 +1014,7 @@ func (cc *h2Conn) onSettingsLocked(f *http2.SettingsFrame) error {
 
 func (cc *h2Conn) rstLocked(id uint32, code http2.ErrCode) {
 	cc.wbuf = appendRSTStream(cc.wbuf, id, code)
+	cc.controlQueuedLocked()
 	cc.signalFlushLocked()
 }
 
@@ -958,8 +1083,9 @@ func (cc *h2Conn) cancelLocked(st *h2Stream, err error) {
 	cc.finishLocked(st, err)
 }
 
-// resetStream handles a stream-level protocol error found by the framer.
-func (cc *h2Conn) resetStream(id uint32, code http2.ErrCode, err error) {
+// resetStream handles a stream-level protocol error found by the framer;
+// it fails with errEnhanceYourCalm when too many replies wait.
+func (cc *h2Conn) resetStream(id uint32, code http2.ErrCode, err error) error {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	cc.rstLocked(id, code)
@@ -967,6 +1093,10 @@ func (cc *h2Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 		st.body = nil
 		cc.finishLocked(st, err)
 	}
+	if cc.calmLocked() {
+		return errEnhanceYourCalm
+	}
+	return nil
 }
 
 // shutdown stops new streams and closes the connection when idle.

@@ -27,7 +27,16 @@
 // control on the connection and each stream, receive-side WINDOW_UPDATEs,
 // PING (answering, and probing idle connections), GOAWAY (streams above the
 // last processed id are retried on another connection), RST_STREAM
-// (REFUSED_STREAM is retried), CONTINUATION, and server push refused.
+// (REFUSED_STREAM is retried on another connection), CONTINUATION, and
+// server push refused.
+//
+// A peer cannot grow the client without bound: at most 10,000 replies
+// (SETTINGS and PING ACKs, RST_STREAM) may wait for a peer that does not
+// read — past that the connection is closed with ENHANCE_YOUR_CALM, as
+// golang.org/x/net/http2's server does — a connection with 4 MiB waiting
+// for the writer takes no new requests and holds bodies back, and a
+// GOAWAY's debug data is logged once per connection, truncated
+// (hostile_test.go).
 //
 // Pooling: a Pool holds the connections to one origin; a connection at the
 // server's stream limit makes the pool dial another — one dial, shared by

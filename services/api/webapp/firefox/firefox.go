@@ -1,22 +1,31 @@
 // Package firefox drives a real, headless Firefox against notify's shipped
 // web app (package webapp): it starts Firefox ESR on a fresh profile whose
-// push service is the mock's Mozilla push protocol side, opens the page
-// with a token and a report URL, and collects what the page and its
-// service worker report — no WebDriver: the page drives itself and asks
-// this package's small HTTP server for commands.
+// push service is the mock's Mozilla push protocol side, and opens the
+// page through a server of its own that stands in for the adopter's site.
+// That server passes everything through to the API, and adds a test
+// harness the web app never ships: one script in the page (harness/page.js)
+// and one imported first by the service worker (harness/sw.js). They
+// report what the page and the worker do, and carry out this package's
+// commands the way a user would — typing the token, clicking the page's
+// buttons — all on the page's own origin, the only one the web app's
+// Content-Security-Policy lets them reach. No WebDriver.
 //
 // The project's real-browser test (webapp's firefox_test.go) and
 // `notify demo --browser` use it.
 package firefox
 
 import (
+	"bytes"
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -49,8 +58,11 @@ type Config struct {
 	PushServerURL string
 	// AppURL is the web app's page, e.g. http://127.0.0.1:8080/app/. Required.
 	AppURL string
-	// Token is the bearer token the page uses. Required.
+	// Token is the bearer token the harness types into the page. Required.
 	Token string
+	// Query is put on the URL Firefox opens, as a link to the page might
+	// carry it (the test's crafted ?token= and ?report=). Optional.
+	Query url.Values
 	// Dir holds the profile, HOME and firefox.log. Required.
 	Dir string
 	// Logf, when set, receives one line per report.
@@ -58,8 +70,8 @@ type Config struct {
 }
 
 // Report is one thing the page ("page") or its service worker ("sw")
-// reported: type loaded, status, error, subscribed, unsubscribed, push, or
-// result (of a command).
+// reported: type loaded (with State), status, error, subscribed,
+// unsubscribed, push, csp-violation, or result (of a command).
 type Report struct {
 	Seq          int       `json:"-"`
 	Received     time.Time `json:"-"` // when the report arrived here
@@ -80,6 +92,23 @@ type Report struct {
 		CourseID string `json:"course_id"`
 	} `json:"payload"`
 	Notifications []Notification `json:"notifications"`
+	// State is the page's, on loaded and on the state command.
+	State *PageState `json:"state"`
+	// Origins are those the service worker fetched anything from, on push.
+	Origins []string `json:"origins"`
+}
+
+// PageState is what the harness sees of the page.
+type PageState struct {
+	Origin      string `json:"origin"`       // the page's
+	Href        string `json:"href"`         // the address bar's URL
+	StoredToken string `json:"stored_token"` // the page's localStorage notify.token
+	InputToken  string `json:"input_token"`  // the token field's value
+	Status      string `json:"status"`       // the status line's text
+	ScriptURL   string `json:"script_url"`   // the service worker's, "" without one
+	Endpoint    string `json:"endpoint"`     // the browser's push subscription, "" without one
+	// Origins are those the page fetched anything from (Resource Timing).
+	Origins []string `json:"origins"`
 }
 
 // Notification is one notification the browser shows.
@@ -91,35 +120,51 @@ type Notification struct {
 
 // Browser is a running Firefox with the page open.
 type Browser struct {
-	cfg     Config
-	srv     *http.Server
-	ln      net.Listener
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	page    string
-	mu      sync.Mutex
-	reports []Report
-	queue   []map[string]any
-	nextID  int
-	changed chan struct{}
+	cfg    Config
+	srv    *http.Server
+	ln     net.Listener
+	cmd    *exec.Cmd
+	exited chan struct{}
+	page   string // Firefox's URL: pageBase with Config.Query
+	// pageBase is the page on the site's server.
+	pageBase string
+	mu       sync.Mutex
+	reports  []Report
+	queue    []map[string]any
+	queued   chan struct{}
+	nextID   int
+	changed  chan struct{}
 }
 
-// Start opens the page in a new headless Firefox; the page subscribes at
-// once (subscribe=1). Call Close when done.
+//go:embed harness
+var harness embed.FS
+
+// Start opens the page in a new headless Firefox, signs in with the token
+// (typed into the page's field) and turns push on (a click on the page's
+// button): wait for the "subscribed" report. Call Close when done.
 func Start(cfg Config) (*Browser, error) {
 	if cfg.Firefox == "" || cfg.PushServerURL == "" || cfg.AppURL == "" || cfg.Token == "" || cfg.Dir == "" {
 		return nil, errors.New("firefox: Firefox, PushServerURL, AppURL, Token and Dir are required")
 	}
-	b := &Browser{cfg: cfg, exited: make(chan struct{}), changed: make(chan struct{}, 1)}
+	app, err := url.Parse(cfg.AppURL)
+	if err != nil || app.Host == "" || !strings.HasSuffix(app.Path, "/") {
+		return nil, fmt.Errorf("firefox: AppURL %q is not an absolute URL of the page's folder (…/app/)", cfg.AppURL)
+	}
+	b := &Browser{cfg: cfg, exited: make(chan struct{}), changed: make(chan struct{}, 1), queued: make(chan struct{}, 1)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("firefox: report listener: %w", err)
+		return nil, fmt.Errorf("firefox: site listener: %w", err)
 	}
 	b.ln = ln
-	b.srv = &http.Server{Handler: http.HandlerFunc(b.serve), ReadHeaderTimeout: 5 * time.Second}
+	b.srv = &http.Server{Handler: b.site(app), ReadHeaderTimeout: 5 * time.Second}
 	go b.srv.Serve(ln)
-	report := "http://" + ln.Addr().String()
-	b.page = cfg.AppURL + "?" + url.Values{"token": {cfg.Token}, "report": {report}, "subscribe": {"1"}}.Encode()
+	b.pageBase = "http://" + ln.Addr().String() + app.Path
+	b.page = b.pageBase
+	if len(cfg.Query) > 0 {
+		b.page += "?" + cfg.Query.Encode()
+	}
+	b.enqueue(map[string]any{"action": "sign-in", "token": cfg.Token})
+	b.enqueue(map[string]any{"action": "subscribe"})
 
 	profile := filepath.Join(cfg.Dir, "firefox-profile")
 	home := filepath.Join(cfg.Dir, "home")
@@ -178,40 +223,146 @@ func Prefs(pushServerURL string) string {
 	return strings.Join(prefs, "\n") + "\n"
 }
 
-// PageURL is the page Firefox was opened on (it carries the token).
+// PageURL is the page Firefox was opened on.
 func (b *Browser) PageURL() string { return b.page }
 
-func (b *Browser) serve(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Access-Control-Allow-Origin", "*")
-	switch r.URL.Path {
-	case "/report":
-		var rep Report
-		raw, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err := json.Unmarshal(raw, &rep); err != nil {
+// site is the stand-in for the adopter's site: the API's answers as they
+// are, except that the page gets the harness's script and the service
+// worker imports the harness's first; and the harness's own endpoints.
+func (b *Browser) site(app *url.URL) http.Handler {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(&url.URL{Scheme: app.Scheme, Host: app.Host})
+			r.Out.Host = app.Host
+			if isPage(app, r.In.URL.Path) || r.In.URL.Path == app.Path+"sw.js" {
+				// The body is rewritten below: ask for it whole and plain.
+				for _, h := range []string{"Accept-Encoding", "If-None-Match", "If-Modified-Since", "Range"} {
+					r.Out.Header.Del(h)
+				}
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			p := resp.Request.URL.Path
+			if resp.StatusCode != http.StatusOK || (!isPage(app, p) && p != app.Path+"sw.js") {
+				return nil
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if p == app.Path+"sw.js" {
+				body = append([]byte("importScripts('/harness/sw.js');\n"), body...)
+			} else {
+				tag := `<script src="/harness/page.js" data-mode="drive"></script>`
+				if resp.Request.URL.Query().Get("harness") == "shot" {
+					tag = `<script src="/harness/page.js" data-token="` + html.EscapeString(b.cfg.Token) + `"></script>`
+				}
+				i := bytes.Index(body, []byte("</head>"))
+				if i < 0 {
+					return errors.New("the page has no </head> to add the harness before")
+				}
+				body = append(body[:i:i], append([]byte(tag+"\n"), body[i:]...)...)
+			}
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			resp.Header.Set("Content-Length", fmt.Sprint(len(body)))
+			resp.Header.Del("ETag")
+			return nil
+		},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/harness/page.js", "/harness/sw.js":
+			js, err := harness.ReadFile(strings.TrimPrefix(r.URL.Path, "/"))
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.Write(js)
+		case "/harness/report":
+			b.receive(r)
+		case "/harness/command":
+			b.nextCommand(w, r)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	})
+}
+
+func isPage(app *url.URL, p string) bool { return p == app.Path || p == app.Path+"index.html" }
+
+func (b *Browser) receive(r *http.Request) {
+	var rep Report
+	raw, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		if b.cfg.Logf != nil {
+			b.cfg.Logf("browser: unreadable report %.200q: %v", raw, err)
+		}
+		return
+	}
+	b.mu.Lock()
+	rep.Seq, rep.Received = len(b.reports)+1, time.Now()
+	b.reports = append(b.reports, rep)
+	b.mu.Unlock()
+	if b.cfg.Logf != nil {
+		b.cfg.Logf("browser %s: %s %s%s", rep.From, rep.Type, rep.Message, rep.Error)
+	}
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
+// nextCommand answers the page's poll with the next command, waiting up to
+// 10 s for one (then "none": the page asks again).
+func (b *Browser) nextCommand(w http.ResponseWriter, r *http.Request) {
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for {
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			cmd := b.queue[0]
+			b.queue = b.queue[1:]
+			more := len(b.queue) > 0
+			b.mu.Unlock()
+			if more {
+				b.signalQueued()
+			}
+			json.NewEncoder(w).Encode(cmd)
 			return
 		}
-		b.mu.Lock()
-		rep.Seq, rep.Received = len(b.reports)+1, time.Now()
-		b.reports = append(b.reports, rep)
 		b.mu.Unlock()
-		if b.cfg.Logf != nil {
-			b.cfg.Logf("browser %s: %s %s%s", rep.From, rep.Type, rep.Message, rep.Error)
-		}
 		select {
-		case b.changed <- struct{}{}:
-		default:
+		case <-b.queued:
+		case <-timeout.C:
+			json.NewEncoder(w).Encode(map[string]any{"action": "none"})
+			return
+		case <-r.Context().Done():
+			return
 		}
-	case "/command":
-		b.mu.Lock()
-		cmd := map[string]any{"action": "none"}
-		if len(b.queue) > 0 {
-			cmd, b.queue = b.queue[0], b.queue[1:]
-		}
-		b.mu.Unlock()
-		json.NewEncoder(w).Encode(cmd)
-	default:
-		http.NotFound(w, r)
 	}
+}
+
+func (b *Browser) signalQueued() {
+	select {
+	case b.queued <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue adds a command for the page, numbered, and returns its id.
+func (b *Browser) enqueue(cmd map[string]any) int {
+	b.mu.Lock()
+	b.nextID++
+	id := b.nextID
+	cmd["id"] = id
+	b.queue = append(b.queue, cmd)
+	b.mu.Unlock()
+	b.signalQueued()
+	return id
 }
 
 // WaitFor returns the first report (in order) that match accepts, waiting
@@ -247,26 +398,32 @@ func (b *Browser) WaitFor(ctx context.Context, what string, match func(Report) b
 }
 
 // Command asks the page to do action (notifications [tag], subscribe,
-// unsubscribe, unsubscribe-browser, inbox, close-notifications) and
-// returns its result report.
+// unsubscribe, unsubscribe-browser, close-notifications, state) and
+// returns its result report. subscribe and unsubscribe click the page's
+// buttons; unsubscribe-browser drops the subscription in the browser only
+// (the API is not told, as when the user clears the site's data).
 func (b *Browser) Command(ctx context.Context, action, tag string) (Report, error) {
-	b.mu.Lock()
-	b.nextID++
-	id := b.nextID
-	b.queue = append(b.queue, map[string]any{"action": action, "tag": tag, "id": id})
-	b.mu.Unlock()
+	id := b.enqueue(map[string]any{"action": action, "tag": tag})
 	return b.WaitFor(ctx, "the result of "+action, func(r Report) bool { return r.Type == "result" && r.ID == id }, nil)
 }
 
+// Reports returns every report so far, in order.
+func (b *Browser) Reports() []Report {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Report(nil), b.reports...)
+}
+
 // Screenshot saves a PNG of the page as a fresh headless Firefox renders
-// it (the inbox of the token's user).
+// it, signed in as the token's user (the harness stores the token before
+// the page runs, as a site's login would): that user's inbox.
 func (b *Browser) Screenshot(out string) error {
 	profile, err := os.MkdirTemp(b.cfg.Dir, "shot-profile-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(profile)
-	cmd := exec.Command(b.cfg.Firefox, "--headless", "--no-remote", "--profile", profile, "--window-size=900,700", "--screenshot", out, b.page)
+	cmd := exec.Command(b.cfg.Firefox, "--headless", "--no-remote", "--profile", profile, "--window-size=900,700", "--screenshot", out, b.pageBase+"?harness=shot")
 	cmd.Env = append(os.Environ(), "HOME="+filepath.Join(b.cfg.Dir, "home"), "MOZ_HEADLESS=1")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("firefox --screenshot: %w: %s", err, msg)
@@ -274,7 +431,7 @@ func (b *Browser) Screenshot(out string) error {
 	return nil
 }
 
-// Close stops Firefox and the report server.
+// Close stops Firefox and the site's server.
 func (b *Browser) Close() error {
 	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
 	select {

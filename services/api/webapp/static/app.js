@@ -2,13 +2,18 @@
 // Plain JavaScript, no build step. See services/api/webapp (package doc).
 'use strict';
 
-const params = new URLSearchParams(location.search);
-// report: where the page and its service worker tell what they do (JSON
-// POSTs) and ask what to do next (GET …/command) — the project's tests use
-// it to drive a real browser. Unset in normal use.
-const report = params.get('report') || '';
-let token = params.get('token') || localStorage.getItem('notify.token') || '';
-if (params.get('token')) localStorage.setItem('notify.token', token);
+// The token is the one the user typed into the page (or, on a real site,
+// the one the site's own login hands over: see the package doc). Never the
+// one in a link: /app/?token=… would sign this browser in as whoever made
+// the link and send that account's pushes and inbox here.
+let token = localStorage.getItem('notify.token') || '';
+const linkedToken = new URLSearchParams(location.search).has('token');
+if (linkedToken) {
+  // Out of the address bar, and so out of the history and bookmarks.
+  const u = new URL(location.href);
+  u.searchParams.delete('token');
+  history.replaceState(history.state, '', u.pathname + u.search + u.hash);
+}
 
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -17,19 +22,18 @@ function withTimeout(promise, ms, what) {
   return Promise.race([promise, sleep(ms).then(() => { throw new Error(what + ' timed out'); })]);
 }
 
-async function tell(obj) {
-  if (!report) return;
-  try {
-    // text/plain keeps it a simple request: no CORS preflight.
-    await fetch(report + '/report', { method: 'POST', headers: { 'Content-Type': 'text/plain' }, body: JSON.stringify(Object.assign({ from: 'page' }, obj)) });
-  } catch (e) { /* the reporter is optional */ }
+// emit tells the document what the page did, as a "notify" event on
+// window (detail: {type, …}), for a site that shows it in its own UI.
+// Nothing leaves the page this way.
+function emit(obj) {
+  window.dispatchEvent(new CustomEvent('notify', { detail: obj }));
 }
 
 function say(message, isError) {
   const el = $('status');
   el.textContent = message;
   el.className = isError ? 'error' : '';
-  tell({ type: isError ? 'error' : 'status', message });
+  emit({ type: isError ? 'error' : 'status', message });
 }
 
 async function api(path, opts = {}) {
@@ -56,8 +60,9 @@ function sameKey(a, b) {
 }
 
 async function registration() {
-  const script = 'sw.js' + (report ? '?report=' + encodeURIComponent(report) : '');
-  await navigator.serviceWorker.register(script, { scope: './' });
+  // Always the plain script URL: nothing from the page's URL reaches the
+  // worker, which outlives the tab.
+  await navigator.serviceWorker.register('sw.js', { scope: './' });
   return navigator.serviceWorker.ready;
 }
 
@@ -96,22 +101,20 @@ async function subscribe() {
     body: JSON.stringify({ endpoint: json.endpoint, keys: json.keys }),
   });
   say('Push is on for this browser.');
-  tell({ type: 'subscribed', endpoint: json.endpoint });
+  emit({ type: 'subscribed', endpoint: json.endpoint });
   return sub;
 }
 
-// unsubscribe turns push off in the browser and, unless browserOnly, at the
-// API too (browserOnly leaves the stale subscription for the push worker
-// to discover through the push service's 410).
-async function unsubscribe(browserOnly) {
+// unsubscribe turns push off in the browser and at the API.
+async function unsubscribe() {
   const reg = await registration();
   const sub = await withTimeout(reg.pushManager.getSubscription(), 5000, 'getSubscription');
-  if (!sub) { say('Push is already off.'); return; }
+  if (!sub) { say('Push is already off.'); emit({ type: 'unsubscribed', endpoint: '' }); return; }
   const endpoint = sub.endpoint;
   await sub.unsubscribe();
-  if (!browserOnly) await api('/v1/me/push-subscriptions?endpoint=' + encodeURIComponent(endpoint), { method: 'DELETE' });
+  await api('/v1/me/push-subscriptions?endpoint=' + encodeURIComponent(endpoint), { method: 'DELETE' });
   say('Push is off for this browser.');
-  tell({ type: 'unsubscribed', endpoint, browser_only: !!browserOnly });
+  emit({ type: 'unsubscribed', endpoint });
 }
 
 let cursor = '';
@@ -149,49 +152,25 @@ async function loadInbox(more) {
   return page;
 }
 
-// Commands a test harness can ask for through report (see package doc).
-async function runCommand(cmd) {
-  const reg = await registration();
-  switch (cmd.action) {
-    case 'notifications': {
-      const shown = await reg.getNotifications(cmd.tag ? { tag: cmd.tag } : {});
-      return { notifications: shown.map((n) => ({ title: n.title, body: n.body, tag: n.tag })) };
-    }
-    case 'unsubscribe-browser': await unsubscribe(true); return {};
-    case 'unsubscribe': await unsubscribe(false); return {};
-    case 'subscribe': await subscribe(); return {};
-    case 'inbox': return { inbox: await loadInbox(false) };
-    case 'close-notifications': {
-      for (const n of await reg.getNotifications()) n.close();
-      return {};
-    }
-    default: throw new Error('unknown command ' + cmd.action);
-  }
-}
-
-async function commandLoop() {
-  for (;;) {
-    try {
-      const r = await fetch(report + '/command');
-      const cmd = await r.json();
-      if (cmd && cmd.action && cmd.action !== 'none') {
-        try {
-          tell(Object.assign({ type: 'result', action: cmd.action, id: cmd.id, ok: true }, await runCommand(cmd)));
-        } catch (e) {
-          tell({ type: 'result', action: cmd.action, id: cmd.id, ok: false, error: e.message });
-        }
-        continue;
-      }
-    } catch (e) { /* harness not up yet */ }
-    await sleep(250);
-  }
+// pushState says whether this browser already has a subscription, without
+// making one: only the button turns push on. A push service that does not
+// answer yet (Firefox's, just after start) is no error worth showing.
+async function pushState() {
+  let sub = null;
+  try {
+    const reg = await navigator.serviceWorker.getRegistration('./');
+    sub = reg && await withTimeout(reg.pushManager.getSubscription(), 5000, 'getSubscription');
+  } catch (e) { /* unknown: offer the button */ }
+  say(sub ? 'Push is on for this browser.' : 'Turn on push to be notified on this browser.');
 }
 
 function wire() {
   $('token').value = token;
   $('token').onchange = () => { token = $('token').value.trim(); localStorage.setItem('notify.token', token); loadInbox(false).catch((e) => say(e.message, true)); };
+  // Subscribing happens here only, on the user's click: a page that
+  // subscribed on load would do it for whoever opened any link to it.
   $('subscribe').onclick = () => subscribe().catch((e) => say(e.message, true));
-  $('unsubscribe').onclick = () => unsubscribe(false).catch((e) => say(e.message, true));
+  $('unsubscribe').onclick = () => unsubscribe().catch((e) => say(e.message, true));
   $('refresh').onclick = () => loadInbox(false).catch((e) => say(e.message, true));
   $('more').onclick = () => loadInbox(true).catch((e) => say(e.message, true));
   navigator.serviceWorker.addEventListener('message', (ev) => { if (ev.data && ev.data.type === 'push') loadInbox(false).catch(() => {}); });
@@ -199,14 +178,13 @@ function wire() {
 
 (async function main() {
   wire();
-  tell({ type: 'loaded', user_agent: navigator.userAgent });
-  if (!token) { say('Enter your access token, then turn on push.'); return; }
+  const ignored = linkedToken ? 'The token in the link was ignored: ' : '';
+  if (!token) { say(ignored + 'Enter your access token, then turn on push.'); return; }
   try {
     await loadInbox(false);
-    if (params.get('subscribe') === '1' || Notification.permission === 'granted') await subscribe();
-    else say('Turn on push to be notified on this browser.');
+    if (ignored) say(ignored + 'this page uses the token you entered.');
+    else await pushState();
   } catch (e) {
     say(e.message, true);
   }
-  if (report) commandLoop();
 })();

@@ -1,0 +1,1315 @@
+--
+-- PostgreSQL database dump
+--
+
+
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: event_outcome_move; Type: TYPE; Schema: public; Owner: -
+--
+
+CREATE TYPE public.event_outcome_move AS (
+	event_id uuid,
+	platform text,
+	status text,
+	n bigint,
+	not_configured bigint
+);
+
+
+--
+-- Name: event_counters_notified(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_counters_notified() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO event_counters AS c (event_id, shard, notified)
+    SELECT n.event_id, (pg_backend_pid() % 16)::smallint, count(*)
+    FROM notified n
+    GROUP BY n.event_id
+    ON CONFLICT (event_id, shard) DO UPDATE SET notified = c.notified + excluded.notified;
+    IF EXISTS (
+        SELECT 1 FROM event_target_ranges r
+        WHERE r.event_id IN (SELECT DISTINCT n.event_id FROM notified n)
+          AND r.last_user >= (SELECT n.user_id FROM notified n ORDER BY n.user_id LIMIT 1)
+          AND r.first_user <= (SELECT n.user_id FROM notified n ORDER BY n.user_id DESC LIMIT 1)) THEN
+        WITH covered AS MATERIALIZED (
+            SELECT n.event_id, n.user_id FROM notified n
+            WHERE EXISTS (
+                SELECT 1 FROM event_target_ranges r
+                WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+        ), devices AS MATERIALIZED (
+            SELECT c.event_id, s.platform FROM covered c JOIN push_subscriptions s ON s.user_id = c.user_id
+        ), totals AS (
+            INSERT INTO event_counters AS c (event_id, shard, targeted_students, targeted)
+            SELECT e.event_id, (pg_backend_pid() % 16)::smallint, e.students,
+                   (SELECT count(*) FROM devices d WHERE d.event_id = e.event_id)
+            FROM (SELECT event_id, count(*) AS students FROM covered GROUP BY event_id) e
+            ON CONFLICT (event_id, shard) DO UPDATE
+            SET targeted_students = c.targeted_students + excluded.targeted_students,
+                targeted = c.targeted + excluded.targeted
+        )
+        INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
+        SELECT d.event_id, d.platform, (pg_backend_pid() % 16)::smallint, count(*)
+        FROM devices d GROUP BY d.event_id, d.platform
+        ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
+    END IF;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: event_counters_outcomes(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_counters_outcomes() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    moves event_outcome_move[];
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        SELECT array_agg(g::event_outcome_move) INTO moves FROM (
+            SELECT r.event_id, r.platform, r.status, count(*),
+                   count(*) FILTER (WHERE push_delivery_not_configured(r.status, r.error))
+            FROM new_rows r GROUP BY 1, 2, 3) g;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(g::event_outcome_move) INTO moves FROM (
+            SELECT r.event_id, r.platform, r.status, -count(*),
+                   -count(*) FILTER (WHERE push_delivery_not_configured(r.status, r.error))
+            FROM old_rows r GROUP BY 1, 2, 3) g;
+    ELSE
+        SELECT array_agg(g::event_outcome_move) INTO moves FROM (
+            SELECT r.event_id, r.platform, r.status, sum(r.n),
+                   coalesce(sum(r.n) FILTER (WHERE push_delivery_not_configured(r.status, r.error)), 0)
+            FROM (
+                SELECT event_id, platform, status, error, 1 AS n FROM new_rows
+                UNION ALL
+                SELECT event_id, platform, status, error, -1 FROM old_rows
+            ) r
+            GROUP BY 1, 2, 3
+            HAVING sum(r.n) <> 0 OR sum(r.n) FILTER (WHERE push_delivery_not_configured(r.status, r.error)) <> 0) g;
+    END IF;
+    IF moves IS NULL THEN
+        RETURN NULL;
+    END IF;
+    WITH moved AS MATERIALIZED (
+        SELECT m.event_id, m.platform,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'delivered'), 0) AS delivered,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'gone'), 0) AS gone,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'failed'), 0) AS failed,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'retrying'), 0) AS retrying,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'cancelled'), 0) AS cancelled,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'expired'), 0) AS expired,
+               coalesce(sum(m.not_configured), 0) AS not_configured
+        FROM unnest(moves) m
+        GROUP BY m.event_id, m.platform
+    ), totals AS (
+        INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured)
+        SELECT m.event_id, (16 + pg_backend_pid() % 16)::smallint,
+               sum(m.delivered), sum(m.gone), sum(m.failed), sum(m.retrying),
+               sum(m.cancelled), sum(m.expired), sum(m.not_configured)
+        FROM moved m
+        GROUP BY m.event_id
+        ON CONFLICT (event_id, shard) DO UPDATE
+        SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
+            failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying,
+            cancelled = c.cancelled + excluded.cancelled, expired = c.expired + excluded.expired,
+            not_configured = c.not_configured + excluded.not_configured
+    )
+    INSERT INTO event_platform_counters AS c (event_id, platform, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured)
+    SELECT m.event_id, m.platform, (16 + pg_backend_pid() % 16)::smallint,
+           m.delivered, m.gone, m.failed, m.retrying, m.cancelled, m.expired, m.not_configured
+    FROM moved m
+    ON CONFLICT (event_id, platform, shard) DO UPDATE
+    SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
+        failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying,
+        cancelled = c.cancelled + excluded.cancelled, expired = c.expired + excluded.expired,
+        not_configured = c.not_configured + excluded.not_configured;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: event_counters_subscription_added(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_counters_subscription_added() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Wait for the slice transactions of running fan-outs that may be
+    -- notifying these students right now (they hold their range FOR
+    -- UPDATE): after the wait, the next statement's snapshot sees their
+    -- notifications, and a slice that starts later waits for this
+    -- transaction, so its command (later still) sees the device.
+    PERFORM 1 FROM fanout_ranges g
+    WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM added s WHERE s.user_id BETWEEN g.lo AND g.hi)
+    FOR SHARE OF g;
+    -- Events whose command for these students has not counted yet: wait
+    -- for commands counting now, and keep later ones waiting until this
+    -- transaction commits (they will see the device). In key order, so
+    -- two subscription changes never wait for each other in a cycle.
+    PERFORM pg_advisory_xact_lock(l.k) FROM (
+        SELECT DISTINCT event_targets_lock_key(n.event_id) AS k
+        FROM added s JOIN notifications n ON n.user_id = s.user_id
+        WHERE NOT EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+        ORDER BY 1) l;
+    -- A fresh snapshot: ranges counted before the lock are seen.
+    WITH devices AS MATERIALIZED (
+        SELECT n.event_id, s.platform
+        FROM added s JOIN notifications n ON n.user_id = s.user_id
+        WHERE EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+    ), totals AS (
+        INSERT INTO event_counters AS c (event_id, shard, targeted)
+        SELECT d.event_id, (16 + pg_backend_pid() % 16)::smallint, count(*) FROM devices d GROUP BY d.event_id
+        ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
+    )
+    INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
+    SELECT d.event_id, d.platform, (16 + pg_backend_pid() % 16)::smallint, count(*)
+    FROM devices d GROUP BY d.event_id, d.platform
+    ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: event_counters_subscription_removed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_counters_subscription_removed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- As for an added subscription: slices in flight first, then the
+    -- events whose range of these students is not counted yet.
+    PERFORM 1 FROM fanout_ranges g
+    WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM removed s WHERE s.user_id BETWEEN g.lo AND g.hi)
+    FOR SHARE OF g;
+    PERFORM pg_advisory_xact_lock(l.k) FROM (
+        SELECT DISTINCT event_targets_lock_key(n.event_id) AS k
+        FROM removed s JOIN notifications n ON n.user_id = s.user_id
+        WHERE NOT EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+        ORDER BY 1) l;
+    -- ON CONFLICT DO NOTHING on push_deliveries' key decides against a
+    -- push worker recording the same device concurrently: whichever row is
+    -- written first wins, the other writes (and counts) nothing. The push
+    -- worker's own gone deletions come after it recorded the outcome in
+    -- the same transaction, so for that event the row already exists.
+    INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts, error)
+    SELECT n.event_id, s.id, s.platform, 'gone', 0, 'subscription removed before its push was recorded'
+    FROM removed s JOIN notifications n ON n.user_id = s.user_id
+    ON CONFLICT (event_id, subscription_id) DO NOTHING;
+    WITH devices AS MATERIALIZED (
+        SELECT n.event_id, s.platform
+        FROM removed s JOIN notifications n ON n.user_id = s.user_id
+        WHERE NOT EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+    ), totals AS (
+        INSERT INTO event_counters AS c (event_id, shard, targeted)
+        SELECT d.event_id, (16 + pg_backend_pid() % 16)::smallint, count(*) FROM devices d GROUP BY d.event_id
+        ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
+    )
+    INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
+    SELECT d.event_id, d.platform, (16 + pg_backend_pid() % 16)::smallint, count(*)
+    FROM devices d GROUP BY d.event_id, d.platform
+    ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: event_id_floor(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_id_floor(t timestamp with time zone) RETURNS uuid
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT (lpad(to_hex(floor(extract(epoch FROM t) * 1000)::bigint), 12, '0') || '00000000000000000000')::uuid
+$$;
+
+
+--
+-- Name: event_partition_create(regclass, date); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_partition_create(parent regclass, day date) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    nsp text;
+    rel text;
+    part text;
+    n bigint;
+    -- The four equal ranges of the uuid space, as SplitRanges(4) draws them
+    -- (its inclusive upper bounds are these exclusive ones minus one).
+    student_bounds text[] := ARRAY['MINVALUE',
+        quote_literal('40000000-0000-0000-0000-000000000000'),
+        quote_literal('80000000-0000-0000-0000-000000000000'),
+        quote_literal('c0000000-0000-0000-0000-000000000000'),
+        'MAXVALUE'];
+BEGIN
+    SELECT c.relnamespace::regnamespace::text, c.relname INTO nsp, rel FROM pg_class c WHERE c.oid = parent;
+    part := rel || '_p' || to_char(day, 'YYYYMMDD');
+    IF to_regclass(format('%I.%I', nsp, part)) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    n := event_partition_rows_in_default(parent, day);
+    IF n > 0 THEN
+        RAISE EXCEPTION 'cannot create partition % of % for %: its default partition holds % rows of that day (written while no partition for the day existed)', part, rel, day, n
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Those rows stay in the default partition, which retention never drops; create partitions ahead of time (notify retention, or the sweeper) so later days do not land there.';
+    END IF;
+    IF rel = 'notifications' THEN
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (user_id)', nsp, part, parent);
+        FOR i IN 1 .. array_length(student_bounds, 1) - 1 LOOP
+            EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%s) TO (%s)',
+                nsp, part || '_r' || (i - 1), nsp, part, student_bounds[i], student_bounds[i + 1]);
+        END LOOP;
+    ELSE
+        EXECUTE format('CREATE TABLE %I.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE INCLUDING COMPRESSION)', nsp, part, parent);
+    END IF;
+    -- ATTACH creates the parent's indexes on the new partition (and on its
+    -- sub-partitions); they are empty, so that is instant.
+    EXECUTE format('ALTER TABLE %s ATTACH PARTITION %I.%I FOR VALUES FROM (%L) TO (%L)', parent, nsp, part,
+        event_id_floor(day::timestamp AT TIME ZONE 'UTC'), event_id_floor((day + 1)::timestamp AT TIME ZONE 'UTC'));
+    RETURN part;
+END $$;
+
+
+--
+-- Name: event_partition_rows_in_default(regclass, date); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_partition_rows_in_default(parent regclass, day date) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    AS $_$
+DECLARE
+    def regclass;
+    n bigint;
+BEGIN
+    SELECT p.partdefid::regclass INTO def FROM pg_partitioned_table p WHERE p.partrelid = parent AND p.partdefid <> 0;
+    IF def IS NULL THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM %s WHERE event_id >= $1 AND event_id < $2', def)
+        INTO n USING event_id_floor(day::timestamp AT TIME ZONE 'UTC'), event_id_floor((day + 1)::timestamp AT TIME ZONE 'UTC');
+    RETURN n;
+END $_$;
+
+
+--
+-- Name: event_targets_lock_key(uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_targets_lock_key(ev uuid) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT hashtextextended('event_targets:' || ev::text, 0) $$;
+
+
+--
+-- Name: fanout_runs_lifecycle(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.fanout_runs_lifecycle() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    base jsonb := jsonb_build_object('event_id', NEW.event_id, 'course_id', NEW.course_id, 'at', lifecycle_time(now()));
+    started jsonb := jsonb_build_object('material_id', NEW.material_id, 'published_at', lifecycle_time(NEW.published_at),
+        'ranges', NEW.ranges, 'send_at', lifecycle_time(NEW.send_at), 'expires_at', lifecycle_time(NEW.expires_at));
+    agg text := NEW.event_id::text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        -- A run planned for later ('scheduled') starts when its state
+        -- becomes 'running'.
+        IF NEW.state = 'running' THEN
+            PERFORM lifecycle_emit('FanoutStarted', agg, base || started);
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL THEN
+        PERFORM lifecycle_emit('FanoutFinished', agg, base || jsonb_build_object(
+            'notified', coalesce(NEW.notified, 0), 'at', lifecycle_time(NEW.finished_at),
+            'started_at', lifecycle_time(NEW.started_at)));
+    END IF;
+    IF NEW.state IS DISTINCT FROM OLD.state THEN
+        CASE NEW.state
+        WHEN 'running' THEN
+            IF OLD.state = 'scheduled' THEN
+                PERFORM lifecycle_emit('FanoutStarted', agg, base || started);
+            ELSE
+                PERFORM lifecycle_emit('EventResumed', agg, base || jsonb_build_object('previous_state', OLD.state));
+            END IF;
+        WHEN 'paused' THEN
+            PERFORM lifecycle_emit('EventPaused', agg, base || jsonb_build_object('previous_state', OLD.state));
+        WHEN 'cancelled' THEN
+            PERFORM lifecycle_emit('EventCancelled', agg, base || jsonb_build_object('previous_state', OLD.state));
+        WHEN 'finished' THEN
+            -- The final counts, read in the transaction that finishes the
+            -- event (at most 32 counter rows).
+            PERFORM lifecycle_emit('PushFinished', agg, base || (
+                SELECT jsonb_build_object(
+                    'notified', coalesce(sum(c.notified), 0), 'delivered', coalesce(sum(c.delivered), 0),
+                    'gone', coalesce(sum(c.gone), 0), 'failed', coalesce(sum(c.failed), 0),
+                    'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0))
+                FROM event_counters c WHERE c.event_id = NEW.event_id));
+        ELSE
+            -- Back to 'scheduled' is no transition the state rules allow,
+            -- and nothing another team could act on.
+            NULL;
+        END CASE;
+    END IF;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: lifecycle_emit(text, text, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.lifecycle_emit(event_type text, aggregate_id text, payload jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    VALUES (gen_random_uuid(), 'lifecycle', aggregate_id, event_type, jsonb_strip_nulls(payload))
+$$;
+
+
+--
+-- Name: lifecycle_time(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.lifecycle_time(t timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+
+--
+-- Name: push_command_devices(uuid, uuid, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_command_devices(ev uuid, lo uuid, hi uuid) RETURNS TABLE(id bigint, platform text, endpoint text, p256dh bytea, auth bytea, token text, topic text, environment text, consecutive_failures integer, disabled boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- Before the statement below takes its snapshot: a subscription
+    -- change of these students, holding the lock exclusive, has committed
+    -- (and is seen) or waits for this transaction (and sees the range).
+    PERFORM pg_advisory_xact_lock_shared(event_targets_lock_key(ev));
+    -- Each student's devices by push_subscriptions_user; OFFSET 0 keeps
+    -- the planner from a hash join over every subscription (0010).
+    RETURN QUERY
+    WITH fresh AS MATERIALIZED (
+        SELECT NOT EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = ev AND r.first_user <= hi AND r.last_user >= lo) AS f
+    ), devices AS MATERIALIZED (
+        SELECT x.*
+        FROM notifications n
+        CROSS JOIN LATERAL (
+            SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
+                   s.consecutive_failures, s.disabled_at IS NOT NULL AS disabled,
+                   CASE WHEN (SELECT f FROM fresh) THEN false
+                        ELSE EXISTS (SELECT 1 FROM push_deliveries d WHERE d.event_id = ev AND d.subscription_id = s.id)
+                   END AS recorded
+            FROM push_subscriptions s WHERE s.user_id = n.user_id
+            OFFSET 0) x
+        WHERE n.event_id = ev AND n.user_id BETWEEN lo AND hi
+    ), counted AS (
+        INSERT INTO event_target_ranges (event_id, first_user, last_user, students, devices)
+        SELECT ev, lo, hi,
+               (SELECT count(*) FROM notifications n WHERE n.event_id = ev AND n.user_id BETWEEN lo AND hi),
+               (SELECT count(*) FROM devices)
+        WHERE (SELECT f FROM fresh)
+        ON CONFLICT DO NOTHING
+        RETURNING students, devices
+    ), totals AS (
+        INSERT INTO event_counters AS c (event_id, shard, targeted_students, targeted)
+        SELECT ev, (32 + pg_backend_pid() % 16)::smallint, students, devices FROM counted
+        ON CONFLICT (event_id, shard) DO UPDATE
+        SET targeted_students = c.targeted_students + excluded.targeted_students,
+            targeted = c.targeted + excluded.targeted
+    ), per_platform AS (
+        INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
+        SELECT ev, d.platform, (32 + pg_backend_pid() % 16)::smallint, count(*)
+        FROM devices d WHERE EXISTS (SELECT 1 FROM counted)
+        GROUP BY d.platform
+        ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
+    )
+    SELECT d.id, d.platform, d.endpoint, d.p256dh, d.auth, d.token, d.topic, d.environment,
+           d.consecutive_failures, d.disabled
+    FROM devices d WHERE NOT d.recorded;
+END $$;
+
+
+--
+-- Name: push_deliveries_platform_fill(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_deliveries_platform_fill() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.platform := coalesce(
+        (SELECT s.platform FROM push_subscriptions s WHERE s.id = NEW.subscription_id),
+        (SELECT d.platform FROM push_deliveries d WHERE d.event_id = NEW.event_id AND d.subscription_id = NEW.subscription_id),
+        'webpush');
+    RETURN NEW;
+END $$;
+
+
+--
+-- Name: push_delivery_not_configured(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_delivery_not_configured(status text, error text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+    SELECT $1 = 'failed' AND coalesce($2 LIKE 'provider_not_configured%', false)
+$_$;
+
+
+--
+-- Name: push_subscriptions_lifecycle_gone(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_subscriptions_lifecycle_gone() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM lifecycle_emit('DeviceGone', s.user_id::text, jsonb_build_object(
+        'user_id', s.user_id, 'platform', s.platform, 'device_id', s.id,
+        'reason', CASE WHEN f.event_id IS NULL THEN 'removed' ELSE 'push_service' END,
+        'event_id', f.event_id, 'http_status', f.http_status, 'at', lifecycle_time(now())))
+    FROM removed s
+    LEFT JOIN LATERAL (
+        SELECT d.event_id, d.http_status
+        FROM notifications n
+        JOIN push_deliveries d ON d.event_id = n.event_id AND d.subscription_id = s.id
+        WHERE n.user_id = s.user_id AND d.status = 'gone' AND d.http_status IS NOT NULL AND d.updated_at = now()
+        LIMIT 1
+    ) f ON true;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: push_subscriptions_owner_fixed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_subscriptions_owner_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'push_subscriptions.user_id cannot change (subscription %): event_counters count subscriptions per notified student', OLD.id;
+END $$;
+
+
+--
+-- Name: push_subscriptions_platform_fixed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_subscriptions_platform_fixed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'push_subscriptions.platform cannot change (subscription %): event_platform_counters count devices per platform', OLD.id;
+END $$;
+
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: api_idempotency; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.api_idempotency (
+    user_id uuid NOT NULL,
+    key text NOT NULL,
+    request_hash bytea NOT NULL,
+    status integer NOT NULL,
+    response jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: courses; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.courses (
+    id uuid NOT NULL,
+    instructor_id uuid NOT NULL,
+    title text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    source_pos bigint,
+    deleted_at timestamp with time zone
+);
+
+
+--
+-- Name: enrollments; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.enrollments (
+    course_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    enrolled_at timestamp with time zone DEFAULT now() NOT NULL,
+    dropped_at timestamp with time zone,
+    source_pos bigint,
+    CONSTRAINT enrollments_period CHECK (((dropped_at IS NULL) OR (dropped_at >= enrolled_at)))
+);
+
+
+--
+-- Name: event_counters; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.event_counters (
+    event_id uuid NOT NULL,
+    shard smallint NOT NULL,
+    notified bigint DEFAULT 0 NOT NULL,
+    targeted bigint DEFAULT 0 NOT NULL,
+    delivered bigint DEFAULT 0 NOT NULL,
+    gone bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    retrying bigint DEFAULT 0 NOT NULL,
+    cancelled bigint DEFAULT 0 NOT NULL,
+    expired bigint DEFAULT 0 NOT NULL,
+    not_configured bigint DEFAULT 0 NOT NULL,
+    targeted_students bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT event_counters_shard_check CHECK (((shard >= 0) AND (shard <= 47)))
+);
+
+
+--
+-- Name: event_platform_counters; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.event_platform_counters (
+    event_id uuid NOT NULL,
+    platform text NOT NULL,
+    shard smallint NOT NULL,
+    targeted bigint DEFAULT 0 NOT NULL,
+    delivered bigint DEFAULT 0 NOT NULL,
+    gone bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    retrying bigint DEFAULT 0 NOT NULL,
+    cancelled bigint DEFAULT 0 NOT NULL,
+    expired bigint DEFAULT 0 NOT NULL,
+    not_configured bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT event_platform_counters_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
+    CONSTRAINT event_platform_counters_shard_check CHECK (((shard >= 0) AND (shard <= 47)))
+);
+
+
+--
+-- Name: event_target_ranges; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.event_target_ranges (
+    event_id uuid NOT NULL,
+    first_user uuid NOT NULL,
+    last_user uuid NOT NULL,
+    students bigint NOT NULL,
+    devices bigint NOT NULL,
+    counted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT event_target_ranges_check CHECK ((last_user >= first_user))
+);
+
+
+--
+-- Name: fanout_ranges; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.fanout_ranges (
+    event_id uuid NOT NULL,
+    range_index integer NOT NULL,
+    lo uuid NOT NULL,
+    hi uuid NOT NULL,
+    cursor uuid,
+    slices_done integer DEFAULT 0 NOT NULL,
+    notified bigint DEFAULT 0 NOT NULL,
+    done_at timestamp with time zone
+);
+
+
+--
+-- Name: fanout_runs; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.fanout_runs (
+    event_id uuid NOT NULL,
+    course_id uuid NOT NULL,
+    material_id uuid NOT NULL,
+    title text DEFAULT ''::text NOT NULL,
+    url text,
+    published_at timestamp with time zone NOT NULL,
+    ranges integer NOT NULL,
+    slice_size integer NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    notified bigint,
+    state text DEFAULT 'running'::text NOT NULL,
+    state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    send_at timestamp with time zone,
+    expires_at timestamp with time zone,
+    CONSTRAINT fanout_runs_expiry_after_send CHECK (((expires_at IS NULL) OR (send_at IS NULL) OR (expires_at > send_at))),
+    CONSTRAINT fanout_runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'paused'::text, 'cancelled'::text, 'finished'::text])))
+);
+
+
+--
+-- Name: materials; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.materials (
+    id uuid NOT NULL,
+    course_id uuid NOT NULL,
+    author_id uuid NOT NULL,
+    title text NOT NULL,
+    body text NOT NULL,
+    url text,
+    published_at timestamp with time zone NOT NULL,
+    event_id uuid
+);
+
+
+--
+-- Name: notifications; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.notifications (
+    event_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    read_at timestamp with time zone
+)
+PARTITION BY RANGE (event_id);
+
+
+--
+-- Name: notifications_default; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.notifications_default (
+    event_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    read_at timestamp with time zone
+);
+
+
+--
+-- Name: outbox; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox (
+    id uuid NOT NULL,
+    aggregatetype character varying(255) NOT NULL,
+    aggregateid character varying(255) NOT NULL,
+    type character varying(255) NOT NULL,
+    payload jsonb,
+    kafka_partition integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: parked_commands; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.parked_commands (
+    id bigint NOT NULL,
+    event_id uuid NOT NULL,
+    aggregatetype character varying(255) NOT NULL,
+    type character varying(255) NOT NULL,
+    payload jsonb NOT NULL,
+    kafka_partition integer,
+    parked_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: parked_commands_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.parked_commands_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: parked_commands_id_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.parked_commands_id_seq OWNED BY public.parked_commands.id;
+
+
+--
+-- Name: push_deliveries; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.push_deliveries (
+    event_id uuid NOT NULL,
+    subscription_id bigint NOT NULL,
+    status text NOT NULL,
+    http_status integer,
+    attempts integer DEFAULT 1 NOT NULL,
+    error text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    platform text NOT NULL,
+    CONSTRAINT push_deliveries_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
+    CONSTRAINT push_deliveries_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'gone'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text, 'expired'::text])))
+)
+PARTITION BY RANGE (event_id);
+
+
+--
+-- Name: push_deliveries_default; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.push_deliveries_default (
+    event_id uuid NOT NULL,
+    subscription_id bigint NOT NULL,
+    status text NOT NULL,
+    http_status integer,
+    attempts integer DEFAULT 1 NOT NULL,
+    error text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    platform text NOT NULL,
+    CONSTRAINT push_deliveries_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
+    CONSTRAINT push_deliveries_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'gone'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text, 'expired'::text])))
+);
+
+
+--
+-- Name: push_subscriptions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.push_subscriptions (
+    id bigint NOT NULL,
+    user_id uuid NOT NULL,
+    endpoint text,
+    p256dh bytea,
+    auth bytea,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    consecutive_failures integer DEFAULT 0 NOT NULL,
+    disabled_at timestamp with time zone,
+    platform text DEFAULT 'webpush'::text NOT NULL,
+    token text,
+    topic text,
+    environment text,
+    CONSTRAINT push_subscriptions_auth_check CHECK ((length(auth) = 16)),
+    CONSTRAINT push_subscriptions_environment_check CHECK ((environment = ANY (ARRAY['sandbox'::text, 'production'::text]))),
+    CONSTRAINT push_subscriptions_p256dh_check CHECK ((length(p256dh) = 65)),
+    CONSTRAINT push_subscriptions_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
+    CONSTRAINT push_subscriptions_platform_fields CHECK (
+CASE platform
+    WHEN 'webpush'::text THEN ((endpoint IS NOT NULL) AND (p256dh IS NOT NULL) AND (auth IS NOT NULL) AND (token IS NULL) AND (topic IS NULL) AND (environment IS NULL))
+    WHEN 'fcm'::text THEN ((token IS NOT NULL) AND (endpoint IS NULL) AND (p256dh IS NULL) AND (auth IS NULL) AND (topic IS NULL) AND (environment IS NULL))
+    WHEN 'apns'::text THEN ((token IS NOT NULL) AND (environment IS NOT NULL) AND (endpoint IS NULL) AND (p256dh IS NULL) AND (auth IS NULL))
+    ELSE NULL::boolean
+END)
+);
+
+
+--
+-- Name: push_subscriptions_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.push_subscriptions ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
+    SEQUENCE NAME public.push_subscriptions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: roster_counters; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.roster_counters (
+    kind text NOT NULL,
+    n bigint DEFAULT 0 NOT NULL
+);
+
+
+--
+-- Name: roster_positions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.roster_positions (
+    topic text NOT NULL,
+    partition integer NOT NULL,
+    kafka_offset bigint NOT NULL,
+    source_pos bigint,
+    source_time timestamp with time zone,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: users; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.users (
+    id uuid NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    locale text,
+    time_zone text,
+    source_pos bigint
+);
+
+
+--
+-- Name: notifications_default; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.notifications ATTACH PARTITION public.notifications_default DEFAULT;
+
+
+--
+-- Name: push_deliveries_default; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_deliveries ATTACH PARTITION public.push_deliveries_default DEFAULT;
+
+
+--
+-- Name: parked_commands id; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.parked_commands ALTER COLUMN id SET DEFAULT nextval('public.parked_commands_id_seq'::regclass);
+
+
+--
+-- Name: api_idempotency api_idempotency_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_idempotency
+    ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, key);
+
+
+--
+-- Name: courses courses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.courses
+    ADD CONSTRAINT courses_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: enrollments enrollments_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.enrollments
+    ADD CONSTRAINT enrollments_pkey PRIMARY KEY (course_id, user_id, enrolled_at) INCLUDE (dropped_at);
+
+
+--
+-- Name: event_counters event_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.event_counters
+    ADD CONSTRAINT event_counters_pkey PRIMARY KEY (event_id, shard);
+
+
+--
+-- Name: event_platform_counters event_platform_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.event_platform_counters
+    ADD CONSTRAINT event_platform_counters_pkey PRIMARY KEY (event_id, platform, shard);
+
+
+--
+-- Name: event_target_ranges event_target_ranges_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.event_target_ranges
+    ADD CONSTRAINT event_target_ranges_pkey PRIMARY KEY (event_id, first_user) INCLUDE (last_user);
+
+
+--
+-- Name: fanout_ranges fanout_ranges_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fanout_ranges
+    ADD CONSTRAINT fanout_ranges_pkey PRIMARY KEY (event_id, range_index);
+
+
+--
+-- Name: fanout_runs fanout_runs_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fanout_runs
+    ADD CONSTRAINT fanout_runs_pkey PRIMARY KEY (event_id);
+
+
+--
+-- Name: materials materials_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.materials
+    ADD CONSTRAINT materials_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: notifications notifications_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.notifications
+    ADD CONSTRAINT notifications_pkey PRIMARY KEY (event_id, user_id);
+
+
+--
+-- Name: notifications_default notifications_default_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.notifications_default
+    ADD CONSTRAINT notifications_default_pkey PRIMARY KEY (event_id, user_id);
+
+
+--
+-- Name: outbox outbox_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: parked_commands parked_commands_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.parked_commands
+    ADD CONSTRAINT parked_commands_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: push_deliveries push_deliveries_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_deliveries
+    ADD CONSTRAINT push_deliveries_pkey PRIMARY KEY (event_id, subscription_id);
+
+
+--
+-- Name: push_deliveries_default push_deliveries_default_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_deliveries_default
+    ADD CONSTRAINT push_deliveries_default_pkey PRIMARY KEY (event_id, subscription_id);
+
+
+--
+-- Name: push_subscriptions push_subscriptions_endpoint_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_endpoint_key UNIQUE (endpoint);
+
+
+--
+-- Name: push_subscriptions push_subscriptions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: push_subscriptions push_subscriptions_platform_token_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_platform_token_key UNIQUE (platform, token);
+
+
+--
+-- Name: roster_counters roster_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.roster_counters
+    ADD CONSTRAINT roster_counters_pkey PRIMARY KEY (kind);
+
+
+--
+-- Name: roster_positions roster_positions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.roster_positions
+    ADD CONSTRAINT roster_positions_pkey PRIMARY KEY (topic, partition);
+
+
+--
+-- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+
+--
+-- Name: users users_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.users
+    ADD CONSTRAINT users_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: api_idempotency_created_at_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX api_idempotency_created_at_idx ON public.api_idempotency USING btree (created_at);
+
+
+--
+-- Name: enrollments_open; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX enrollments_open ON public.enrollments USING btree (course_id, user_id) WHERE (dropped_at IS NULL);
+
+
+--
+-- Name: fanout_ranges_open; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX fanout_ranges_open ON public.fanout_ranges USING btree (lo, hi) WHERE (done_at IS NULL);
+
+
+--
+-- Name: fanout_runs_course_recent; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX fanout_runs_course_recent ON public.fanout_runs USING btree (course_id, published_at, event_id);
+
+
+--
+-- Name: fanout_runs_finishing; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX fanout_runs_finishing ON public.fanout_runs USING btree (event_id) WHERE ((state = 'running'::text) AND (finished_at IS NOT NULL));
+
+
+--
+-- Name: fanout_runs_recent; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX fanout_runs_recent ON public.fanout_runs USING btree (published_at, event_id);
+
+
+--
+-- Name: fanout_runs_scheduled; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX fanout_runs_scheduled ON public.fanout_runs USING btree (send_at) WHERE (state = 'scheduled'::text);
+
+
+--
+-- Name: materials_event_id; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX materials_event_id ON public.materials USING btree (event_id);
+
+
+--
+-- Name: notifications_user; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX notifications_user ON ONLY public.notifications USING btree (user_id);
+
+
+--
+-- Name: notifications_default_user_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX notifications_default_user_id_idx ON public.notifications_default USING btree (user_id);
+
+
+--
+-- Name: parked_commands_command; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX parked_commands_command ON public.parked_commands USING btree (event_id, md5((payload)::text));
+
+
+--
+-- Name: push_subscriptions_user; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX push_subscriptions_user ON public.push_subscriptions USING btree (user_id);
+
+
+--
+-- Name: notifications_default_pkey; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.notifications_pkey ATTACH PARTITION public.notifications_default_pkey;
+
+
+--
+-- Name: notifications_default_user_id_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.notifications_user ATTACH PARTITION public.notifications_default_user_id_idx;
+
+
+--
+-- Name: push_deliveries_default_pkey; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.push_deliveries_pkey ATTACH PARTITION public.push_deliveries_default_pkey;
+
+
+--
+-- Name: notifications event_counters_notified; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER event_counters_notified AFTER INSERT ON public.notifications REFERENCING NEW TABLE AS notified FOR EACH STATEMENT EXECUTE FUNCTION public.event_counters_notified();
+
+
+--
+-- Name: push_deliveries event_counters_outcomes_deleted; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER event_counters_outcomes_deleted AFTER DELETE ON public.push_deliveries REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.event_counters_outcomes();
+
+
+--
+-- Name: push_deliveries event_counters_outcomes_inserted; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER event_counters_outcomes_inserted AFTER INSERT ON public.push_deliveries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.event_counters_outcomes();
+
+
+--
+-- Name: push_deliveries event_counters_outcomes_updated; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER event_counters_outcomes_updated AFTER UPDATE ON public.push_deliveries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.event_counters_outcomes();
+
+
+--
+-- Name: push_subscriptions event_counters_subscription_added; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER event_counters_subscription_added AFTER INSERT ON public.push_subscriptions REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION public.event_counters_subscription_added();
+
+
+--
+-- Name: push_subscriptions event_counters_subscription_removed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER event_counters_subscription_removed AFTER DELETE ON public.push_subscriptions REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION public.event_counters_subscription_removed();
+
+
+--
+-- Name: fanout_runs fanout_runs_lifecycle_inserted; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER fanout_runs_lifecycle_inserted AFTER INSERT ON public.fanout_runs FOR EACH ROW EXECUTE FUNCTION public.fanout_runs_lifecycle();
+
+
+--
+-- Name: fanout_runs fanout_runs_lifecycle_updated; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER fanout_runs_lifecycle_updated AFTER UPDATE ON public.fanout_runs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) OR ((old.finished_at IS NULL) AND (new.finished_at IS NOT NULL)))) EXECUTE FUNCTION public.fanout_runs_lifecycle();
+
+
+--
+-- Name: push_deliveries push_deliveries_platform_fill; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER push_deliveries_platform_fill BEFORE INSERT ON public.push_deliveries FOR EACH ROW WHEN ((new.platform IS NULL)) EXECUTE FUNCTION public.push_deliveries_platform_fill();
+
+
+--
+-- Name: push_subscriptions push_subscriptions_lifecycle_gone; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER push_subscriptions_lifecycle_gone AFTER DELETE ON public.push_subscriptions REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION public.push_subscriptions_lifecycle_gone();
+
+
+--
+-- Name: push_subscriptions push_subscriptions_owner_fixed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER push_subscriptions_owner_fixed BEFORE UPDATE OF user_id ON public.push_subscriptions FOR EACH ROW WHEN ((old.user_id IS DISTINCT FROM new.user_id)) EXECUTE FUNCTION public.push_subscriptions_owner_fixed();
+
+
+--
+-- Name: push_subscriptions push_subscriptions_platform_fixed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER push_subscriptions_platform_fixed BEFORE UPDATE OF platform ON public.push_subscriptions FOR EACH ROW WHEN ((old.platform IS DISTINCT FROM new.platform)) EXECUTE FUNCTION public.push_subscriptions_platform_fixed();
+
+
+--
+-- Name: fanout_ranges fanout_ranges_event_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fanout_ranges
+    ADD CONSTRAINT fanout_ranges_event_id_fkey FOREIGN KEY (event_id) REFERENCES public.fanout_runs(event_id);
+
+
+--
+-- Name: materials materials_course_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.materials
+    ADD CONSTRAINT materials_course_id_fkey FOREIGN KEY (course_id) REFERENCES public.courses(id);
+
+
+--
+-- PostgreSQL database dump complete
+--
