@@ -7,9 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,9 +32,8 @@ import (
 // one door.
 
 const (
-	errInvalidID         = "invalid_id"
-	errInvalidUser       = "invalid_user"
-	errInvalidCourse     = "invalid_course"
+	errInvalidUser   = "invalid_user"
+	errInvalidCourse = "invalid_course"
 )
 
 // importBatch is how many import lines go into one roster.Apply and one
@@ -95,6 +94,12 @@ func (p *PlatformID) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// rosterID is mapID for the roster package, which keys by uuid.UUID.
+func (s *Server) rosterID(raw, what string) (uuid.UUID, *Error) {
+	u, e := s.mapID(raw, what)
+	return uuid.UUID(u), e
+}
+
 // applyRoster runs changes in one transaction.
 func (s *Server) applyRoster(ctx context.Context, changes []roster.Change) (roster.Result, error) {
 	var res roster.Result
@@ -110,7 +115,7 @@ func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("user_id")
-	u, e := s.mapID(id, "user id")
+	u, e := s.rosterID(id, "user id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -142,7 +147,7 @@ func (s *Server) handleDeleteUser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("user_id")
-	u, e := s.mapID(id, "user id")
+	u, e := s.rosterID(id, "user id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -160,7 +165,7 @@ func (s *Server) handlePutCourse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("course_id")
-	c, e := s.mapID(id, "course id")
+	c, e := s.rosterID(id, "course id")
 	if e != nil {
 		writeError(w, e)
 		return
@@ -195,7 +200,7 @@ func (s *Server) courseOf(id uuid.UUID, instructor PlatformID, title string) (ro
 	if instructor == "" {
 		return roster.Course{}, newError(http.StatusBadRequest, errInvalidCourse, "instructor_id is required")
 	}
-	in, e := s.mapID(string(instructor), "instructor_id")
+	in, e := s.rosterID(string(instructor), "instructor_id")
 	if e != nil {
 		return roster.Course{}, e
 	}
@@ -210,12 +215,12 @@ func (s *Server) handleEnrollment(op roster.Op) http.HandlerFunc {
 		if _, ok := s.authorize(w, r, auth.ScopeRosterWrite); !ok {
 			return
 		}
-		c, e := s.mapID(r.PathValue("course_id"), "course id")
+		c, e := s.rosterID(r.PathValue("course_id"), "course id")
 		if e != nil {
 			writeError(w, e)
 			return
 		}
-		u, e := s.mapID(r.PathValue("user_id"), "user id")
+		u, e := s.rosterID(r.PathValue("user_id"), "user id")
 		if e != nil {
 			writeError(w, e)
 			return
@@ -308,96 +313,126 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetWriteDeadline(time.Now().Add(importLineIdle + s.cfg.WriteTimeout))
 	}
 	extend()
-	var resp ImportResponse
-	resp.Errors = []ImportError{}
-	reject := func(line int, code, msg string) {
-		resp.Rejected++
-		if len(resp.Errors) < maxImportErrors {
-			resp.Errors = append(resp.Errors, ImportError{Line: line, Code: code, Message: msg})
-		}
-	}
-	var batch []roster.Change
-	var batchLines []int
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		res, err := s.applyRoster(r.Context(), batch)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return err
-			}
-			// One change the database refused (a constraint the decoder
-			// cannot see) must not cost the batch's other lines: apply them
-			// one by one and report the refused one by its line number.
-			res = roster.Result{}
-			for i, c := range batch {
-				one, err := s.applyRoster(r.Context(), []roster.Change{c})
-				if err != nil {
-					if r.Context().Err() != nil {
-						return err
-					}
-					reject(batchLines[i], errInvalidBody, "the database refused this line: "+err.Error())
-					continue
-				}
-				res = addResults(res, one)
+
+	// The request's goroutine decodes lines while an applier writes the
+	// previous batch: decoding costs about as much CPU as the database's
+	// apply, so the two overlap instead of taking turns.
+	var parsed, applied importTally
+	batches := make(chan importBatchOf, 1)
+	applyErr := make(chan error, 1)
+	go func() {
+		var err error
+		for b := range batches {
+			if err == nil {
+				err = s.applyImportBatch(r.Context(), b, &applied)
 			}
 		}
-		resp.Applied.Users += res.Users
-		resp.Applied.Courses += res.Courses
-		resp.Applied.Enrollments += res.Enrollments
-		resp.Applied.Dropped += res.Dropped
-		resp.Applied.Erased += res.Erased
-		batch, batchLines = batch[:0], batchLines[:0]
-		extend()
-		return nil
+		applyErr <- err
+	}()
+	finish := func() error {
+		close(batches)
+		return <-applyErr
 	}
+	var batch importBatchOf
 	sc := bufio.NewScanner(r.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxImportLine)
 	now := s.cfg.Now()
-	line := 0
+	line, lines := 0, 0
 	for sc.Scan() {
 		line++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
-		resp.Lines++
+		lines++
 		c, e := s.importChange(b, now)
 		if e != nil {
-			reject(line, e.Code, e.Message)
+			parsed.reject(line, e.Code, e.Message)
 			continue
 		}
-		batch = append(batch, c)
-		batchLines = append(batchLines, line)
-		if len(batch) >= importBatch {
-			if err := flush(); err != nil {
-				s.internalError(w, r, "import", err)
-				return
-			}
+		batch.changes = append(batch.changes, c)
+		batch.lines = append(batch.lines, line)
+		if len(batch.changes) >= importBatch {
+			batches <- batch
+			batch = importBatchOf{}
+			extend()
 		}
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			// Everything before the long line is applied; say where it stopped.
-			if ferr := flush(); ferr != nil {
-				s.internalError(w, r, "import", ferr)
-				return
-			}
-			reject(line+1, errPayloadTooLarge, fmt.Sprintf("line longer than %d bytes; the import stopped here", maxImportLine))
-			writeJSON(w, http.StatusOK, resp)
-			return
-		}
-		if !errors.Is(err, io.ErrUnexpectedEOF) {
-			writeError(w, newError(http.StatusBadRequest, errMalformedRequest, "the import body could not be read after line %d (%v); the lines before it in complete batches were applied", line, err))
-			return
-		}
+	scanErr := sc.Err()
+	if errors.Is(scanErr, bufio.ErrTooLong) {
+		// Everything before the long line is applied; say where it stopped.
+		parsed.reject(line+1, errPayloadTooLarge, fmt.Sprintf("line longer than %d bytes; the import stopped here", maxImportLine))
+		scanErr = nil
 	}
-	if err := flush(); err != nil {
+	if scanErr == nil && len(batch.changes) > 0 {
+		batches <- batch
+	}
+	if err := finish(); err != nil {
 		s.internalError(w, r, "import", err)
 		return
 	}
+	if scanErr != nil {
+		writeError(w, newError(http.StatusBadRequest, errMalformedRequest, "the import body could not be read after line %d (%v); the lines before it in complete batches of %d were applied", line, scanErr, importBatch))
+		return
+	}
+	resp := ImportResponse{Lines: lines, Rejected: parsed.rejected + applied.rejected, Errors: append(parsed.errors, applied.errors...)}
+	slices.SortFunc(resp.Errors, func(a, b ImportError) int { return a.Line - b.Line })
+	if len(resp.Errors) > maxImportErrors {
+		resp.Errors = resp.Errors[:maxImportErrors]
+	}
+	res := applied.res
+	resp.Applied.Users, resp.Applied.Courses, resp.Applied.Enrollments = res.Users, res.Courses, res.Enrollments
+	resp.Applied.Dropped, resp.Applied.Erased = res.Dropped, res.Erased
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// importBatchOf is up to importBatch decoded changes and their line
+// numbers.
+type importBatchOf struct {
+	changes []roster.Change
+	lines   []int
+}
+
+// importTally is what one side of an import (the decoder, the applier)
+// counted: each side owns its own, merged at the end.
+type importTally struct {
+	res      roster.Result
+	rejected int
+	errors   []ImportError
+}
+
+func (t *importTally) reject(line int, code, msg string) {
+	t.rejected++
+	if len(t.errors) < maxImportErrors {
+		t.errors = append(t.errors, ImportError{Line: line, Code: code, Message: msg})
+	}
+}
+
+// applyImportBatch applies one batch in one transaction. A change the
+// database refuses (a constraint the decoder cannot see) must not cost the
+// batch's other lines: the batch is then applied line by line and the
+// refused one reported by its line number.
+func (s *Server) applyImportBatch(ctx context.Context, b importBatchOf, t *importTally) error {
+	res, err := s.applyRoster(ctx, b.changes)
+	if err == nil {
+		t.res = addResults(t.res, res)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	for i, c := range b.changes {
+		one, err := s.applyRoster(ctx, []roster.Change{c})
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			t.reject(b.lines[i], errInvalidBody, "the database refused this line: "+err.Error())
+			continue
+		}
+		t.res = addResults(t.res, one)
+	}
+	return nil
 }
 
 func addResults(a, b roster.Result) roster.Result {
@@ -426,7 +461,7 @@ func (s *Server) importChange(b []byte, now time.Time) (roster.Change, *Error) {
 	}
 	switch l.Kind {
 	case "user":
-		id, e := s.mapID(string(l.ID), "id")
+		id, e := s.rosterID(string(l.ID), "id")
 		if e != nil {
 			return roster.Change{}, e
 		}
@@ -438,7 +473,7 @@ func (s *Server) importChange(b []byte, now time.Time) (roster.Change, *Error) {
 		}
 		return roster.Change{Op: op, User: &u, At: now}, nil
 	case "course":
-		id, e := s.mapID(string(l.ID), "id")
+		id, e := s.rosterID(string(l.ID), "id")
 		if e != nil {
 			return roster.Change{}, e
 		}
@@ -450,11 +485,11 @@ func (s *Server) importChange(b []byte, now time.Time) (roster.Change, *Error) {
 		}
 		return roster.Change{Op: op, Course: &c, At: now}, nil
 	case "enrollment":
-		c, e := s.mapID(string(l.CourseID), "course_id")
+		c, e := s.rosterID(string(l.CourseID), "course_id")
 		if e != nil {
 			return roster.Change{}, e
 		}
-		u, e := s.mapID(string(l.UserID), "user_id")
+		u, e := s.rosterID(string(l.UserID), "user_id")
 		if e != nil {
 			return roster.Change{}, e
 		}
