@@ -82,6 +82,7 @@ const livePeriod = `(l.enrolled_at IS NOT NULL AND (l.dropped_at IS NULL OR (
 //     distinct keys). An enrolment older than its course's deletion (the
 //     courses topic got there first) starts a period that ended at the
 //     deletion, as it would have had it arrived first.
+//
 // The insert is plain: one writer applies a key's changes, so a conflict
 // means another writer (the identify API) started a period meanwhile;
 // Apply then runs sqlUpsertEnrollmentsGuarded, the same with ON CONFLICT
