@@ -98,3 +98,28 @@ func TestRosterStatus(t *testing.T) {
 		}
 	}
 }
+
+// notify run roster refuses to start without a topic, or with a bad
+// column mapping or id namespace, naming the setting.
+func TestRunRosterBadSettingsNamed(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"run", "roster"}, nil, "NOTIFY_ROSTER_USERS_TOPIC"},
+		{[]string{"run", "roster", "--users-topic", "u", "--users-columns", "name=full_name,nick=x"}, nil, "NOTIFY_ROSTER_USERS_COLUMNS"},
+		{[]string{"run", "roster", "--enrollments-topic", "e"}, map[string]string{"NOTIFY_ROSTER_ENROLLMENTS_COLUMNS": "user_id"}, "NOTIFY_ROSTER_ENROLLMENTS_COLUMNS"},
+		{[]string{"run", "roster", "--courses-topic", "c"}, map[string]string{"NOTIFY_ID_NAMESPACE": "not-a-uuid"}, "NOTIFY_ID_NAMESPACE"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var out, errb bytes.Buffer
+			if code := mainErr(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+				t.Fatalf("exit %d, stderr %q: want 2 naming %s", code, errb.String(), c.want)
+			}
+		})
+	}
+}

@@ -2,11 +2,13 @@ package roster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Apply applies changes in order inside tx, as a few set-based statements
@@ -259,6 +261,11 @@ func (r *round) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 		for i, c := range r.courseDels {
 			ids[i], pos[i], at[i] = c.Course.ID, c.Pos, c.At
 		}
+		// Ordered against enrollments applied at the same time from the
+		// other topic, as an erasure is (sqlEraseLock).
+		if _, err := tx.Exec(ctx, sqlEraseLock); err != nil {
+			return fmt.Errorf("delete %d courses: %w", n, err)
+		}
 		var gone, ended int
 		if err := tx.QueryRow(ctx, sqlDeleteCourses, ids, pos, at).Scan(&gone, &ended); err != nil {
 			return fmt.Errorf("delete %d courses: %w", n, err)
@@ -277,15 +284,11 @@ func (r *round) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 				at[i] = c.At
 			}
 		}
-		kept, err := tx.Exec(ctx, sqlKeepEnrollments, courses, users, pos)
+		kept, started, err := upsertEnrollments(ctx, tx, courses, users, at, pos)
 		if err != nil {
-			return fmt.Errorf("keep %d enrollments: %w", n, err)
+			return fmt.Errorf("upsert %d enrollments: %w", n, err)
 		}
-		started, err := tx.Exec(ctx, sqlStartEnrollments, courses, users, at, pos)
-		if err != nil {
-			return fmt.Errorf("start %d enrollments: %w", n, err)
-		}
-		applied := int(kept.RowsAffected() + started.RowsAffected())
+		applied := kept + started
 		res.Enrollments += applied
 		res.Stale += n - applied
 	}
@@ -303,6 +306,30 @@ func (r *round) flush(ctx context.Context, tx pgx.Tx, res *Result) error {
 		res.Stale += n - int(tag.RowsAffected())
 	}
 	return nil
+}
+
+// upsertEnrollments runs sqlUpsertEnrollments, and its guarded form when
+// another writer started one of the periods meanwhile (a unique
+// violation, rolled back to a savepoint).
+func upsertEnrollments(ctx context.Context, tx pgx.Tx, courses, users [][16]byte, at []time.Time, pos []*int64) (kept, started int, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	err = sp.QueryRow(ctx, sqlUpsertEnrollments, courses, users, at, pos).Scan(&kept, &started)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return 0, 0, rerr
+		}
+		err = tx.QueryRow(ctx, sqlUpsertEnrollmentsGuarded, courses, users, at, pos).Scan(&kept, &started)
+		return kept, started, err
+	}
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		return 0, 0, err
+	}
+	return kept, started, sp.Commit(ctx)
 }
 
 // erase erases the users of deletes (see sqlEraseTargets).

@@ -493,3 +493,37 @@ func TestApplyErasure(t *testing.T) {
 		t.Fatalf("bob after erase+recreate: %v", got)
 	}
 }
+
+// Another writer (the identify API) starting the same period while a
+// batch applies: the batch's plain insert meets its row, and Apply runs
+// the guarded form, which keeps that period.
+func TestApplyEnrollmentRacesAnotherWriter(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	c, ann, bob := uuid.New(), uuid.New(), uuid.New()
+	other, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	if _, err := roster.Apply(ctx, other, []roster.Change{{Enrollment: &roster.Enrollment{CourseID: c, UserID: ann}}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan roster.Result, 1)
+	go func() { done <- apply(t, db.Pool, enrol(c, ann, 5), enrol(c, bob, 6)) }()
+	// The batch waits on the other writer's uncommitted row (or, on a slow
+	// machine, has not started yet: then it finds the row committed).
+	time.Sleep(300 * time.Millisecond)
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.Enrollments != 2 {
+		t.Fatalf("batch: %+v", r)
+	}
+	var periods, open int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE dropped_at IS NULL) FROM enrollments`).Scan(&periods, &open); err != nil || periods != 2 || open != 2 {
+		t.Fatalf("%d periods, %d open (%v), want 2 and 2", periods, open, err)
+	}
+}

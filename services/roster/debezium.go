@@ -183,12 +183,26 @@ type event struct {
 	Payload json.RawMessage            `json:"payload"`
 	Before  map[string]json.RawMessage `json:"before"`
 	After   map[string]json.RawMessage `json:"after"`
-	Source  *struct {
-		LSN  *int64 `json:"lsn"`
-		TsMs *int64 `json:"ts_ms"`
-	} `json:"source"`
-	Op   string `json:"op"`
+	Source  *source                    `json:"source"`
+	Op      string                     `json:"op"`
+	TsMs    *int64                     `json:"ts_ms"`
+}
+
+// source is the part of a change event's source block the roster reads.
+type source struct {
+	LSN  *int64 `json:"lsn"`
 	TsMs *int64 `json:"ts_ms"`
+}
+
+// parseEvent reads a change event's payload: fastEvent, or encoding/json
+// for what it does not follow.
+func parseEvent(b []byte) (event, error) {
+	if ev, ok := fastEvent(b); ok {
+		return ev, nil
+	}
+	var ev event
+	err := json.Unmarshal(b, &ev)
+	return ev, err
 }
 
 // keyRecord is a record key in either form.
@@ -212,15 +226,16 @@ func (d *Decoder) Decode(key, value []byte, offset int64) (c Change, ok bool, er
 		if bytes.Equal(payload, []byte("null")) {
 			return Change{}, false, nil // an enveloped tombstone
 		}
-		if err := json.Unmarshal(payload, &ev); err != nil {
+		var err error
+		if ev, err = parseEvent(payload); err != nil {
 			return Change{}, false, decodeErr(ReasonMalformed, "payload is not a change event: %v", err)
 		}
-		var err error
 		if fieldTypes, err = d.valueSchema(schema); err != nil {
 			return Change{}, false, err
 		}
 	} else {
-		if err := json.Unmarshal(value, &ev); err != nil {
+		var err error
+		if ev, err = parseEvent(value); err != nil {
 			return Change{}, false, decodeErr(ReasonMalformed, "value is not a JSON change event: %v", err)
 		}
 		if len(ev.Payload) > 0 && ev.Op == "" {
@@ -499,6 +514,9 @@ func (r *rowReader) text(col string, required bool) string {
 			r.fail(ReasonInvalid, "%s.%s (platform column %q) is missing or null", r.table, col, src)
 		}
 		return ""
+	}
+	if s, ok := plainString(v); ok {
+		return s
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {

@@ -21,6 +21,30 @@
 // replayed older record from creating the user again; a newer one creates
 // a new user.
 //
+// # The service
+//
+// `notify run roster` (Service, Config) consumes the Debezium topics of
+// the platform's users, courses and enrollments tables (Decoder: both
+// JsonConverter forms, columns mapped per table) in consumer group
+// notify-roster. Each partition's records apply in offset order, up to
+// Config.MaxBatch per transaction, which also writes the partition's
+// roster_positions row; the offset is committed after the transaction.
+// Records that can never apply go to notify.roster.dlq with the reason in
+// dlq.reason (DecodeReasons, or data_error) and count in roster_counters;
+// a TRUNCATE is never applied. `notify roster status` (LoadStatus) shows
+// counts, lag and positions. Metrics: notify_roster_changes_total{table,
+// op}, notify_roster_stale_total, notify_roster_dlq_total{reason},
+// notify_roster_erasures_total, notify_roster_periods_ended_total,
+// notify_roster_records_total, notify_roster_batch_seconds.
+//
+// `notify bench roster` (benchmarks/rosterbench), 1M users and 1M
+// enrollments as snapshot records, 3 partitions per topic, on the 2-core
+// reference machine while it was shared (load average 7–10): 41,578
+// changes/s, 21.1 µs of CPU per change (roster 7.1, its Postgres backends
+// 14.0).
+//
+// # Positions
+//
 // Positions are Debezium's source.lsn: one WAL, so they order changes
 // across the three tables too, and the roster relies on that where a
 // change of one table meets rows of another — an erasure or a course

@@ -23,11 +23,14 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxBatch    = 5000
-	DefaultParallel    = 2
-	DefaultMaxPoll     = 100000
-	DefaultCommitRetry = 10 * time.Second
+	DefaultMaxBatch = 5000
+	DefaultParallel = 2
+	DefaultMaxPoll  = 100000
 )
+
+// commitTimeout bounds one offset commit. A commit that fails is retried
+// after the next poll, unless a later batch's commit covers it first.
+const commitTimeout = 10 * time.Second
 
 // Config configures a Service. Zero values take the documented defaults.
 type Config struct {
@@ -115,6 +118,13 @@ type Service struct {
 	decoders map[string]*Decoder // by topic
 	topics   []string
 
+	// uncommitted holds, per partition, the last record applied whose
+	// offset commit failed; dropped when the partition is revoked or lost
+	// (its next owner starts from the last commit and finds the changes
+	// applied).
+	mu          sync.Mutex
+	uncommitted map[topicPartition]*kgo.Record
+
 	ready     chan struct{}
 	readyOnce sync.Once
 	failed    chan error
@@ -144,7 +154,8 @@ func NewService(cfg Config) (*Service, error) {
 	if err := cfg.Topics.Validate(); err != nil {
 		return nil, fmt.Errorf("roster: %w", err)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, decoders: map[string]*Decoder{}, ready: make(chan struct{}), failed: make(chan error, 1)}
+	s := &Service{cfg: cfg, log: cfg.Logger, decoders: map[string]*Decoder{}, uncommitted: map[topicPartition]*kgo.Record{},
+		ready: make(chan struct{}), failed: make(chan error, 1)}
 	for _, t := range []struct {
 		topic, table, setting string
 		cols                  Columns
@@ -186,6 +197,8 @@ func NewService(cfg Config) (*Service, error) {
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
 			s.readyOnce.Do(func() { close(s.ready) })
 		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.forget(m) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.forget(m) }),
 		kgo.WithLogger(streams.KafkaLogger(s.log)),
 	)
 	opts = append(opts, cfg.ClientOpts...)
@@ -271,6 +284,9 @@ func (s *Service) loop(run *startstop.Run) {
 			parts = append(parts, fp)
 		})
 		ok := s.applyAll(hard, parts)
+		if ok {
+			s.retryCommits(hard)
+		}
 		s.cl.AllowRebalance()
 		if !ok {
 			// Stop's context ended mid-batch: what did not commit stays
@@ -314,15 +330,55 @@ func (s *Service) applyPartition(ctx context.Context, fp kgo.FetchTopicPartition
 			return err
 		}
 		last := recs[len(recs)-1]
+		tp := topicPartition{last.Topic, last.Partition}
 		if err := s.commit(ctx, last); err != nil {
-			// Not fatal: the batch is applied; the next commit of the
-			// partition covers it, or its next owner applies it again and
-			// finds nothing newer to do.
+			// Not fatal: the batch is applied; it is committed after the
+			// next poll, or by a later batch's commit, or its partition's
+			// next owner applies it again and finds nothing newer to do.
 			s.log.Warn("offset commit failed", "topic", last.Topic, "partition", last.Partition, "offset", last.Offset, "err", err)
+			s.mu.Lock()
+			s.uncommitted[tp] = last
+			s.mu.Unlock()
+		} else {
+			s.mu.Lock()
+			delete(s.uncommitted, tp)
+			s.mu.Unlock()
 		}
 		metricBatchSeconds.UpdateDuration(start)
 	}
 	return nil
+}
+
+// retryCommits commits the offsets whose commit failed.
+func (s *Service) retryCommits(ctx context.Context) {
+	s.mu.Lock()
+	var recs []*kgo.Record
+	for _, r := range s.uncommitted {
+		recs = append(recs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range recs {
+		if err := s.commit(ctx, r); err != nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.uncommitted[topicPartition{r.Topic, r.Partition}] == r {
+			delete(s.uncommitted, topicPartition{r.Topic, r.Partition})
+		}
+		s.mu.Unlock()
+	}
+}
+
+// forget drops the failed commits of partitions this member no longer
+// owns: committing them now could move back a new owner's offset.
+func (s *Service) forget(m map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range m {
+		for _, p := range ps {
+			delete(s.uncommitted, topicPartition{t, p})
+		}
+	}
 }
 
 // applyBatch dead-letters the batch's bad records and applies the rest, in
@@ -503,7 +559,7 @@ func (s *Service) deadLetter(ctx context.Context, dead []deadRecord) error {
 
 // commit commits the offset after r for the group.
 func (s *Service) commit(ctx context.Context, r *kgo.Record) error {
-	cctx, cancel := context.WithTimeout(ctx, DefaultCommitRetry)
+	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	offsets := map[string]map[int32]kgo.EpochOffset{r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}}}
 	var rerr error

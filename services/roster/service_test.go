@@ -294,11 +294,45 @@ func TestServiceReplayFromEarliest(t *testing.T) {
 		}
 		cancel()
 		if got := dump(t, db.Pool); got != want {
-			t.Fatalf("pass %d: tables differ from the platform's", pass)
+			t.Fatalf("pass %d: tables differ from the platform's: %s", pass, firstDiff(got, want))
 		}
 		// From the earliest offset again.
 		if _, err := adm.DeleteGroups(context.Background(), group); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// firstDiff describes the first row where two dumps differ, with every
+// row of that key in both.
+func firstDiff(got, want string) string {
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < max(len(gl), len(wl)); i++ {
+		var g, w string
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if g == w {
+			continue
+		}
+		f := strings.Fields(w + " " + g)
+		key := strings.Join(f[1:min(3, len(f))], " ")
+		var b strings.Builder
+		fmt.Fprintf(&b, "row %d:\n got  %s\n want %s", i, g, w)
+		for _, l := range wl {
+			if strings.Contains(l, key) {
+				fmt.Fprintf(&b, "\n  want row %s", l)
+			}
+		}
+		for _, l := range gl {
+			if strings.Contains(l, key) {
+				fmt.Fprintf(&b, "\n  got row  %s", l)
+			}
+		}
+		return b.String()
+	}
+	return "no difference"
 }

@@ -52,64 +52,96 @@ WITH v AS (
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM ended)`
 
-// A live period of an enrollment change is the key's open period, or one
-// its course's deletion ended although the deletion is newer than the
-// change: the courses topic got there first, and in the platform's order
-// the change came while the period was open (ended at the deletion:
-// dropped_at is the deletion's time, as sqlDeleteCourses sets it).
-// Updating that one, not starting another, is what applying in the
-// platform's order would have done.
-const livePeriod = `(e.dropped_at IS NULL OR (
+// A live period of an enrollment change is the key's open period, or its
+// latest one if its course's deletion ended it although the deletion is
+// newer than the change: the courses topic got there first, and in the
+// platform's order the change came while the period was open (ended at
+// the deletion: dropped_at is the deletion's time, as sqlDeleteCourses
+// sets it). Updating that one, not starting another, is what applying in
+// the platform's order would have done. Written for the key's latest
+// period l (an open period is always the latest: periods never overlap),
+// its course c and the change v.
+const livePeriod = `(l.enrolled_at IS NOT NULL AND (l.dropped_at IS NULL OR (
         v.pos IS NOT NULL AND c.deleted_at IS NOT NULL AND c.source_pos > v.pos
-        AND e.dropped_at = greatest(c.deleted_at, e.enrolled_at)))`
+        AND l.dropped_at = greatest(c.deleted_at, l.enrolled_at))))`
 
-// sqlKeepEnrollments: an enrollment upsert whose student has a live
-// period in the course keeps that period and takes the position.
-const sqlKeepEnrollments = `
-UPDATE enrollments e SET source_pos = v.pos
-FROM unnest($1::uuid[], $2::uuid[], $3::bigint[]) AS v (course_id, user_id, pos)
-LEFT JOIN courses c ON c.id = v.course_id
-WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND ` + livePeriod + `
-  AND (e.source_pos IS NULL OR v.pos IS NULL OR v.pos >= e.source_pos)`
+// sqlUpsertEnrollments applies enrollment upserts in one pass over the
+// keys: each key's latest period (one probe of the primary key, read
+// backwards) says what to do.
+//   - A live latest period is kept and takes the position (unless it is
+//     newer than the change).
+//   - Otherwise a period starts — unless the latest period's last change
+//     is not older than this one (a replayed enrolment must not reopen
+//     what a later drop closed; a period a course deletion ended keeps
+//     the position of the enrolment itself, so equal is the same change
+//     again), or an erasure newer than the change forgot the student
+//     (roster_erasures). A period starts no earlier than the last one
+//     ended, so one student's periods never overlap (the fan-out's slice
+//     relies on it), and after the last one began (a period that ended
+//     where it began, and a re-enrolment at that very instant, keep
+//     distinct keys). An enrolment older than its course's deletion (the
+//     courses topic got there first) starts a period that ended at the
+//     deletion, as it would have had it arrived first.
+//
+// The insert is plain: one writer applies a key's changes, so a conflict
+// means another writer (the identify API) started a period meanwhile;
+// Apply then runs sqlUpsertEnrollmentsGuarded, the same with ON CONFLICT
+// DO NOTHING, which costs every row a speculative insertion.
+const sqlUpsertEnrollments = sqlUpsertEnrollmentsHead + `
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM kept), (SELECT count(*) FROM started)`
 
-// sqlStartEnrollments starts a period for each upsert whose student has
-// no open one — unless a period's last change is not older than this one
-// (a replayed enrolment must not reopen what a later drop closed; a
-// period a course deletion ended keeps the position of the enrolment
-// itself, so equal is the same change again), or an erasure newer than
-// the change forgot the student. A period starts no earlier than the last
-// one ended, so one student's periods never overlap (the fan-out's slice
-// relies on it), and after the last one began (a period that ended where
-// it began, and a re-enrolment at that same instant, keep distinct keys).
-// An enrolment older than its course's deletion (the
-// courses topic got there first) starts a period that ended at the
-// deletion, as it would have had it arrived first. ON CONFLICT DO
-// NOTHING covers enrollments_open: an open period (kept above, or
-// stale).
-const sqlStartEnrollments = `
-INSERT INTO enrollments (course_id, user_id, enrolled_at, dropped_at, source_pos)
-SELECT v.course_id, v.user_id, s.start,
-       CASE WHEN c.deleted_at IS NOT NULL AND v.pos IS NOT NULL AND c.source_pos > v.pos THEN greatest(c.deleted_at, s.start) END,
-       v.pos
-FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::bigint[]) AS v (course_id, user_id, at, pos)
-CROSS JOIN LATERAL (
-    SELECT max(o.dropped_at) AS last_drop, max(o.enrolled_at) AS last_start, max(o.source_pos) AS last_pos, bool_or(o.dropped_at IS NULL) AS open
-    FROM enrollments o WHERE o.course_id = v.course_id AND o.user_id = v.user_id
-) p
-CROSS JOIN LATERAL (SELECT greatest(v.at, p.last_drop, p.last_start + interval '1 microsecond') AS start) s
-LEFT JOIN courses c ON c.id = v.course_id
-WHERE p.open IS NOT TRUE
-  AND (v.pos IS NULL OR p.last_pos IS NULL OR p.last_pos < v.pos)
-  AND (v.pos IS NULL OR NOT EXISTS (
-    SELECT 1 FROM roster_erasures x WHERE x.id_hash = sha256(uuid_send(v.user_id)) AND x.source_pos > v.pos))
-ON CONFLICT DO NOTHING`
+const sqlUpsertEnrollmentsGuarded = sqlUpsertEnrollmentsHead + `
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM kept), (SELECT count(*) FROM started)`
 
-// sqlDropEnrollments ends live periods at the change's time.
+const sqlUpsertEnrollmentsHead = `
+WITH v AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::bigint[]) AS v (course_id, user_id, at, pos)
+), p AS (
+    SELECT v.course_id, v.user_id, v.at, v.pos, l.enrolled_at AS last_start, l.dropped_at AS last_drop, l.source_pos AS last_pos,
+           c.deleted_at, c.source_pos AS course_pos,
+           ` + livePeriod + ` AS live
+    FROM v
+    LEFT JOIN LATERAL (
+        SELECT o.enrolled_at, o.dropped_at, o.source_pos FROM enrollments o
+        WHERE o.course_id = v.course_id AND o.user_id = v.user_id
+        ORDER BY o.enrolled_at DESC LIMIT 1
+    ) l ON true
+    LEFT JOIN courses c ON c.id = v.course_id
+), kept AS (
+    UPDATE enrollments e SET source_pos = p.pos
+    FROM p
+    WHERE p.live AND e.course_id = p.course_id AND e.user_id = p.user_id AND e.enrolled_at = p.last_start
+      AND (e.source_pos IS NULL OR p.pos IS NULL OR p.pos >= e.source_pos)
+    RETURNING 1
+), started AS (
+    INSERT INTO enrollments (course_id, user_id, enrolled_at, dropped_at, source_pos)
+    SELECT p.course_id, p.user_id, s.start,
+           CASE WHEN p.deleted_at IS NOT NULL AND p.pos IS NOT NULL AND p.course_pos > p.pos THEN greatest(p.deleted_at, s.start) END,
+           p.pos
+    FROM p CROSS JOIN LATERAL (SELECT greatest(p.at, p.last_drop, p.last_start + interval '1 microsecond') AS start) s
+    WHERE NOT p.live
+      AND (p.pos IS NULL OR p.last_pos IS NULL OR p.last_pos < p.pos)
+      AND (p.pos IS NULL OR NOT EXISTS (
+        SELECT 1 FROM roster_erasures x WHERE x.id_hash = sha256(uuid_send(p.user_id)) AND x.source_pos > p.pos))`
+
+// sqlDropEnrollments ends live periods (see livePeriod) at the change's
+// time.
 const sqlDropEnrollments = `
 UPDATE enrollments e SET dropped_at = greatest(v.at, e.enrolled_at), source_pos = v.pos
 FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::timestamptz[]) AS v (course_id, user_id, pos, at)
+CROSS JOIN LATERAL (
+    SELECT o.enrolled_at, o.dropped_at FROM enrollments o
+    WHERE o.course_id = v.course_id AND o.user_id = v.user_id
+    ORDER BY o.enrolled_at DESC LIMIT 1
+) l
 LEFT JOIN courses c ON c.id = v.course_id
-WHERE e.course_id = v.course_id AND e.user_id = v.user_id AND ` + livePeriod + `
+WHERE ` + livePeriod + `
+  AND e.course_id = v.course_id AND e.user_id = v.user_id AND e.enrolled_at = l.enrolled_at
   AND (e.source_pos IS NULL OR v.pos IS NULL OR v.pos >= e.source_pos)`
 
 // Erasure. sqlEraseTargets keeps the deletes that are not older than the
@@ -132,12 +164,13 @@ FROM unnest($1::uuid[], $2::bigint[]) AS v (id, pos)
 LEFT JOIN users u ON u.id = v.id
 WHERE u.id IS NULL OR u.source_pos IS NULL OR v.pos IS NULL OR v.pos >= u.source_pos`
 
-// sqlEraseLock orders an erasure against enrollment changes applied at
-// the same time from the enrollments topic: SHARE ROW EXCLUSIVE waits for
-// the transactions writing enrollments to commit (so the erasure's delete
-// sees their rows) and holds new ones until the erasure commits (so their
-// check finds its tombstone). Readers (the fan-out's slices) are not
-// blocked; erasures are rare, so the enrollments' writers seldom wait.
+// sqlEraseLock orders an erasure, or a course deletion, against
+// enrollment changes applied at the same time from the enrollments topic:
+// SHARE ROW EXCLUSIVE waits for the transactions writing enrollments to
+// commit (so the erasure's delete, the deletion's update, sees their
+// rows) and holds new ones until it commits (so they find its tombstone,
+// or the course deleted). Readers (the fan-out's slices) are not blocked;
+// both are rare, so the enrollments' writers seldom wait.
 const sqlEraseLock = `LOCK TABLE enrollments IN SHARE ROW EXCLUSIVE MODE`
 
 const sqlEraseFlagOn = `SELECT set_config('notify.erasure', 'on', true)`
