@@ -21,7 +21,11 @@ type result struct {
 // send slots) and records outcomes in batches as they arrive. It returns nil
 // only when every recipient is recorded.
 func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
-	payload, topic := buildPayload(cmd), eventTopic(cmd.EventID)
+	payload, topic := buildPayload(cmd), pushTopic(cmd)
+	urgency := w.cfg.Urgency
+	if cmd.Priority == "high" {
+		urgency = webpush.UrgencyHigh
+	}
 	app := newAppMessage(cmd, w.cfg.TTL)
 	sendCtx, cancelSends := context.WithCancel(ctx)
 	defer cancelSends()
@@ -87,7 +91,7 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 						Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
 						Payload:      payload,
 						TTL:          ttl,
-						Urgency:      w.cfg.Urgency,
+						Urgency:      urgency,
 						Topic:        topic,
 					})
 				case ttl > 0:
