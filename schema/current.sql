@@ -683,6 +683,8 @@ CREATE TABLE public.fanout_runs (
     data jsonb,
     priority text DEFAULT 'normal'::text NOT NULL,
     collapse_key text,
+    locales jsonb,
+    default_locale text,
     CONSTRAINT fanout_runs_expiry_after_send CHECK (((expires_at IS NULL) OR (send_at IS NULL) OR (expires_at > send_at))),
     CONSTRAINT fanout_runs_priority CHECK ((priority = ANY (ARRAY['normal'::text, 'high'::text]))),
     CONSTRAINT fanout_runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'paused'::text, 'cancelled'::text, 'finished'::text]))),
@@ -720,6 +722,22 @@ CREATE TABLE public.notification_events (
     created_at timestamp with time zone NOT NULL,
     CONSTRAINT notification_events_audience CHECK ((num_nonnulls(course_id, user_ids) = 1)),
     CONSTRAINT notification_events_sender CHECK ((num_nonnulls(sender_service, sender_user) = 1))
+);
+
+
+--
+-- Name: notification_templates; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.notification_templates (
+    type text NOT NULL,
+    default_locale text NOT NULL,
+    locales jsonb NOT NULL,
+    required text[] DEFAULT '{}'::text[] NOT NULL,
+    updated_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT notification_templates_default CHECK ((locales ? default_locale)),
+    CONSTRAINT notification_templates_type CHECK ((type ~ '^[a-z0-9][a-z0-9._-]{0,63}$'::text))
 );
 
 
@@ -1029,6 +1047,14 @@ ALTER TABLE ONLY public.materials
 
 ALTER TABLE ONLY public.notification_events
     ADD CONSTRAINT notification_events_pkey PRIMARY KEY (event_id);
+
+
+--
+-- Name: notification_templates notification_templates_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.notification_templates
+    ADD CONSTRAINT notification_templates_pkey PRIMARY KEY (type);
 
 
 --

@@ -57,12 +57,22 @@ type NotificationCreated struct {
 	// Data is the sender's JSON object, delivered as it is in the push
 	// payload and the inbox.
 	Data json.RawMessage `json:"data,omitempty"`
+	// Locales are a templated notification's texts rendered per locale
+	// (Title and Body are DefaultLocale's); absent otherwise.
+	Locales       map[string]LocaleText `json:"locales,omitempty"`
+	DefaultLocale string                `json:"default_locale,omitempty"`
 	// Priority is "normal" or "high".
 	Priority    string     `json:"priority"`
 	CollapseKey string     `json:"collapse_key,omitempty"`
 	PublishedAt time.Time  `json:"published_at"`
 	SendAt      *time.Time `json:"send_at,omitempty"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+}
+
+// LocaleText is one locale's rendered title and body.
+type LocaleText struct {
+	Title string `json:"title"`
+	Body  string `json:"body,omitempty"`
 }
 
 // TypeMaterial is the notification type of a MaterialPublished event.
@@ -152,6 +162,11 @@ type PushCommand struct {
 	// older one.
 	Priority    string `json:"priority,omitempty"`
 	CollapseKey string `json:"collapse_key,omitempty"`
+	// Locales are a templated event's rendered texts; each device gets
+	// its student's (notifications.PickLocale: users.locale, its
+	// language, else DefaultLocale). Absent: Title and Body for everyone.
+	Locales       map[string]LocaleText `json:"locales,omitempty"`
+	DefaultLocale string                `json:"default_locale,omitempty"`
 	// ExpiresAt: a device not sent by then is recorded 'expired' without
 	// a request, and the push services are told the remaining lifetime
 	// (Web Push TTL, FCM ttl, apns-expiration). Retries and dead letters

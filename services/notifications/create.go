@@ -63,7 +63,7 @@ type Created struct {
 }
 
 const (
-	sqlCourse = `SELECT instructor_id, deleted_at IS NOT NULL FROM courses WHERE id = $1`
+	sqlCourse = `SELECT instructor_id, deleted_at IS NOT NULL, title FROM courses WHERE id = $1`
 	// sqlKnownUsers: which of the given uuids are users (an index probe
 	// each, ≤ 10,000).
 	sqlKnownUsers = `SELECT id FROM users WHERE id = ANY($1::uuid[])`
@@ -98,6 +98,7 @@ func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, e
 	c := Created{EventID: eventID, Type: r.Type, PublishedAt: now, SendAt: utc(r.SendAt), ExpiresAt: utc(r.ExpiresAt)}
 	var course *uuid.UUID
 	var users []uuid.UUID
+	var courseTitle string
 	if r.Audience.CourseID != nil {
 		u, err := m.Map(*r.Audience.CourseID)
 		if err != nil {
@@ -105,7 +106,7 @@ func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, e
 		}
 		var instructor uuid.UUID
 		var deleted bool
-		err = tx.QueryRow(ctx, sqlCourse, u).Scan(&instructor, &deleted)
+		err = tx.QueryRow(ctx, sqlCourse, u).Scan(&instructor, &deleted, &courseTitle)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) || err == nil && deleted:
 			return Created{}, ErrCourseNotFound
@@ -148,7 +149,31 @@ func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, e
 		ev.CollapseKey = *r.CollapseKey
 	}
 	if r.Template != nil {
-		return Created{}, invalid(CodeInvalidTemplate, "template", "templates are not available on this server yet")
+		t, err := GetTemplate(ctx, tx, *r.Template)
+		if errors.Is(err, ErrNoTemplate) {
+			return Created{}, invalid(CodeUnknownTemplate, "template", "no template %q (PUT /v1/templates/%s)", *r.Template, *r.Template)
+		}
+		if err != nil {
+			return Created{}, err
+		}
+		vars := map[string]any{}
+		for k, v := range r.Vars {
+			vars[k] = v
+		}
+		// The course and the event are the template's to name too; a
+		// var of the same name is the sender's and wins.
+		if _, ok := vars["event"]; !ok {
+			vars["event"] = map[string]any{"type": r.Type, "id": eventID.String()}
+		}
+		if _, ok := vars["course"]; !ok && course != nil {
+			vars["course"] = map[string]any{"title": courseTitle, "id": course.String()}
+		}
+		rendered, err := t.Render(vars, r)
+		if err != nil {
+			return Created{}, err
+		}
+		ev.Locales, ev.DefaultLocale = rendered, t.DefaultLocale
+		ev.Title, ev.Body = rendered[t.DefaultLocale].Title, rendered[t.DefaultLocale].Body
 	}
 	payload, err := json.Marshal(ev)
 	if err != nil {
