@@ -164,9 +164,12 @@ type plan struct {
 	data          *string // a JSON object
 	priority      string
 	collapseKey   *string
-	publishedAt   time.Time
-	sendAt        *time.Time
-	expiresAt     *time.Time
+	// locales (JSON) and defaultLocale: a templated notification's
+	// rendered texts.
+	locales, defaultLocale *string
+	publishedAt            time.Time
+	sendAt                 *time.Time
+	expiresAt              *time.Time
 }
 
 // Plan plans the fan-out of one published material. It reports false when
@@ -215,6 +218,17 @@ func (p *Planner) PlanNotification(ctx context.Context, n streams.NotificationCr
 	if pl.priority == "" {
 		pl.priority = "normal"
 	}
+	if len(n.Locales) > 0 {
+		b, err := json.Marshal(n.Locales)
+		if err != nil {
+			return false, fmt.Errorf("encode locales: %w", err)
+		}
+		l := string(b)
+		pl.locales, pl.defaultLocale = &l, nonEmpty(n.DefaultLocale)
+		if _, ok := n.Locales[n.DefaultLocale]; !ok {
+			return false, fmt.Errorf("%w: notification created default_locale %q is not one of its locales", streams.ErrMalformed, n.DefaultLocale)
+		}
+	}
 	return p.plan(ctx, pl)
 }
 
@@ -255,7 +269,7 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 			idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
 		}
 		tag, err := tx.Exec(ctx, sqlInsertRun, m.eventID, m.courseID, m.materialID, m.title, m.url, m.publishedAt, n, p.cfg.SliceSize,
-			state, m.sendAt, m.expiresAt, m.typ, m.body, m.data, m.priority, m.collapseKey)
+			state, m.sendAt, m.expiresAt, m.typ, m.body, m.data, m.priority, m.collapseKey, m.locales, m.defaultLocale)
 		if err != nil {
 			return fmt.Errorf("insert run: %w", err)
 		}

@@ -266,7 +266,7 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	var title, state string
 	var ev eventContent
 	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url, &state,
-		&userList, &ev.typ, &ev.body, &ev.data, &ev.priority, &ev.collapseKey)
+		&userList, &ev.typ, &ev.body, &ev.data, &ev.priority, &ev.collapseKey, &ev.locales, &ev.defaultLocale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
 	}
@@ -393,8 +393,9 @@ func sliceStatement(userList, next, skipExisting bool) string {
 // and url (fanout_runs, read with the range's lock).
 type eventContent struct {
 	typ                  string
-	body, data, priority *string
-	collapseKey          *string
+	body, data, priority   *string
+	collapseKey            *string
+	locales, defaultLocale *string
 }
 
 func (e eventContent) fill(pc *streams.PushCommand) {
@@ -415,6 +416,12 @@ func (e eventContent) fill(pc *streams.PushCommand) {
 	}
 	if e.collapseKey != nil {
 		pc.CollapseKey = *e.collapseKey
+	}
+	if e.locales != nil && e.defaultLocale != nil {
+		// Written by the planner from a decoded record: it decodes.
+		if json.Unmarshal([]byte(*e.locales), &pc.Locales) == nil {
+			pc.DefaultLocale = *e.defaultLocale
+		}
 	}
 }
 

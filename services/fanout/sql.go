@@ -7,8 +7,8 @@ package fanout
 // event was planned before.
 const sqlInsertRun = `
 INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published_at, ranges, slice_size, state, send_at, expires_at,
-                         type, body, data, priority, collapse_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::text::jsonb, $15, $16)
+                         type, body, data, priority, collapse_key, locales, default_locale)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::text::jsonb, $15, $16, $17::text::jsonb, $18)
 ON CONFLICT (event_id) DO NOTHING`
 
 // sqlProbeAudience counts a course's audience at the publish time up to
@@ -47,7 +47,7 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // It also reads the event's control state (unlocked: see controlSlice).
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
-       r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key
+       r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
 FOR UPDATE OF g`

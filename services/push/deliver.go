@@ -21,12 +21,12 @@ type result struct {
 // send slots) and records outcomes in batches as they arrive. It returns nil
 // only when every recipient is recorded.
 func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
-	payload, topic := buildPayload(cmd), pushTopic(cmd)
+	texts := newCommandTexts(cmd, w.cfg.TTL)
+	topic := pushTopic(cmd)
 	urgency := w.cfg.Urgency
 	if cmd.Priority == "high" {
 		urgency = webpush.UrgencyHigh
 	}
-	app := newAppMessage(cmd, w.cfg.TTL)
 	sendCtx, cancelSends := context.WithCancel(ctx)
 	defer cancelSends()
 	results := make(chan result, len(recips)) // never blocks a sender
@@ -82,6 +82,7 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 					return
 				}
 				var out webpush.Outcome
+				payload, app := texts.of(rc)
 				switch {
 				case rc.platform == platformWebPush:
 					if ttl == 0 {
@@ -95,11 +96,11 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 						Topic:        topic,
 					})
 				case ttl > 0:
-					a := app // the remaining lifetime, not the configured TTL
+					a := *app // the remaining lifetime, not the configured TTL
 					a.fcmTTL, a.apnsTTL = ttl, ttl
 					out = w.sendApp(sendCtx, rc, &a)
 				default:
-					out = w.sendApp(sendCtx, rc, &app)
+					out = w.sendApp(sendCtx, rc, app)
 				}
 				w.origins.release(origin)
 				results <- result{rc: rc, out: out, token: true}

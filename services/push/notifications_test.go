@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,22 +75,7 @@ func TestNotificationToUsersEndToEnd(t *testing.T) {
 		}
 	}
 
-	pf.startRelay()
-	svc, err := fanout.New(fanout.Config{Pool: pf.db.Pool, Brokers: pf.brokers, Topics: pf.topics, Logger: quietLogger(),
-		ClientOpts: []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(pf.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = svc.Stop(ctx)
-	})
-	fc, ac := pf.providers(t)
-	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs = fc, ac })
+	runPipeline(t, pf)
 	st := pf.waitSettled(2 * time.Minute)
 	pf.verify()
 
@@ -166,3 +152,136 @@ func TestNotificationToUsersEndToEnd(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestTemplatedNotificationInEachStudentsLanguage: a templated
+// notification's devices each get their student's language — ko-KR → ko,
+// ko, fr → the default (en), no locale → the default — on all three
+// platforms, from texts rendered once for the event.
+func TestTemplatedNotificationInEachStudentsLanguage(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []pushmock.Observed
+	pf := newObservedPlatformFixture(t, 96, 0, func(o pushmock.Observed) {
+		mu.Lock()
+		seen = append(seen, o)
+		mu.Unlock()
+	})
+	locales := []string{"ko-KR", "ko", "fr", ""}
+	for i, u := range pf.users {
+		if l := locales[i%len(locales)]; l != "" {
+			pf.exec(`UPDATE users SET locale = $2 WHERE id = $1`, u, l)
+		}
+	}
+	if _, _, err := notifications.PutTemplate(pf.ctx, pf.db.Pool, "assignment.due", notifications.Template{DefaultLocale: "en",
+		Locales: map[string]notifications.LocaleText{
+			"ko": {Title: "{{course.title}}: {{assignment}} 마감", Body: "{{due}}까지"},
+			"en": {Title: "{{course.title}}: {{assignment}} is due", Body: "by {{due}}"},
+		}}, "service:test"); err != nil {
+		t.Fatal(err)
+	}
+	pf.exec(`UPDATE courses SET title = '국어' WHERE id = $1`, pf.course)
+	var c notifications.Created
+	err := pgx.BeginFunc(pf.ctx, pf.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		c, err = notifications.Create(pf.ctx, tx, ids.Mapper{}, notifications.Sender{Service: "lms"}, notifications.Request{
+			Type: "assignment.due", Template: ptr("assignment.due"), Audience: notifications.Audience{CourseID: &pf.course},
+			Vars: map[string]any{"assignment": "에세이", "due": "9/1"},
+		}, uuid.New())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each device's student's language (read before the gone ones are
+	// deleted).
+	want := map[string]string{} // "platform/device" → title
+	rows, err := pf.db.Pool.Query(pf.ctx, `SELECT s.platform, CASE WHEN s.platform = 'webpush' THEN regexp_replace(s.endpoint, '^.*/', '') ELSE s.token END, coalesce(u.locale, '')
+		FROM push_subscriptions s JOIN users u ON u.id = s.user_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var platform, device, locale string
+		if err := rows.Scan(&platform, &device, &locale); err != nil {
+			t.Fatal(err)
+		}
+		title := "국어: 에세이 is due"
+		if locale == "ko" || locale == "ko-KR" {
+			title = "국어: 에세이 마감"
+		}
+		want[platform+"/"+device] = title
+	}
+	rows.Close()
+	pf.eventID = c.EventID.String()
+	runPipeline(t, pf)
+	st := pf.waitSettled(2 * time.Minute)
+	pf.verify()
+	if n := pf.count(`SELECT count(*) FROM notifications WHERE event_id = $1`, pf.eventID); n != int64(len(pf.users)) {
+		t.Fatalf("%d notifications, want %d", n, len(pf.users))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	checked := map[string]int{}
+	for _, o := range seen {
+		var b struct {
+			EventID string `json:"event_id"`
+			Title   string `json:"title"`
+			Aps     struct {
+				Alert struct{ Title string } `json:"alert"`
+			} `json:"aps"`
+			Message struct {
+				Notification struct{ Title string } `json:"notification"`
+				Data         map[string]string     `json:"data"`
+			} `json:"message"`
+		}
+		if err := json.Unmarshal(o.Body, &b); err != nil {
+			t.Fatalf("%s body %q: %v", o.Platform, o.Body, err)
+		}
+		var ev, title string
+		switch o.Platform {
+		case "webpush":
+			ev, title = b.EventID, b.Title
+		case "fcm":
+			ev, title = b.Message.Data["event_id"], b.Message.Notification.Title
+		case "apns":
+			ev, title = b.EventID, b.Aps.Alert.Title
+		}
+		if ev != pf.eventID {
+			continue
+		}
+		device := strings.ToLower(o.Device)
+		if o.Platform == "fcm" {
+			device = o.Device
+		}
+		if w, ok := want[o.Platform+"/"+device]; !ok || title != w {
+			t.Fatalf("%s device %s got title %q, want %q", o.Platform, o.Device, title, w)
+		}
+		checked[o.Platform]++
+	}
+	if checked["webpush"] == 0 || checked["fcm"] == 0 || checked["apns"] == 0 || int64(checked["webpush"]+checked["fcm"]+checked["apns"]) != st.Target {
+		t.Fatalf("checked %v of %d devices", checked, st.Target)
+	}
+}
+
+// runPipeline starts the relay, an in-process fan-out and a push worker
+// of all three platforms for pf.
+func runPipeline(t *testing.T, pf *platformFixture) {
+	t.Helper()
+	pf.startRelay()
+	svc, err := fanout.New(fanout.Config{Pool: pf.db.Pool, Brokers: pf.brokers, Topics: pf.topics, Logger: quietLogger(),
+		ClientOpts: []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(pf.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = svc.Stop(ctx)
+	})
+	fc, ac := pf.providers(t)
+	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs = fc, ac })
+}

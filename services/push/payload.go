@@ -1,10 +1,13 @@
 package push
 
 import (
+	"time"
+
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/notify-dev/notify/services/notifications"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -28,6 +31,46 @@ type pushPayload struct {
 	Type        string          `json:"type,omitempty"`
 	Data        json.RawMessage `json:"data,omitempty"`
 	CollapseKey string          `json:"collapse_key,omitempty"`
+}
+
+// commandTexts are a command's messages, built once per command — once
+// per rendered locale for a templated event — and shared by its devices.
+type commandTexts struct {
+	locales       map[string]streams.LocaleText
+	defaultLocale string
+	payloads      map[string][]byte
+	apps          map[string]*appMessage
+}
+
+func newCommandTexts(cmd streams.PushCommand, ttl time.Duration) commandTexts {
+	t := commandTexts{locales: cmd.Locales, defaultLocale: cmd.DefaultLocale, payloads: map[string][]byte{}, apps: map[string]*appMessage{}}
+	if len(cmd.Locales) == 0 {
+		app := newAppMessage(cmd, ttl)
+		t.payloads[""], t.apps[""] = buildPayload(cmd), &app
+		return t
+	}
+	for tag, lt := range cmd.Locales {
+		c := cmd
+		c.Title, c.Body = lt.Title, lt.Body
+		app := newAppMessage(c, ttl)
+		t.payloads[tag], t.apps[tag] = buildPayload(c), &app
+	}
+	if _, ok := cmd.Locales[cmd.DefaultLocale]; !ok {
+		// Not from this pipeline (the planner refuses it); the command's
+		// own title and body stand in.
+		app := newAppMessage(cmd, ttl)
+		t.payloads[cmd.DefaultLocale], t.apps[cmd.DefaultLocale] = buildPayload(cmd), &app
+	}
+	return t
+}
+
+// of is rc's message: its student's locale's (read-only, shared).
+func (t commandTexts) of(rc recipient) ([]byte, *appMessage) {
+	if len(t.locales) == 0 {
+		return t.payloads[""], t.apps[""]
+	}
+	tag := notifications.PickLocale(rc.locale, t.locales, t.defaultLocale)
+	return t.payloads[tag], t.apps[tag]
 }
 
 // defaultTitle is shown when the command carries no title.
