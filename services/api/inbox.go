@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/notify-dev/notify/services/notifications"
 )
 
 // Inbox page sizes.
@@ -49,12 +51,12 @@ type InboxPage struct {
 // more than the page to know whether a next page exists.
 const (
 	sqlInboxFirst = `SELECT n.event_id, coalesce(r.course_id::text, ''), r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at,
-		r.type, coalesce(r.body, ''), r.data::text
+		r.type, coalesce(r.body, ''), r.data::text, r.locales::text, r.default_locale, (SELECT locale FROM users WHERE id = $1)
 		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
 		WHERE n.user_id = $1
 		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
 	sqlInboxAfter = `SELECT n.event_id, coalesce(r.course_id::text, ''), r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at,
-		r.type, coalesce(r.body, ''), r.data::text
+		r.type, coalesce(r.body, ''), r.data::text, r.locales::text, r.default_locale, (SELECT locale FROM users WHERE id = $1)
 		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
 		WHERE n.user_id = $1 AND (n.created_at, n.event_id) < ($3, $4)
 		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
@@ -139,8 +141,9 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request, user UUID) 
 		}
 		var it InboxItem
 		var ev UUID
-		var data *string
-		if err := rows.Scan(&ev, &it.CourseID, &it.Title, &it.URL, &it.PublishedAt, &it.CreatedAt, &it.ReadAt, &it.Type, &it.Body, &data); err != nil {
+		var data, locales, defLocale, readerLocale *string
+		if err := rows.Scan(&ev, &it.CourseID, &it.Title, &it.URL, &it.PublishedAt, &it.CreatedAt, &it.ReadAt, &it.Type, &it.Body, &data,
+			&locales, &defLocale, &readerLocale); err != nil {
 			rows.Close()
 			s.internalError(w, r, "read inbox", err)
 			return
@@ -149,6 +152,20 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request, user UUID) 
 		it.EventID = ev.String()
 		if data != nil {
 			it.Data = compactJSON(*data)
+		}
+		if locales != nil && defLocale != nil {
+			// A templated event: the reader's language, picked from the
+			// texts rendered once for the event (as the push worker does).
+			var texts map[string]notifications.LocaleText
+			if json.Unmarshal([]byte(*locales), &texts) == nil {
+				reader := ""
+				if readerLocale != nil {
+					reader = *readerLocale
+				}
+				if lt, ok := texts[notifications.PickLocale(reader, texts, *defLocale)]; ok {
+					it.Title, it.Body = lt.Title, lt.Body
+				}
+			}
 		}
 		it.PublishedAt, it.CreatedAt = it.PublishedAt.UTC(), it.CreatedAt.UTC()
 		if it.ReadAt != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -159,11 +160,13 @@ func TestNotificationBadRequests(t *testing.T) {
 func TestNotificationCodesAreDocumented(t *testing.T) {
 	t.Parallel()
 	api := []string{errMalformedJSON, errInvalidType, errInvalidAudience, errInvalidUserIDs, errInvalidTitle, errInvalidBody, errInvalidURL,
-		errInvalidData, errInvalidPriority, errInvalidCollapseKey, errInvalidSendAt, errInvalidExpiresAt, errInvalidTemplate, errContentTooLarge, errNoKnownUsers}
+		errInvalidData, errInvalidPriority, errInvalidCollapseKey, errInvalidSendAt, errInvalidExpiresAt, errInvalidTemplate, errContentTooLarge, errNoKnownUsers,
+		errMissingVariable, errUnknownTemplate, errTemplateDefinition}
 	codes := []string{notifications.CodeMalformed, notifications.CodeInvalidType, notifications.CodeInvalidAudience, notifications.CodeInvalidUserIDs,
 		notifications.CodeInvalidTitle, notifications.CodeInvalidBody, notifications.CodeInvalidURL, notifications.CodeInvalidData,
 		notifications.CodeInvalidPriority, notifications.CodeInvalidCollapse, notifications.CodeInvalidSendAt, notifications.CodeInvalidExpires,
-		notifications.CodeInvalidTemplate, notifications.CodeTooLarge, notifications.CodeNoKnownUsers}
+		notifications.CodeInvalidTemplate, notifications.CodeTooLarge, notifications.CodeNoKnownUsers,
+		notifications.CodeMissingVariable, notifications.CodeUnknownTemplate, notifications.CodeInvalidTemplateDef}
 	sort.Strings(api)
 	sort.Strings(codes)
 	if !slices.Equal(api, codes) {
@@ -256,5 +259,99 @@ func runFanout(t *testing.T, e *testEnv) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestTemplates: templates are a service's to write (templates:write or
+// notifications:send), round-trip, and a templated send renders each
+// locale once: each student's inbox shows their language (ko-KR → ko, fr
+// → the default), a missing variable is 400 naming it, and a deleted
+// template is no longer sendable.
+func TestTemplates(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	writer := e.serviceToken("lms", auth.ScopeTemplatesWrite)
+	sender := e.serviceToken("lms", auth.ScopeNotificationsSend)
+	tpl := `{"default_locale":"en","required":["assignment"],"locales":{
+		"ko":{"title":"{{course.title}}: {{assignment}} 마감","body":"{{due}}까지 제출하세요"},
+		"en":{"title":"{{course.title}}: {{assignment}} is due","body":"Hand it in by {{due}}"}}}`
+	path := "/v1/templates/assignment.due"
+	if r := e.do(req{method: "PUT", path: path, body: tpl, token: e.serviceToken("ro", auth.ScopeEventsRead)}); r.status != 403 {
+		t.Fatalf("PUT without the scope: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "PUT", path: path, body: tpl, token: e.token(e.instructor)}); r.status != 403 {
+		t.Fatalf("PUT by a user: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "PUT", path: path, body: `{"default_locale":"fr","locales":{"ko":{"title":"x"}}}`, token: writer}); r.status != 400 || r.errCode() != errTemplateDefinition {
+		t.Fatalf("PUT of a bad template: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "PUT", path: "/v1/templates/Bad", body: tpl, token: writer}); r.status != 400 || r.errCode() != errInvalidType {
+		t.Fatalf("PUT of a bad type: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "PUT", path: path, body: tpl, token: writer}); r.status != 201 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "PUT", path: path, body: tpl, token: sender}); r.status != 200 {
+		t.Fatalf("PUT again: %d %s", r.status, r.body)
+	}
+	got := e.do(req{method: "GET", path: path, token: sender})
+	var stored notifications.Template
+	got.decode(t, &stored)
+	if got.status != 200 || stored.DefaultLocale != "en" || stored.Locales["ko"].Body != "{{due}}까지 제출하세요" || stored.UpdatedBy != "service:lms" || !slices.Equal(stored.Required, []string{"assignment"}) {
+		t.Fatalf("GET: %d %s", got.status, got.body)
+	}
+
+	// Three more students: ko-KR, ko, fr (and e.student, no locale).
+	ko, koKR, fr := NewUUID(), NewUUID(), NewUUID()
+	e.exec(`INSERT INTO users (id, name, locale) VALUES ($1, 'ko', 'ko'), ($2, 'ko-KR', 'ko-KR'), ($3, 'fr', 'fr')`, ko, koKR, fr)
+	e.exec(`INSERT INTO enrollments (course_id, user_id) VALUES ($1, $2), ($1, $3), ($1, $4)`, e.course, ko, koKR, fr)
+	e.exec(`UPDATE courses SET title = '국어' WHERE id = $1`, e.course)
+	send := func(vars string) resp {
+		return e.notify(sender, fmt.Sprintf(`{"type":"assignment.due","template":"assignment.due","audience":{"course_id":%q},"vars":%s}`, e.course, vars), "")
+	}
+	if r := send(`{"assignment":"에세이 1"}`); r.status != 400 || r.errCode() != errMissingVariable || !strings.Contains(string(r.body), "vars.due") {
+		t.Fatalf("missing due: %d %s", r.status, r.body)
+	}
+	if r := send(`{"due":"9월 1일"}`); r.status != 400 || r.errCode() != errMissingVariable || !strings.Contains(string(r.body), "vars.assignment") {
+		t.Fatalf("missing required assignment: %d %s", r.status, r.body)
+	}
+	if r := e.notify(sender, fmt.Sprintf(`{"type":"a.b","template":"nope","audience":{"course_id":%q}}`, e.course), ""); r.status != 400 || r.errCode() != errUnknownTemplate {
+		t.Fatalf("unknown template: %d %s", r.status, r.body)
+	}
+	if n := e.count("notification_events"); n != 0 {
+		t.Fatalf("%d events written by refused sends", n)
+	}
+	if r := send(`{"assignment":"에세이 1","due":"9월 1일"}`); r.status != 201 {
+		t.Fatalf("send: %d %s", r.status, r.body)
+	}
+	runFanout(t, e)
+	for _, c := range []struct {
+		user        UUID
+		title, body string
+	}{
+		{koKR, "국어: 에세이 1 마감", "9월 1일까지 제출하세요"},
+		{ko, "국어: 에세이 1 마감", "9월 1일까지 제출하세요"},
+		{fr, "국어: 에세이 1 is due", "Hand it in by 9월 1일"},
+		{e.student, "국어: 에세이 1 is due", "Hand it in by 9월 1일"},
+	} {
+		var page InboxPage
+		in := e.do(req{method: "GET", path: "/v1/me/notifications", token: e.token(c.user)})
+		in.decode(t, &page)
+		if len(page.Items) != 1 || page.Items[0].Title != c.title || page.Items[0].Body != c.body || page.Items[0].Type != "assignment.due" {
+			t.Errorf("inbox of %s: %s; want %q / %q", c.user, in.body, c.title, c.body)
+		}
+	}
+
+	if r := e.do(req{method: "DELETE", path: path, token: writer}); r.status != 204 {
+		t.Fatalf("DELETE: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "DELETE", path: path, token: writer}); r.status != 404 || r.errCode() != errTemplateNotFound {
+		t.Fatalf("DELETE again: %d %s", r.status, r.body)
+	}
+	if r := e.do(req{method: "GET", path: path, token: writer}); r.status != 404 {
+		t.Fatalf("GET after DELETE: %d %s", r.status, r.body)
+	}
+	if r := send(`{"assignment":"x","due":"y"}`); r.status != 400 || r.errCode() != errUnknownTemplate {
+		t.Fatalf("send after DELETE: %d %s", r.status, r.body)
 	}
 }
