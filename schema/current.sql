@@ -498,17 +498,19 @@ $_$;
 CREATE FUNCTION public.push_subscriptions_lifecycle_gone() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    erasing bool := coalesce(current_setting('notify.erasure', true), '') = 'on';
 BEGIN
     PERFORM lifecycle_emit('DeviceGone', s.user_id::text, jsonb_build_object(
         'user_id', s.user_id, 'platform', s.platform, 'device_id', s.id,
-        'reason', CASE WHEN f.event_id IS NULL THEN 'removed' ELSE 'push_service' END,
+        'reason', CASE WHEN erasing THEN 'erased' WHEN f.event_id IS NULL THEN 'removed' ELSE 'push_service' END,
         'event_id', f.event_id, 'http_status', f.http_status, 'at', lifecycle_time(now())))
     FROM removed s
     LEFT JOIN LATERAL (
         SELECT d.event_id, d.http_status
         FROM notifications n
         JOIN push_deliveries d ON d.event_id = n.event_id AND d.subscription_id = s.id
-        WHERE n.user_id = s.user_id AND d.status = 'gone' AND d.http_status IS NOT NULL AND d.updated_at = now()
+        WHERE NOT erasing AND n.user_id = s.user_id AND d.status = 'gone' AND d.http_status IS NOT NULL AND d.updated_at = now()
         LIMIT 1
     ) f ON true;
     RETURN NULL;
@@ -909,6 +911,18 @@ CREATE TABLE public.roster_counters (
 
 
 --
+-- Name: roster_erasures; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.roster_erasures (
+    id_hash bytea NOT NULL,
+    source_pos bigint NOT NULL,
+    erased_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT roster_erasures_id_hash_check CHECK ((length(id_hash) = 32))
+);
+
+
+--
 -- Name: roster_positions; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1135,6 +1149,14 @@ ALTER TABLE ONLY public.push_subscriptions
 
 ALTER TABLE ONLY public.roster_counters
     ADD CONSTRAINT roster_counters_pkey PRIMARY KEY (kind);
+
+
+--
+-- Name: roster_erasures roster_erasures_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.roster_erasures
+    ADD CONSTRAINT roster_erasures_pkey PRIMARY KEY (id_hash);
 
 
 --

@@ -341,26 +341,155 @@ func (c *Consumer) Stop(ctx context.Context) error {
 
 func (c *Consumer) closeClient() { c.closeOnce.Do(c.cl.Close) }
 
-// finish is Stop's last step, once every handler has returned.
+// stopStepTimeout bounds each of Stop's last steps — the final commit,
+// leaving the group, closing the client — on its own deadline: finished
+// work is worth committing even when Stop's ctx ran out, and none of them
+// may wait for the group.
+const stopStepTimeout = 5 * time.Second
+
+// finish is Stop's last step, once every handler has returned. It works
+// whatever the group's state. During a rebalance — above all one waiting
+// out a member that vanished without leaving (kill -9), which lasts that
+// member's session timeout — the client holds commits back until the
+// join completes, and its LeaveGroup and Close wait for that join: the
+// stop took as long as the rebalance, the final commit failed on its
+// deadline, and the member stayed in the group (refusing `notify replay`)
+// for its own session timeout more. So finish sends the commit and the
+// LeaveGroup as requests of its own, for the generation the client is in
+// (the coordinator accepts both while it prepares a rebalance), and
+// closes the client without waiting for its group machinery.
 func (c *Consumer) finish(ctx context.Context, hard bool) error {
-	defer c.closeClient()
 	if hard {
 		c.log.Warn("stop: abandoned in-flight records uncommitted")
 	}
 	var stopErr error
-	// Finished work is worth committing even when ctx ran out; give the
-	// final commit its own short deadline.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopStepTimeout)
 	defer cancel()
-	if err := c.commit(cctx, nil); err != nil {
+	if err := c.commitDirect(cctx); err != nil {
 		stopErr = fmt.Errorf("consumer %s: final commit: %w", c.cfg.Group, err)
 	}
-	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	// Handed back: a revoke the leave below runs finds nothing to wait
+	// for or commit.
+	c.mu.Lock()
+	for tp, st := range c.parts {
+		close(st.released)
+		st.gone = true
+		delete(c.parts, tp)
+	}
+	c.mu.Unlock()
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), stopStepTimeout)
 	defer lcancel()
-	if err := c.cl.LeaveGroupContext(lctx); err != nil && stopErr == nil && !errors.Is(err, context.DeadlineExceeded) {
-		c.log.Warn("leave group", "err", err)
+	if err := c.leaveDirect(lctx); err != nil {
+		c.log.Warn("leave group; the group drops this member after its session timeout", "err", err)
+	}
+	// The client's own leave, started with a cancelled context, only
+	// tears its group state down (the broker has been told above); Close
+	// then waits for that, bounded too.
+	done, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	_ = c.cl.LeaveGroupContext(done)
+	closed := make(chan struct{})
+	go func() {
+		c.closeClient()
+		close(closed)
+	}()
+	t := time.NewTimer(stopStepTimeout)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		c.log.Warn("stop: the Kafka client is still closing; leaving it to finish in the background")
 	}
 	return stopErr
+}
+
+// commitDirect commits every owned partition's completed prefix as one
+// OffsetCommit request of its own, for the generation the client is in,
+// rather than through the client's commit path, which waits for any join
+// in flight (see finish). A rebalance that completed meanwhile makes the
+// coordinator refuse it (ILLEGAL_GENERATION): the records are then the
+// next owner's to redo, as after a crash.
+func (c *Consumer) commitDirect(ctx context.Context) error {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	offsets, states := c.uncommitted(nil)
+	if len(states) == 0 {
+		return nil
+	}
+	memberID, gen := c.cl.GroupMetadata()
+	if memberID == "" {
+		return errors.New("not a member of the group")
+	}
+	// OffsetCommit v10+ names topics by id.
+	topics := make([]string, 0, len(offsets))
+	for t := range offsets {
+		topics = append(topics, t)
+	}
+	ids := map[string][16]byte{}
+	meta := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		meta.Topics = append(meta.Topics, mt)
+	}
+	mresp, err := meta.RequestWith(ctx, c.cl)
+	if err != nil {
+		return fmt.Errorf("topic ids: %w", err)
+	}
+	for _, t := range mresp.Topics {
+		if t.Topic != nil {
+			ids[*t.Topic] = t.TopicID
+		}
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.MemberID, req.Generation = c.cfg.Group, memberID, gen
+	for topic, ps := range offsets {
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic, rt.TopicID = topic, ids[topic]
+		for p, eo := range ps {
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = p, eo.Offset, eo.Epoch
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err == nil {
+		err = commitResponseErr(resp)
+	}
+	if err != nil {
+		c.m.commitErr.Inc()
+		return err
+	}
+	c.committed(offsets, states)
+	return nil
+}
+
+// leaveDirect sends this member's LeaveGroup itself (see finish).
+func (c *Consumer) leaveDirect(ctx context.Context) error {
+	memberID, _ := c.cl.GroupMetadata()
+	if memberID == "" {
+		return nil // never joined
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group, req.MemberID = c.cfg.Group, memberID
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.MemberID = memberID
+	m.Reason = kmsg.StringPtr("consumer stopping")
+	req.Members = append(req.Members, m)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return err
+	}
+	for _, m := range resp.Members {
+		if err := kerr.ErrorForCode(m.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Consumer) pollLoop(ctx context.Context) {
@@ -602,9 +731,55 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 func (c *Consumer) commit(ctx context.Context, only map[topicPartition]*partitionState) error {
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
+	offsets, states := c.uncommitted(only)
+	if len(states) == 0 {
+		return nil
+	}
+	var rerr error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		rerr = commitResponseErr(resp)
+	})
+	if rerr != nil {
+		c.m.commitErr.Inc()
+		return rerr
+	}
+	c.committed(offsets, states)
+	return nil
+}
+
+// commitResponseErr is the first partition error of an OffsetCommit.
+func commitResponseErr(resp *kmsg.OffsetCommitResponse) error {
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+				return fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, perr)
+			}
+		}
+	}
+	return nil
+}
+
+// committed records offsets as committed for states.
+func (c *Consumer) committed(offsets map[string]map[int32]kgo.EpochOffset, states []*partitionState) {
+	c.m.commits.Inc()
+	c.mu.Lock()
+	for _, st := range states {
+		st.committed = offsets[st.tp.topic][st.tp.partition].Offset - 1
+	}
+	c.mu.Unlock()
+}
+
+// uncommitted returns the completed prefixes of the given partitions (all
+// owned partitions when only is nil) that moved since the last commit.
+func (c *Consumer) uncommitted(only map[topicPartition]*partitionState) (map[string]map[int32]kgo.EpochOffset, []*partitionState) {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	var states []*partitionState
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	src := only
 	if src == nil {
 		src = c.parts
@@ -619,35 +794,7 @@ func (c *Consumer) commit(ctx context.Context, only map[topicPartition]*partitio
 		offsets[tp.topic][tp.partition] = st.next
 		states = append(states, st)
 	}
-	c.mu.Unlock()
-	if len(states) == 0 {
-		return nil
-	}
-	var rerr error
-	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			rerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil && rerr == nil {
-					rerr = fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, perr)
-				}
-			}
-		}
-	})
-	if rerr != nil {
-		c.m.commitErr.Inc()
-		return rerr
-	}
-	c.m.commits.Inc()
-	c.mu.Lock()
-	for _, st := range states {
-		st.committed = offsets[st.tp.topic][st.tp.partition].Offset - 1
-	}
-	c.mu.Unlock()
-	return nil
+	return offsets, states
 }
 
 func (c *Consumer) onAssigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {

@@ -88,6 +88,9 @@ const (
 	// DeviceGoneRemoved: the device was removed otherwise (the student
 	// unsubscribed or deleted it through the API, an operator).
 	DeviceGoneRemoved = "removed"
+	// DeviceGoneErased: the student was erased (the platform deleted the
+	// user; services/roster): erase what you hold of them too.
+	DeviceGoneErased = "erased"
 )
 
 // DeviceGone: notify deleted a device and will never push to it again.

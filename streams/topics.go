@@ -43,6 +43,9 @@ const (
 	GroupFanoutPlanner = "notify-fanout-planner"
 	GroupFanout        = "notify-fanout"
 	GroupPush          = "notify-push"
+	// GroupRoster applies the course platform's change events to the
+	// roster tables (services/roster).
+	GroupRoster = "notify-roster"
 )
 
 // Topics names every topic notify uses. The zero value is not useful; use
@@ -66,7 +69,8 @@ type Topics struct {
 	// PushPartitions is the partition count of outbox.event.push. Default 24:
 	// divisible by 1, 2, 3, 4, 6, 8 and 12 workers so each gets an equal share.
 	PushPartitions int32
-	// DLQPartitions is the partition count of notify.push.dlq. Default 1.
+	// DLQPartitions is the partition count of notify.push.dlq and
+	// notify.roster.dlq. Default 1.
 	DLQPartitions int32
 	// LifecyclePartitions is the partition count of outbox.event.lifecycle.
 	// Default 3. Other teams consume this topic; the key is the event id
@@ -120,6 +124,11 @@ func (t Topics) Lifecycle() string { return t.Outbox(AggregateLifecycle) }
 
 // DLQ is the dead-letter topic for push commands and malformed records.
 func (t Topics) DLQ() string { return t.Prefix + "notify.push.dlq" }
+
+// RosterDLQ is the dead-letter topic of the roster's change events
+// (services/roster): records it can never apply, the reason in the
+// dlq.reason header. It has DLQPartitions partitions.
+func (t Topics) RosterDLQ() string { return t.Prefix + "notify.roster.dlq" }
 
 // Group returns a consumer group name with the prefix applied.
 func (t Topics) Group(name string) string { return t.Prefix + name }
@@ -175,6 +184,7 @@ func (t Topics) Specs() []TopicSpec {
 		{t.Push(), t.PushPartitions},
 		{t.DLQ(), t.DLQPartitions},
 		{t.Lifecycle(), t.LifecyclePartitions},
+		{t.RosterDLQ(), t.DLQPartitions},
 	}
 }
 

@@ -19,6 +19,8 @@
 //
 //   - every segment is canonical base64url (no padding, no line breaks, no
 //     non-zero trailing bits), so a token has exactly one spelling;
+//   - the header names no crit extensions (RFC 7515 §4.1.11: none is
+//     understood here);
 //   - the signature verifies and the claims are one JSON object in which
 //     no claim appears twice and the registered ones are spelled in lower
 //     case (encoding/json would take the last, or fill exp from "EXP");
@@ -189,6 +191,9 @@ type header struct {
 	Alg string `json:"alg"`
 	Typ string `json:"typ,omitempty"`
 	Kid string `json:"kid,omitempty"`
+	// Crit names header extensions the token says must be understood
+	// (RFC 7515 §4.1.11); notify understands none.
+	Crit []string `json:"crit,omitempty"`
 }
 
 type wireClaims struct {
@@ -386,6 +391,9 @@ func parse(token string) (parsed, error) {
 	var hdr header
 	if err := json.Unmarshal(hb, &hdr); err != nil {
 		return parsed{}, fmt.Errorf("%w: header %s: not a JSON object", ErrMalformed, untrusted(string(hb)))
+	}
+	if len(hdr.Crit) > 0 {
+		return parsed{}, fmt.Errorf("%w: header crit names %d extensions this verifier does not know", ErrMalformed, len(hdr.Crit))
 	}
 	sb, err := b64.DecodeString(sig)
 	if err != nil {

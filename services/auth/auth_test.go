@@ -92,6 +92,7 @@ func TestVerifyRejects(t *testing.T) {
 		{"four segments", good + ".x", now, ErrMalformed},
 		{"header not base64", "%%%." + parts[1] + "." + parts[2], now, ErrMalformed},
 		{"header not json", enc([]byte("nope")) + "." + parts[1] + "." + parts[2], now, ErrMalformed},
+		{"crit extension", enc([]byte(`{"alg":"HS256","crit":["exp"],"exp":1}`)) + "." + parts[1] + "." + parts[2], now, ErrMalformed},
 		{"signature not base64", parts[0] + "." + parts[1] + ".***", now, ErrMalformed},
 		{"empty", "", now, ErrMalformed},
 		{"huge", strings.Repeat("a", 5000), now, ErrMalformed},

@@ -44,6 +44,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	fs.DurationVar(&cfg.FlushInterval, "flush-interval", push.DefaultFlushInterval, "longest an outcome waits for its batch to fill")
 	fs.DurationVar(&cfg.StateRefresh, "state-refresh", 0, "how often an event's pause/cancel state is read again while its pushes are sent: the bound on sends starting after a pause answer (default 500ms)")
 	fs.DurationVar(&cfg.HoldMax, "hold-max", push.DefaultHoldMax, "longest an early retry is held in memory before it is re-queued through the outbox")
+	fs.DurationVar(&cfg.HoldRetryAfter, "hold-retry-after", push.DefaultHoldRetryAfter, "longest Retry-After of a sparse 429 the worker waits out itself and sends again in the same command (negative: never; every 429 then goes through a retry command)")
 	fs.DurationVar(&cfg.RevokeTimeout, "revoke-timeout", 15*time.Second, "on a rebalance, how long commands of revoked partitions may take to finish before they are cancelled uncommitted")
 	fs.DurationVar(&cfg.LagInterval, "lag-interval", push.DefaultLagInterval, "how often the group's committed lag is read into metrics (negative: never)")
 	urgency := fs.String("urgency", "", "Urgency header: very-low, low, normal or high (default none)")

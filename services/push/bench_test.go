@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,13 @@ import (
 //
 //	NOTIFY_BENCH_PUSH_N=100000 NOTIFY_BENCH_PUSH_LATENCY=230ms \
 //	  go test ./services/push -run '^$' -bench PushStage -benchtime 1x
+//
+// NOTIFY_BENCH_PUSH_RATE_429=0.02 makes the mock answer that fraction of
+// requests 429 with Retry-After 1 s (the outbox is then relayed to Kafka
+// every 20 ms, standing in for the CDC connector, and the engine-alone
+// comparison is skipped); NOTIFY_BENCH_PUSH_WORKER_FLAGS adds flags to
+// the worker (e.g. "--hold-retry-after -1s" for every 429 through a retry
+// command).
 func BenchmarkPushStage(b *testing.B) {
 	n := 100000
 	if v := os.Getenv("NOTIFY_BENCH_PUSH_N"); v != "" {
@@ -42,12 +50,23 @@ func BenchmarkPushStage(b *testing.B) {
 		}
 	}
 	const concurrency = 5000
-	f := newFixture(b, fixtureOpts{users: n, subsRatio: 1.0, mockProcess: true, mock: pushmock.Config{Latency: latency}})
+	var mockFlags []string
+	rate429 := os.Getenv("NOTIFY_BENCH_PUSH_RATE_429")
+	if rate429 != "" {
+		if r, err := strconv.ParseFloat(rate429, 64); err != nil || r <= 0 || r >= 1 {
+			b.Fatalf("NOTIFY_BENCH_PUSH_RATE_429=%q: want a fraction in (0, 1)", rate429)
+		}
+		mockFlags = []string{"--rate-429", rate429, "--retry-after", "1s"}
+	}
+	f := newFixture(b, fixtureOpts{users: n, subsRatio: 1.0, mockProcess: true, mock: pushmock.Config{Latency: latency}, mockFlags: mockFlags})
 	subs := f.seed.Subscriptions
 	if _, err := f.db.Pool.Exec(f.ctx, "VACUUM ANALYZE notifications, push_subscriptions"); err != nil {
 		b.Fatal(err)
 	}
-	w := f.startWorkerProcess("push", "--max-in-flight", strconv.Itoa(concurrency))
+	if rate429 != "" {
+		f.startRelay()
+	}
+	w := f.startWorkerProcess("push", append([]string{"--max-in-flight", strconv.Itoa(concurrency)}, strings.Fields(os.Getenv("NOTIFY_BENCH_PUSH_WORKER_FLAGS"))...)...)
 	f.waitMembers(1, time.Minute)
 	cmds := f.commands((n + 4999) / 5000)
 
@@ -70,8 +89,8 @@ func BenchmarkPushStage(b *testing.B) {
 	ws := w.stop(b)
 	cpu := w.cmd.ProcessState.UserTime() + w.cmd.ProcessState.SystemTime()
 	ms := f.mock.Stats()
-	if st.Delivered != subs || ms.Unique != subs || ms.Duplicates != 0 {
-		b.Fatalf("delivered %d, mock unique %d duplicates %d, want %d once each", st.Delivered, ms.Unique, ms.Duplicates, subs)
+	if st.Delivered != subs || ms.Unique != subs || ms.Duplicates != 0 || ms.EarlyRetries != 0 {
+		b.Fatalf("delivered %d, mock unique %d duplicates %d early retries %d, want %d once each, none early", st.Delivered, ms.Unique, ms.Duplicates, ms.EarlyRetries, subs)
 	}
 	wall := last.Sub(start).Seconds()
 	perCPU := float64(subs) / cpu.Seconds()
@@ -90,6 +109,10 @@ func BenchmarkPushStage(b *testing.B) {
 	t1 := time.Now()
 	f.verify()
 	b.Logf("accounting at %d subscriptions: LoadPush %s, Verify %s", subs, t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+	if rate429 != "" {
+		b.Logf("429s: %d of %d requests answered 429 (rate %s); worker flags %q", ms.ByStatus["429"], ms.Received, rate429, os.Getenv("NOTIFY_BENCH_PUSH_WORKER_FLAGS"))
+		return
+	}
 
 	// The delivery engine alone, same machine, same run.
 	out := filepath.Join(b.TempDir(), "bench-push.json")

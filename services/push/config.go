@@ -32,6 +32,8 @@ const (
 	DefaultFlushInterval = 50 * time.Millisecond
 	DefaultHoldMax       = 5 * time.Second
 	DefaultLagInterval   = 15 * time.Second
+	// DefaultHoldRetryAfter: see Config.HoldRetryAfter.
+	DefaultHoldRetryAfter = 2 * time.Second
 	// DefaultDisableAfterFailures: see Config.DisableAfterFailures.
 	DefaultDisableAfterFailures = 5
 )
@@ -119,6 +121,15 @@ type Config struct {
 	// for longer. Keep it well under the consumer's revoke timeout.
 	// Default 5 s.
 	HoldMax time.Duration
+	// HoldRetryAfter is the longest Retry-After of a sparse 429 that the
+	// worker waits out itself, with the send's slot in hand, and then
+	// sends the message again within the same command (at most
+	// maxHeldRetries times, and only while the message is still alive
+	// then), instead of recording it retrying for a retry command, whose
+	// outbox round trip came on top of the wait. The outcome is recorded
+	// with the command's attempt number. Default DefaultHoldRetryAfter;
+	// negative: never.
+	HoldRetryAfter time.Duration
 	// StateRefresh is how often the worker reads again the control state
 	// of an event it is sending (pause, cancel; see package eventcontrol):
 	// the bound on how long after a pause answer it may still start sends
@@ -182,6 +193,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HoldMax == 0 {
 		c.HoldMax = DefaultHoldMax
+	}
+	if c.HoldRetryAfter == 0 {
+		c.HoldRetryAfter = DefaultHoldRetryAfter
 	}
 	if c.RevokeTimeout == 0 {
 		c.RevokeTimeout = 15 * time.Second

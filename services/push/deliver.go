@@ -2,10 +2,12 @@ package push
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -74,36 +76,45 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 				// device is recorded expired instead (see expiry.go).
 				// Nothing is sent, so nothing a crash could repeat: the
 				// slot goes back at once.
-				ttl, expired := lifetime(&cmd, w.cfg.TTL, time.Now())
-				if expired {
+				for held := 0; ; held++ {
+					ttl, expired := lifetime(&cmd, w.cfg.TTL, time.Now())
+					if expired {
+						w.origins.release(origin)
+						w.release(1)
+						results <- result{rc: rc, out: expiredOutcome()}
+						return
+					}
+					var out webpush.Outcome
+					payload, app := texts.of(rc)
+					switch {
+					case rc.platform == platformWebPush:
+						if ttl == 0 {
+							ttl = w.cfg.TTL
+						}
+						out = w.cfg.Sender.Send(sendCtx, webpush.Message{
+							Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
+							Payload:      payload,
+							TTL:          ttl,
+							Urgency:      urgency,
+							Topic:        topic,
+						})
+					case ttl > 0:
+						a := *app // the remaining lifetime, not the configured TTL
+						a.fcmTTL, a.apnsTTL = ttl, ttl
+						out = w.sendApp(sendCtx, rc, &a)
+					default:
+						out = w.sendApp(sendCtx, rc, app)
+					}
 					w.origins.release(origin)
-					w.release(1)
-					results <- result{rc: rc, out: expiredOutcome()}
+					if held < maxHeldRetries && w.holdable(&cmd, out) &&
+						w.waitRetryAfter(sendCtx, released, out.RetryAfter) && !w.isHalted(sendCtx, cmd.EventID) &&
+						w.reacquire(sendCtx, released, origin) {
+						w.m.heldRetries.Inc()
+						continue
+					}
+					results <- result{rc: rc, out: out, token: true}
 					return
 				}
-				var out webpush.Outcome
-				payload, app := texts.of(rc)
-				switch {
-				case rc.platform == platformWebPush:
-					if ttl == 0 {
-						ttl = w.cfg.TTL
-					}
-					out = w.cfg.Sender.Send(sendCtx, webpush.Message{
-						Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
-						Payload:      payload,
-						TTL:          ttl,
-						Urgency:      urgency,
-						Topic:        topic,
-					})
-				case ttl > 0:
-					a := *app // the remaining lifetime, not the configured TTL
-					a.fcmTTL, a.apnsTTL = ttl, ttl
-					out = w.sendApp(sendCtx, rc, &a)
-				default:
-					out = w.sendApp(sendCtx, rc, app)
-				}
-				w.origins.release(origin)
-				results <- result{rc: rc, out: out, token: true}
 			}()
 			return true
 		}
@@ -267,6 +278,76 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	w.release(b.tokens)
 	b.tokens = 0
 	return failure
+}
+
+// maxHeldRetries bounds how often one send waits out a sparse 429 in
+// place (Config.HoldRetryAfter) before its retry goes through a retry
+// command like any other.
+const maxHeldRetries = 3
+
+// holdable reports whether out is a sparse 429 whose Retry-After is worth
+// waiting out here: at most Config.HoldRetryAfter, and the message still
+// alive once it has passed. A sparse 429 is about one recipient and the
+// origin keeps its pace (package webpush), so a retry command — written
+// when the command finishes, relayed through the outbox and held until
+// its not-before time — only added its round trip to the wait; a
+// sustained one pauses the origin, and later sends come back
+// ErrOriginPaused, which is never held.
+func (w *Worker) holdable(cmd *streams.PushCommand, out webpush.Outcome) bool {
+	if w.cfg.HoldRetryAfter <= 0 || out.Kind != webpush.Retryable || out.Status != http.StatusTooManyRequests ||
+		out.RetryAfter <= 0 || out.RetryAfter > w.cfg.HoldRetryAfter || errors.Is(out.Err, webpush.ErrOriginPaused) {
+		return false
+	}
+	_, expired := lifetime(cmd, w.cfg.TTL, time.Now().Add(out.RetryAfter))
+	return !expired
+}
+
+// waitRetryAfter waits d with the send's slot in hand, unless the sends
+// are cancelled, the partition is handed back or the worker stops; it
+// reports whether the full wait elapsed.
+func (w *Worker) waitRetryAfter(ctx context.Context, released <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-released:
+	case <-w.stopping:
+	}
+	return false
+}
+
+// isHalted: the event was paused or cancelled (a held retry is then left
+// to its retry command, which the pause parks or the cancel records).
+func (w *Worker) isHalted(ctx context.Context, eventID string) bool {
+	_, stop := w.halted(ctx, eventID)
+	return stop
+}
+
+// reacquire takes a slot of origin again for a held retry, waiting for
+// one as the dispatcher does.
+func (w *Worker) reacquire(ctx context.Context, released <-chan struct{}, origin string) bool {
+	for {
+		freed, unwatch := w.origins.watch()
+		if w.origins.tryAcquire(origin) {
+			unwatch()
+			return true
+		}
+		select {
+		case <-freed:
+			unwatch()
+		case <-ctx.Done():
+			unwatch()
+			return false
+		case <-released:
+			unwatch()
+			return false
+		case <-w.stopping:
+			unwatch()
+			return false
+		}
+	}
 }
 
 func (w *Worker) release(n int) {

@@ -13,6 +13,8 @@ import (
 //	notify_push_commands_total{kind="fresh|retry",result="done|requeued|empty"}
 //	notify_push_commands_in_flight          commands being handled
 //	notify_push_commands_held               early retries being held
+//	notify_push_held_retries_total          sparse 429s waited out in place
+//	                                        and sent again (HoldRetryAfter)
 //	notify_push_recorded_total{status}      outcomes written to push_deliveries
 //	                                        (status: delivered, gone, failed,
 //	                                        retrying, deferred, dead_lettered,
@@ -37,7 +39,7 @@ type workerMetrics struct {
 	inFlight, held, unrecorded                             *metrics.Gauge
 
 	delivered, gone, failed, retrying, deferred, deadLettered *metrics.Counter
-	disabled                                                  *metrics.Counter
+	disabled, heldRetries                                     *metrics.Counter
 
 	recordDuration, loadDuration *metrics.Histogram
 	lagTotal                     *metrics.Gauge
@@ -60,6 +62,7 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.deferred = m.counter(`notify_push_recorded_total{status="deferred"}`)
 	m.deadLettered = m.counter(`notify_push_recorded_total{status="dead_lettered"}`)
 	m.disabled = m.counter(`notify_push_subscriptions_disabled_total`)
+	m.heldRetries = m.counter(`notify_push_held_retries_total`)
 	m.recordDuration = m.histogram(`notify_push_record_duration_seconds`)
 	m.loadDuration = m.histogram(`notify_push_load_duration_seconds`)
 	m.lagTotal = m.gauge(`notify_push_group_lag_total`)

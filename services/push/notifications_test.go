@@ -232,7 +232,7 @@ func TestTemplatedNotificationInEachStudentsLanguage(t *testing.T) {
 			} `json:"aps"`
 			Message struct {
 				Notification struct{ Title string } `json:"notification"`
-				Data         map[string]string     `json:"data"`
+				Data         map[string]string      `json:"data"`
 			} `json:"message"`
 		}
 		if err := json.Unmarshal(o.Body, &b); err != nil {

@@ -359,3 +359,40 @@ func TestEarlyRetryIsHeldThenRequeuedAndDuplicatesSendOnce(t *testing.T) {
 	}
 	f.verify()
 }
+
+// TestSparse429WaitedOutInPlace: a sparse 429 with a short Retry-After is
+// waited out by the worker and sent again within the same command — no
+// retry command goes through the outbox (none is relayed here, so one
+// would leave its device unsent) — and never before its Retry-After.
+func TestSparse429WaitedOutInPlace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{users: 1000, subsRatio: 1.0, mock: pushmock.Config{Rate429: 0.02, RetryAfter: time.Second}})
+	f.newWorker(func(c *push.Config) { c.MaxAttempts = 10 })
+	f.produceCommands(f.commands(4))
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if n := f.count(`SELECT count(*) FROM outbox WHERE aggregatetype = 'push'`); n > 0 {
+			t.Fatalf("%d retry commands written to the outbox; want every sparse 429 waited out in place", n)
+		}
+		if ms := f.mock.Stats(); ms.Unique == f.seed.Subscriptions {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered: mock %+v", f.mock.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st := f.waitSettled(time.Minute)
+	ms := f.mock.Stats()
+	t.Logf("status %+v; mock received %d, 429s %d, early retries %d", st, ms.Received, ms.ByStatus["429"], ms.EarlyRetries)
+	if ms.ByStatus["429"] == 0 {
+		t.Fatal("the mock answered no 429; the test tested nothing")
+	}
+	if ms.EarlyRetries != 0 {
+		t.Fatalf("%d sends arrived before their Retry-After", ms.EarlyRetries)
+	}
+	if st.Delivered != st.Target || ms.Duplicates != 0 {
+		t.Fatalf("delivered %d of %d, duplicates %d", st.Delivered, st.Target, ms.Duplicates)
+	}
+	f.verify()
+}
