@@ -17,8 +17,12 @@ import (
 // "outbox.event.${routedByValue}").
 const (
 	AggregateMaterial = "material"
-	AggregateFanout   = "fanout"
-	AggregatePush     = "push"
+	// AggregateNotification carries notifications of any type
+	// (services/notifications): NotificationCreated records, which the
+	// planner plans as it plans MaterialPublished ones.
+	AggregateNotification = "notification"
+	AggregateFanout       = "fanout"
+	AggregatePush         = "push"
 	// AggregateLifecycle carries the lifecycle events other teams consume
 	// (services/lifecycle): one topic, outbox.event.lifecycle, that no
 	// notify consumer reads.
@@ -27,9 +31,10 @@ const (
 
 // Event types (outbox column "type", Kafka header "eventType").
 const (
-	TypeMaterialPublished = "MaterialPublished"
-	TypeSliceCommand      = "SliceCommand"
-	TypePushCommand       = "PushCommand"
+	TypeMaterialPublished   = "MaterialPublished"
+	TypeNotificationCreated = "NotificationCreated"
+	TypeSliceCommand        = "SliceCommand"
+	TypePushCommand         = "PushCommand"
 )
 
 // Consumer group names. Tests prefix them (see Topics.Group) so that parallel
@@ -53,6 +58,9 @@ type Topics struct {
 	// MaterialPartitions is the partition count of outbox.event.material.
 	// Default 3. Other teams consume this topic; the key is the course id.
 	MaterialPartitions int32
+	// NotificationPartitions is the partition count of
+	// outbox.event.notification. Default 3; the key is the event id.
+	NotificationPartitions int32
 	// FanoutPartitions is the partition count of outbox.event.fanout.
 	// Default 16: slice commands of one event use partition = range index mod
 	// this count, so two chains of one event never share a partition as long
@@ -86,7 +94,7 @@ type Topics struct {
 // DefaultTopics returns the production topic layout with the documented
 // default partition counts.
 func DefaultTopics() Topics {
-	return Topics{MaterialPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1, LifecyclePartitions: 3}
+	return Topics{MaterialPartitions: 3, NotificationPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1, LifecyclePartitions: 3}
 }
 
 // WithPrefix returns a copy whose topic and group names all start with p.
@@ -100,6 +108,9 @@ func (t Topics) Outbox(aggregateType string) string {
 
 // Material is the topic of MaterialPublished events.
 func (t Topics) Material() string { return t.Outbox(AggregateMaterial) }
+
+// Notification is the topic of NotificationCreated events.
+func (t Topics) Notification() string { return t.Outbox(AggregateNotification) }
 
 // Fanout is the topic of slice commands.
 func (t Topics) Fanout() string { return t.Outbox(AggregateFanout) }
@@ -133,6 +144,7 @@ func (t Topics) Validate() error {
 		n    int32
 	}{
 		{"material partitions", t.MaterialPartitions},
+		{"notification partitions", t.NotificationPartitions},
 		{"fanout partitions", t.FanoutPartitions},
 		{"push partitions", t.PushPartitions},
 		{"dlq partitions", t.DLQPartitions},
@@ -167,6 +179,7 @@ type TopicSpec struct {
 func (t Topics) Specs() []TopicSpec {
 	return []TopicSpec{
 		{t.Material(), t.MaterialPartitions},
+		{t.Notification(), t.NotificationPartitions},
 		{t.Fanout(), t.FanoutPartitions},
 		{t.Push(), t.PushPartitions},
 		{t.DLQ(), t.DLQPartitions},

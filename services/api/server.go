@@ -169,6 +169,10 @@ func (s *Server) routes() {
 	// rights themselves — a course's instructor on their own course, a
 	// service by scope on every course (see openapi.json).
 	m.HandleFunc("POST /v1/courses/{course_id}/materials", s.withPrincipal(s.handlePublish))
+	m.HandleFunc("POST /v1/notifications", s.withPrincipal(s.handleNotification))
+	m.HandleFunc("PUT /v1/templates/{type}", s.withPrincipal(s.handlePutTemplate))
+	m.HandleFunc("GET /v1/templates/{type}", s.withPrincipal(s.handleGetTemplate))
+	m.HandleFunc("DELETE /v1/templates/{type}", s.withPrincipal(s.handleDeleteTemplate))
 	m.HandleFunc("POST /v1/me/push-subscriptions", s.authed(s.handleSubscribe))
 	m.HandleFunc("DELETE /v1/me/push-subscriptions", s.authed(s.handleUnsubscribe))
 	m.HandleFunc("POST /v1/me/devices", s.authed(s.handleRegisterDevice))

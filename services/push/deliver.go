@@ -23,8 +23,12 @@ type result struct {
 // send slots) and records outcomes in batches as they arrive. It returns nil
 // only when every recipient is recorded.
 func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
-	payload, topic := buildPayload(cmd), eventTopic(cmd.EventID)
-	app := newAppMessage(cmd, w.cfg.TTL)
+	texts := newCommandTexts(cmd, w.cfg.TTL)
+	topic := pushTopic(cmd)
+	urgency := w.cfg.Urgency
+	if cmd.Priority == "high" {
+		urgency = webpush.UrgencyHigh
+	}
 	sendCtx, cancelSends := context.WithCancel(ctx)
 	defer cancelSends()
 	results := make(chan result, len(recips)) // never blocks a sender
@@ -81,6 +85,7 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 						return
 					}
 					var out webpush.Outcome
+					payload, app := texts.of(rc)
 					switch {
 					case rc.platform == platformWebPush:
 						if ttl == 0 {
@@ -90,15 +95,15 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 							Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
 							Payload:      payload,
 							TTL:          ttl,
-							Urgency:      w.cfg.Urgency,
+							Urgency:      urgency,
 							Topic:        topic,
 						})
 					case ttl > 0:
-						a := app // the remaining lifetime, not the configured TTL
+						a := *app // the remaining lifetime, not the configured TTL
 						a.fcmTTL, a.apnsTTL = ttl, ttl
 						out = w.sendApp(sendCtx, rc, &a)
 					default:
-						out = w.sendApp(sendCtx, rc, &app)
+						out = w.sendApp(sendCtx, rc, app)
 					}
 					w.origins.release(origin)
 					if held < maxHeldRetries && w.holdable(&cmd, out) &&

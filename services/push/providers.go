@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -79,19 +80,33 @@ func (c Config) providers() (enabled, disabled []string) {
 // appMessage is what FCM and APNs messages of one command share, built
 // once per command from the fields of the Web Push payload.
 type appMessage struct {
-	title, eventID, courseID, url string
-	data                          map[string]string // APNs custom keys; read-only once built
-	fcmTTL, apnsTTL               time.Duration
+	title, body, eventID, courseID, url string
+	typ, collapseKey                    string
+	rawData                             json.RawMessage
+	high                                bool
+	data                                map[string]string // APNs custom keys; read-only once built
+	fcmTTL, apnsTTL                     time.Duration
 }
 
 func newAppMessage(cmd streams.PushCommand, ttl time.Duration) appMessage {
-	m := appMessage{title: cmd.Title, eventID: cmd.EventID, courseID: cmd.CourseID, url: cmd.URL}
+	m := appMessage{title: cmd.Title, body: cmd.Body, eventID: cmd.EventID, courseID: cmd.CourseID, url: cmd.URL,
+		collapseKey: cmd.CollapseKey, high: cmd.Priority == "high"}
 	if m.title == "" {
 		m.title = defaultTitle
 	}
-	m.data = map[string]string{"course_id": cmd.CourseID}
+	m.data = map[string]string{}
+	if cmd.CourseID != "" {
+		m.data["course_id"] = cmd.CourseID
+	}
 	if cmd.URL != "" {
 		m.data["url"] = cmd.URL
+	}
+	if cmd.Type != "" && cmd.Type != streams.TypeMaterial {
+		m.typ = cmd.Type
+		m.data["type"] = cmd.Type
+	}
+	if len(cmd.Data) > 0 {
+		m.rawData = compactJSON(cmd.Data)
 	}
 	switch {
 	case ttl == webpush.TTLZero:
@@ -105,17 +120,28 @@ func newAppMessage(cmd streams.PushCommand, ttl time.Duration) appMessage {
 }
 
 // sendApp sends to an FCM or APNs device; the caller checked hasProvider.
-// The event id is FCM's collapse_key and APNs' collapse id (the clients
-// set both from EventID), so a resend replaces an undelivered copy.
+// The event id — or the notification's collapse key — is FCM's
+// collapse_key and APNs' collapse id, so a resend (or a newer
+// notification of the key) replaces an undelivered copy. Priority high
+// is FCM android priority HIGH and APNs priority 10 (otherwise each
+// client's configured default: FCM's own, APNs 10 unless configured).
 func (w *Worker) sendApp(ctx context.Context, rc recipient, m *appMessage) outcome.Outcome {
 	if rc.platform == platformFCM {
-		return w.cfg.FCM.Send(ctx, fcm.Message{Token: rc.token, Title: m.title, EventID: m.eventID,
-			CourseID: m.courseID, URL: m.url, TTL: m.fcmTTL})
+		msg := fcm.Message{Token: rc.token, Title: m.title, Body: m.body, EventID: m.eventID,
+			CourseID: m.courseID, URL: m.url, Type: m.typ, Data: string(m.rawData), CollapseKey: m.collapseKey, TTL: m.fcmTTL}
+		if m.high {
+			msg.Priority = "HIGH"
+		}
+		return w.cfg.FCM.Send(ctx, msg)
 	}
 	env := apns.Production
 	if rc.env == string(apns.Sandbox) {
 		env = apns.Sandbox
 	}
-	return w.cfg.APNs.Send(ctx, apns.Notification{DeviceToken: rc.token, Environment: env, Topic: rc.topic,
-		EventID: m.eventID, Title: m.title, Data: m.data, TTL: m.apnsTTL})
+	n := apns.Notification{DeviceToken: rc.token, Environment: env, Topic: rc.topic,
+		EventID: m.eventID, Title: m.title, Body: m.body, Data: m.data, RawData: m.rawData, CollapseID: m.collapseKey, TTL: m.apnsTTL}
+	if m.high {
+		n.Priority = 10
+	}
+	return w.cfg.APNs.Send(ctx, n)
 }
