@@ -122,6 +122,16 @@ func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
 // maxRequestBytes caps every request body (413 beyond).
 const maxRequestBytes = 64 << 10
 
+// readStrictJSON reads a JSON body into v, refusing unknown fields: the
+// whole of what a handler that takes a plain request object needs.
+func readStrictJSON(w http.ResponseWriter, r *http.Request, v any) *Error {
+	body, e := readJSONBody(w, r)
+	if e != nil {
+		return e
+	}
+	return decodeStrict(body, v, true)
+}
+
 // readJSONBody checks the content type and reads at most maxRequestBytes.
 // A read that fails says why in terms of the request, never with the
 // socket error's text (it names both addresses).

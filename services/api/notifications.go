@@ -182,31 +182,9 @@ func (s *Server) createNotification(ctx context.Context, owner UUID, key string,
 		return publishResult{}, err
 	}
 	if !claimed {
-		return s.replayNotification(ctx, owner, key, hash)
+		return replayStored[NotificationResponse](ctx, s, owner, key, hash)
 	}
 	return out, nil
-}
-
-// replayNotification answers a retry from its stored first answer,
-// re-encoded through NotificationResponse (jsonb keeps no key order).
-func (s *Server) replayNotification(ctx context.Context, owner UUID, key string, hash []byte) (publishResult, error) {
-	var stored, response []byte
-	var status int
-	if err := s.pool.QueryRow(ctx, sqlIdempotencyGet, owner, key).Scan(&stored, &status, &response); err != nil {
-		return publishResult{}, fmt.Errorf("read idempotency key: %w", err)
-	}
-	if string(stored) != string(hash) {
-		return publishResult{}, newError(http.StatusUnprocessableEntity, errIdempotencyKeyReused, "Idempotency-Key was already used with a different request")
-	}
-	var nr NotificationResponse
-	if err := json.Unmarshal(response, &nr); err != nil {
-		return publishResult{}, fmt.Errorf("decode stored response: %w", err)
-	}
-	body, err := json.Marshal(nr)
-	if err != nil {
-		return publishResult{}, fmt.Errorf("encode stored response: %w", err)
-	}
-	return publishResult{status: status, body: body, replayed: true}, nil
 }
 
 // replayIfStoredNotification replays key's stored answer when there is one
@@ -216,7 +194,7 @@ func (s *Server) replayIfStoredNotification(ctx context.Context, owner UUID, key
 		return publishResult{}, false, nil
 	}
 	h := notificationRequestHash(req)
-	res, err := s.replayNotification(ctx, owner, key, h[:])
+	res, err := replayStored[NotificationResponse](ctx, s, owner, key, h[:])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return publishResult{}, false, nil
 	}

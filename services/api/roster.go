@@ -120,13 +120,8 @@ func (s *Server) handlePutUser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	body, e := readJSONBody(w, r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	var req UserRequest
-	if e := decodeStrict(body, &req, true); e != nil {
+	if e := readStrictJSON(w, r, &req); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -170,13 +165,8 @@ func (s *Server) handlePutCourse(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	body, e := readJSONBody(w, r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	var req CourseRequest
-	if e := decodeStrict(body, &req, true); e != nil {
+	if e := readStrictJSON(w, r, &req); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -227,13 +217,8 @@ func (s *Server) handleEnrollment(op roster.Op) http.HandlerFunc {
 		}
 		en := roster.Enrollment{CourseID: c, UserID: u}
 		if op == roster.OpUpsert && r.ContentLength != 0 {
-			body, e := readJSONBody(w, r)
-			if e != nil {
-				writeError(w, e)
-				return
-			}
 			var req EnrollmentRequest
-			if e := decodeStrict(body, &req, true); e != nil {
+			if e := readStrictJSON(w, r, &req); e != nil {
 				writeError(w, e)
 				return
 			}
