@@ -182,10 +182,6 @@ func (s *Server) handlePutCourse(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, RosterResponse{ID: id, UUID: c.String()})
 }
 
-// maxCourseTitle bounds a course title (bytes); the push payload carries
-// it through templates.
-const maxCourseTitle = 500
-
 func (s *Server) courseOf(id uuid.UUID, instructor PlatformID, title string) (roster.Course, *Error) {
 	if instructor == "" {
 		return roster.Course{}, newError(http.StatusBadRequest, errInvalidCourse, "instructor_id is required")
@@ -194,10 +190,11 @@ func (s *Server) courseOf(id uuid.UUID, instructor PlatformID, title string) (ro
 	if e != nil {
 		return roster.Course{}, e
 	}
-	if title == "" || len(title) > maxCourseTitle {
-		return roster.Course{}, newError(http.StatusBadRequest, errInvalidCourse, "title must be 1 to %d bytes", maxCourseTitle)
+	c := roster.Course{ID: id, InstructorID: in, Title: title}
+	if err := c.Validate(); err != nil {
+		return roster.Course{}, newError(http.StatusBadRequest, errInvalidCourse, "%v", err)
 	}
-	return roster.Course{ID: id, InstructorID: in, Title: title}, nil
+	return c, nil
 }
 
 func (s *Server) handleEnrollment(op roster.Op) http.HandlerFunc {
@@ -400,7 +397,7 @@ func (t *importTally) reject(line int, code, msg string) {
 func (s *Server) applyImportBatch(ctx context.Context, b importBatchOf, t *importTally) error {
 	res, err := s.applyRoster(ctx, b.changes)
 	if err == nil {
-		t.res = addResults(t.res, res)
+		t.res.Add(res)
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -415,19 +412,9 @@ func (s *Server) applyImportBatch(ctx context.Context, b importBatchOf, t *impor
 			t.reject(b.lines[i], errInvalidBody, "the database refused this line: "+err.Error())
 			continue
 		}
-		t.res = addResults(t.res, one)
+		t.res.Add(one)
 	}
 	return nil
-}
-
-func addResults(a, b roster.Result) roster.Result {
-	a.Users += b.Users
-	a.Courses += b.Courses
-	a.Enrollments += b.Enrollments
-	a.Dropped += b.Dropped
-	a.Erased += b.Erased
-	a.Stale += b.Stale
-	return a
 }
 
 // importChange decodes and validates one import line.
