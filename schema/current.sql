@@ -335,7 +335,7 @@ CREATE FUNCTION public.fanout_runs_lifecycle() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    base jsonb := jsonb_build_object('event_id', NEW.event_id, 'course_id', NEW.course_id, 'at', lifecycle_time(now()));
+    base jsonb := jsonb_build_object('event_id', NEW.event_id, 'type', NEW.type, 'course_id', NEW.course_id, 'at', lifecycle_time(now()));
     started jsonb := jsonb_build_object('material_id', NEW.material_id, 'published_at', lifecycle_time(NEW.published_at),
         'ranges', NEW.ranges, 'send_at', lifecycle_time(NEW.send_at), 'expires_at', lifecycle_time(NEW.expires_at));
     agg text := NEW.event_id::text;
@@ -375,8 +375,6 @@ BEGIN
                     'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0))
                 FROM event_counters c WHERE c.event_id = NEW.event_id));
         ELSE
-            -- Back to 'scheduled' is no transition the state rules allow,
-            -- and nothing another team could act on.
             NULL;
         END CASE;
     END IF;
@@ -500,17 +498,19 @@ $_$;
 CREATE FUNCTION public.push_subscriptions_lifecycle_gone() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    erasing bool := coalesce(current_setting('notify.erasure', true), '') = 'on';
 BEGIN
     PERFORM lifecycle_emit('DeviceGone', s.user_id::text, jsonb_build_object(
         'user_id', s.user_id, 'platform', s.platform, 'device_id', s.id,
-        'reason', CASE WHEN f.event_id IS NULL THEN 'removed' ELSE 'push_service' END,
+        'reason', CASE WHEN erasing THEN 'erased' WHEN f.event_id IS NULL THEN 'removed' ELSE 'push_service' END,
         'event_id', f.event_id, 'http_status', f.http_status, 'at', lifecycle_time(now())))
     FROM removed s
     LEFT JOIN LATERAL (
         SELECT d.event_id, d.http_status
         FROM notifications n
         JOIN push_deliveries d ON d.event_id = n.event_id AND d.subscription_id = s.id
-        WHERE n.user_id = s.user_id AND d.status = 'gone' AND d.http_status IS NOT NULL AND d.updated_at = now()
+        WHERE NOT erasing AND n.user_id = s.user_id AND d.status = 'gone' AND d.http_status IS NOT NULL AND d.updated_at = now()
         LIMIT 1
     ) f ON true;
     RETURN NULL;
@@ -666,8 +666,8 @@ CREATE TABLE public.fanout_ranges (
 
 CREATE TABLE public.fanout_runs (
     event_id uuid NOT NULL,
-    course_id uuid NOT NULL,
-    material_id uuid NOT NULL,
+    course_id uuid,
+    material_id uuid,
     title text DEFAULT ''::text NOT NULL,
     url text,
     published_at timestamp with time zone NOT NULL,
@@ -680,8 +680,17 @@ CREATE TABLE public.fanout_runs (
     state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
     send_at timestamp with time zone,
     expires_at timestamp with time zone,
+    type text DEFAULT 'material.published'::text NOT NULL,
+    body text,
+    data jsonb,
+    priority text DEFAULT 'normal'::text NOT NULL,
+    collapse_key text,
+    locales jsonb,
+    default_locale text,
     CONSTRAINT fanout_runs_expiry_after_send CHECK (((expires_at IS NULL) OR (send_at IS NULL) OR (expires_at > send_at))),
-    CONSTRAINT fanout_runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'paused'::text, 'cancelled'::text, 'finished'::text])))
+    CONSTRAINT fanout_runs_priority CHECK ((priority = ANY (ARRAY['normal'::text, 'high'::text]))),
+    CONSTRAINT fanout_runs_state_check CHECK ((state = ANY (ARRAY['scheduled'::text, 'running'::text, 'paused'::text, 'cancelled'::text, 'finished'::text]))),
+    CONSTRAINT fanout_runs_type CHECK ((type ~ '^[a-z0-9][a-z0-9._-]{0,63}$'::text))
 );
 
 
@@ -698,6 +707,39 @@ CREATE TABLE public.materials (
     url text,
     published_at timestamp with time zone NOT NULL,
     event_id uuid
+);
+
+
+--
+-- Name: notification_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.notification_events (
+    event_id uuid NOT NULL,
+    type text NOT NULL,
+    sender_service text,
+    sender_user uuid,
+    course_id uuid,
+    user_ids uuid[],
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT notification_events_audience CHECK ((num_nonnulls(course_id, user_ids) = 1)),
+    CONSTRAINT notification_events_sender CHECK ((num_nonnulls(sender_service, sender_user) = 1))
+);
+
+
+--
+-- Name: notification_templates; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.notification_templates (
+    type text NOT NULL,
+    default_locale text NOT NULL,
+    locales jsonb NOT NULL,
+    required text[] DEFAULT '{}'::text[] NOT NULL,
+    updated_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT notification_templates_default CHECK ((locales ? default_locale)),
+    CONSTRAINT notification_templates_type CHECK ((type ~ '^[a-z0-9][a-z0-9._-]{0,63}$'::text))
 );
 
 
@@ -869,6 +911,18 @@ CREATE TABLE public.roster_counters (
 
 
 --
+-- Name: roster_erasures; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.roster_erasures (
+    id_hash bytea NOT NULL,
+    source_pos bigint NOT NULL,
+    erased_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT roster_erasures_id_hash_check CHECK ((length(id_hash) = 32))
+);
+
+
+--
 -- Name: roster_positions; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1002,6 +1056,22 @@ ALTER TABLE ONLY public.materials
 
 
 --
+-- Name: notification_events notification_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.notification_events
+    ADD CONSTRAINT notification_events_pkey PRIMARY KEY (event_id);
+
+
+--
+-- Name: notification_templates notification_templates_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.notification_templates
+    ADD CONSTRAINT notification_templates_pkey PRIMARY KEY (type);
+
+
+--
 -- Name: notifications notifications_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1082,6 +1152,14 @@ ALTER TABLE ONLY public.roster_counters
 
 
 --
+-- Name: roster_erasures roster_erasures_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.roster_erasures
+    ADD CONSTRAINT roster_erasures_pkey PRIMARY KEY (id_hash);
+
+
+--
 -- Name: roster_positions roster_positions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1152,6 +1230,13 @@ CREATE INDEX fanout_runs_recent ON public.fanout_runs USING btree (published_at,
 --
 
 CREATE INDEX fanout_runs_scheduled ON public.fanout_runs USING btree (send_at) WHERE (state = 'scheduled'::text);
+
+
+--
+-- Name: fanout_runs_type_recent; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX fanout_runs_type_recent ON public.fanout_runs USING btree (type, published_at, event_id);
 
 
 --

@@ -341,10 +341,12 @@ func (c *Consumer) Stop(ctx context.Context) error {
 
 func (c *Consumer) closeClient() { c.closeOnce.Do(c.cl.Close) }
 
-// stopStepTimeout bounds each of Stop's last steps — the final commit,
-// leaving the group, closing the client — on its own deadline: finished
-// work is worth committing even when Stop's ctx ran out, and none of them
-// may wait for the group.
+// stopStepTimeout is the least time Stop's last steps — the final commit,
+// leaving the group, closing the client — get together: finished work is
+// worth committing even when Stop's ctx ran out, and none of them may wait
+// for the group. With more of Stop's deadline left they share that; one
+// budget for the three, so a loaded broker cannot stretch a stop to three
+// times the bound.
 const stopStepTimeout = 5 * time.Second
 
 // finish is Stop's last step, once every handler has returned. It works
@@ -363,7 +365,11 @@ func (c *Consumer) finish(ctx context.Context, hard bool) error {
 		c.log.Warn("stop: abandoned in-flight records uncommitted")
 	}
 	var stopErr error
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopStepTimeout)
+	budget := stopStepTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > budget {
+		budget = time.Until(dl)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	if err := c.commitDirect(cctx); err != nil {
 		stopErr = fmt.Errorf("consumer %s: final commit: %w", c.cfg.Group, err)
@@ -377,9 +383,7 @@ func (c *Consumer) finish(ctx context.Context, hard bool) error {
 		delete(c.parts, tp)
 	}
 	c.mu.Unlock()
-	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), stopStepTimeout)
-	defer lcancel()
-	if err := c.leaveDirect(lctx); err != nil {
+	if err := c.leaveDirect(cctx); err != nil {
 		c.log.Warn("leave group; the group drops this member after its session timeout", "err", err)
 	}
 	// The client's own leave, started with a cancelled context, only
@@ -393,11 +397,9 @@ func (c *Consumer) finish(ctx context.Context, hard bool) error {
 		c.closeClient()
 		close(closed)
 	}()
-	t := time.NewTimer(stopStepTimeout)
-	defer t.Stop()
 	select {
 	case <-closed:
-	case <-t.C:
+	case <-cctx.Done():
 		c.log.Warn("stop: the Kafka client is still closing; leaving it to finish in the background")
 	}
 	return stopErr

@@ -26,7 +26,7 @@ import (
 // broker and on an empty in-process cluster (kfake: no topic, no group, no
 // __consumer_offsets — a freshly formatted broker).
 func testTopicsCreatedAfterStart(t *testing.T, b broker) {
-	topics := streams.Topics{MaterialPartitions: 2, FanoutPartitions: 3, PushPartitions: 4, DLQPartitions: 1, LifecyclePartitions: 1}.WithPrefix(streamstest.Prefix())
+	topics := streams.Topics{MaterialPartitions: 2, NotificationPartitions: 1, FanoutPartitions: 3, PushPartitions: 4, DLQPartitions: 1, LifecyclePartitions: 1}.WithPrefix(streamstest.Prefix())
 	group := topics.Group(streams.GroupPush)
 	var mu sync.Mutex
 	seen := map[int32]int{}

@@ -27,9 +27,13 @@ var LifecycleTypes = []string{TypeFanoutStarted, TypeFanoutFinished, TypePushFin
 // FanoutStarted: the event's fan-out began (its run was planned running, or
 // a scheduled run reached its send_at). Key: the event id.
 type FanoutStarted struct {
-	EventID     string     `json:"event_id"`
-	CourseID    string     `json:"course_id"`
-	MaterialID  string     `json:"material_id"`
+	EventID string `json:"event_id"`
+	// Type is the event's notification type (TypeMaterial for a
+	// material); CourseID and MaterialID are absent for a notification
+	// to a list of users (MaterialID for every notification).
+	Type        string     `json:"type"`
+	CourseID    string     `json:"course_id,omitempty"`
+	MaterialID  string     `json:"material_id,omitempty"`
 	PublishedAt time.Time  `json:"published_at"`
 	Ranges      int        `json:"ranges"`
 	SendAt      *time.Time `json:"send_at,omitempty"`
@@ -42,7 +46,8 @@ type FanoutStarted struct {
 // pushes to their devices may still be under way. Key: the event id.
 type FanoutFinished struct {
 	EventID   string    `json:"event_id"`
-	CourseID  string    `json:"course_id"`
+	Type      string    `json:"type"`
+	CourseID  string    `json:"course_id,omitempty"`
 	Notified  int64     `json:"notified"`
 	StartedAt time.Time `json:"started_at"`
 	At        time.Time `json:"at"`
@@ -52,7 +57,8 @@ type FanoutFinished struct {
 // final outcome; the counts are final. Key: the event id.
 type PushFinished struct {
 	EventID   string    `json:"event_id"`
-	CourseID  string    `json:"course_id"`
+	Type      string    `json:"type"`
+	CourseID  string    `json:"course_id,omitempty"`
 	Notified  int64     `json:"notified"`
 	Delivered int64     `json:"delivered"`
 	Gone      int64     `json:"gone"`
@@ -67,7 +73,8 @@ type PushFinished struct {
 // event id.
 type EventStateChanged struct {
 	EventID       string    `json:"event_id"`
-	CourseID      string    `json:"course_id"`
+	Type          string    `json:"type"`
+	CourseID      string    `json:"course_id,omitempty"`
 	PreviousState string    `json:"previous_state"`
 	At            time.Time `json:"at"`
 }
@@ -81,6 +88,9 @@ const (
 	// DeviceGoneRemoved: the device was removed otherwise (the student
 	// unsubscribed or deleted it through the API, an operator).
 	DeviceGoneRemoved = "removed"
+	// DeviceGoneErased: the student was erased (the platform deleted the
+	// user; services/roster): erase what you hold of them too.
+	DeviceGoneErased = "erased"
 )
 
 // DeviceGone: notify deleted a device and will never push to it again.

@@ -34,13 +34,82 @@ type MaterialPublished struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
+// NotificationCreated is the payload of the outbox row
+// services/notifications.Create writes (aggregatetype "notification", type
+// "NotificationCreated", key the event id): a notification of any type,
+// to a course's students or to a list of users. The planner plans it as it
+// plans a MaterialPublished. Fields are only ever added.
+type NotificationCreated struct {
+	EventID string `json:"event_id"`
+	// Type is what the notification is, e.g. "assignment.due"
+	// ([a-z0-9][a-z0-9._-]{0,63}).
+	Type string `json:"type"`
+	// Exactly one audience: CourseID (its students enrolled at
+	// PublishedAt) or AudienceUsers, how many users the event's
+	// notification_events row lists.
+	CourseID      string `json:"course_id,omitempty"`
+	AudienceUsers int    `json:"audience_users,omitempty"`
+	// Sender is "service:NAME" or the sending user's uuid.
+	Sender string `json:"sender"`
+	Title  string `json:"title"`
+	Body   string `json:"body,omitempty"`
+	URL    string `json:"url,omitempty"`
+	// Data is the sender's JSON object, delivered as it is in the push
+	// payload and the inbox.
+	Data json.RawMessage `json:"data,omitempty"`
+	// Locales are a templated notification's texts rendered per locale
+	// (Title and Body are DefaultLocale's); absent otherwise.
+	Locales       map[string]LocaleText `json:"locales,omitempty"`
+	DefaultLocale string                `json:"default_locale,omitempty"`
+	// Priority is "normal" or "high".
+	Priority    string     `json:"priority"`
+	CollapseKey string     `json:"collapse_key,omitempty"`
+	PublishedAt time.Time  `json:"published_at"`
+	SendAt      *time.Time `json:"send_at,omitempty"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+}
+
+// LocaleText is one locale's rendered title and body.
+type LocaleText struct {
+	Title string `json:"title"`
+	Body  string `json:"body,omitempty"`
+}
+
+// TypeMaterial is the notification type of a MaterialPublished event.
+const TypeMaterial = "material.published"
+
+// DecodeNotificationCreated parses a NotificationCreated payload, in the
+// expanded or Debezium's string form.
+func DecodeNotificationCreated(b []byte) (NotificationCreated, error) {
+	var m NotificationCreated
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return m, fmt.Errorf("%w: notification created: %v", ErrMalformed, err)
+		}
+		b = []byte(s)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%w: notification created: %v", ErrMalformed, err)
+	}
+	switch {
+	case m.EventID == "" || m.Type == "" || m.PublishedAt.IsZero():
+		return m, fmt.Errorf("%w: notification created misses event_id, type or published_at", ErrMalformed)
+	case (m.CourseID == "") == (m.AudienceUsers == 0):
+		return m, fmt.Errorf("%w: notification created needs exactly one of course_id and audience_users", ErrMalformed)
+	}
+	return m, nil
+}
+
 // SliceCommand asks a slice worker to notify the next ≤ SliceSize students of
 // one uuid range. Cursor is the last user id already handled (exclusive lower
 // bound); the range is (Cursor, Hi].
 type SliceCommand struct {
-	Version     int       `json:"v"`
-	EventID     string    `json:"event_id"`
-	CourseID    string    `json:"course_id"`
+	Version int    `json:"v"`
+	EventID string `json:"event_id"`
+	// CourseID is the audience's course; absent for a user-list event
+	// (the slice reads its notification_events row instead).
+	CourseID    string    `json:"course_id,omitempty"`
 	PublishedAt time.Time `json:"published_at"`
 	RangeIndex  int       `json:"range_index"`
 	Ranges      int       `json:"ranges"`
@@ -64,9 +133,10 @@ type SliceCommand struct {
 // identified by (EventID, FirstUser, LastUser); retries add Attempt > 1,
 // NotBefore and the explicit SubscriptionIDs still to send.
 type PushCommand struct {
-	Version   int    `json:"v"`
-	EventID   string `json:"event_id"`
-	CourseID  string `json:"course_id"`
+	Version int    `json:"v"`
+	EventID string `json:"event_id"`
+	// CourseID: absent for a user-list event.
+	CourseID  string `json:"course_id,omitempty"`
 	FirstUser string `json:"first_user"`
 	LastUser  string `json:"last_user"`
 	// Students is how many students the slice notified.
@@ -78,6 +148,25 @@ type PushCommand struct {
 	// Title and URL are carried so a worker need not read the material.
 	Title string `json:"title,omitempty"`
 	URL   string `json:"url,omitempty"`
+	// Type is the event's type (absent in commands written before types:
+	// material.published). Body and Data are a notification's (a
+	// material's push carries neither).
+	Type string          `json:"type,omitempty"`
+	Body string          `json:"body,omitempty"`
+	Data json.RawMessage `json:"data,omitempty"`
+	// Priority "high" asks the push services to deliver at once (Web Push
+	// Urgency high, FCM android priority HIGH, APNs priority 10); absent:
+	// the worker's configured default. CollapseKey replaces the event id
+	// as Web Push Topic, FCM collapse_key, APNs apns-collapse-id and the
+	// service worker's tag, so a newer event of the same key replaces an
+	// older one.
+	Priority    string `json:"priority,omitempty"`
+	CollapseKey string `json:"collapse_key,omitempty"`
+	// Locales are a templated event's rendered texts; each device gets
+	// its student's (notifications.PickLocale: users.locale, its
+	// language, else DefaultLocale). Absent: Title and Body for everyone.
+	Locales       map[string]LocaleText `json:"locales,omitempty"`
+	DefaultLocale string                `json:"default_locale,omitempty"`
 	// ExpiresAt: a device not sent by then is recorded 'expired' without
 	// a request, and the push services are told the remaining lifetime
 	// (Web Push TTL, FCM ttl, apns-expiration). Retries and dead letters
@@ -94,8 +183,8 @@ func DecodeSliceCommand(b []byte) (SliceCommand, error) {
 	switch {
 	case c.Version != MessageVersion:
 		return c, fmt.Errorf("%w: slice command version %d, want %d", ErrMalformed, c.Version, MessageVersion)
-	case c.EventID == "" || c.CourseID == "" || c.Lo == "" || c.Hi == "":
-		return c, fmt.Errorf("%w: slice command misses event_id, course_id, lo or hi", ErrMalformed)
+	case c.EventID == "" || c.Lo == "" || c.Hi == "":
+		return c, fmt.Errorf("%w: slice command misses event_id, lo or hi", ErrMalformed)
 	case c.SliceSize < 1:
 		return c, fmt.Errorf("%w: slice command slice_size %d", ErrMalformed, c.SliceSize)
 	}

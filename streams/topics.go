@@ -17,8 +17,12 @@ import (
 // "outbox.event.${routedByValue}").
 const (
 	AggregateMaterial = "material"
-	AggregateFanout   = "fanout"
-	AggregatePush     = "push"
+	// AggregateNotification carries notifications of any type
+	// (services/notifications): NotificationCreated records, which the
+	// planner plans as it plans MaterialPublished ones.
+	AggregateNotification = "notification"
+	AggregateFanout       = "fanout"
+	AggregatePush         = "push"
 	// AggregateLifecycle carries the lifecycle events other teams consume
 	// (services/lifecycle): one topic, outbox.event.lifecycle, that no
 	// notify consumer reads.
@@ -27,9 +31,10 @@ const (
 
 // Event types (outbox column "type", Kafka header "eventType").
 const (
-	TypeMaterialPublished = "MaterialPublished"
-	TypeSliceCommand      = "SliceCommand"
-	TypePushCommand       = "PushCommand"
+	TypeMaterialPublished   = "MaterialPublished"
+	TypeNotificationCreated = "NotificationCreated"
+	TypeSliceCommand        = "SliceCommand"
+	TypePushCommand         = "PushCommand"
 )
 
 // Consumer group names. Tests prefix them (see Topics.Group) so that parallel
@@ -38,6 +43,9 @@ const (
 	GroupFanoutPlanner = "notify-fanout-planner"
 	GroupFanout        = "notify-fanout"
 	GroupPush          = "notify-push"
+	// GroupRoster applies the course platform's change events to the
+	// roster tables (services/roster).
+	GroupRoster = "notify-roster"
 )
 
 // Topics names every topic notify uses. The zero value is not useful; use
@@ -50,6 +58,9 @@ type Topics struct {
 	// MaterialPartitions is the partition count of outbox.event.material.
 	// Default 3. Other teams consume this topic; the key is the course id.
 	MaterialPartitions int32
+	// NotificationPartitions is the partition count of
+	// outbox.event.notification. Default 3; the key is the event id.
+	NotificationPartitions int32
 	// FanoutPartitions is the partition count of outbox.event.fanout.
 	// Default 16: slice commands of one event use partition = range index mod
 	// this count, so two chains of one event never share a partition as long
@@ -58,7 +69,8 @@ type Topics struct {
 	// PushPartitions is the partition count of outbox.event.push. Default 24:
 	// divisible by 1, 2, 3, 4, 6, 8 and 12 workers so each gets an equal share.
 	PushPartitions int32
-	// DLQPartitions is the partition count of notify.push.dlq. Default 1.
+	// DLQPartitions is the partition count of notify.push.dlq and
+	// notify.roster.dlq. Default 1.
 	DLQPartitions int32
 	// LifecyclePartitions is the partition count of outbox.event.lifecycle.
 	// Default 3. Other teams consume this topic; the key is the event id
@@ -82,7 +94,7 @@ type Topics struct {
 // DefaultTopics returns the production topic layout with the documented
 // default partition counts.
 func DefaultTopics() Topics {
-	return Topics{MaterialPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1, LifecyclePartitions: 3}
+	return Topics{MaterialPartitions: 3, NotificationPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1, LifecyclePartitions: 3}
 }
 
 // WithPrefix returns a copy whose topic and group names all start with p.
@@ -97,6 +109,9 @@ func (t Topics) Outbox(aggregateType string) string {
 // Material is the topic of MaterialPublished events.
 func (t Topics) Material() string { return t.Outbox(AggregateMaterial) }
 
+// Notification is the topic of NotificationCreated events.
+func (t Topics) Notification() string { return t.Outbox(AggregateNotification) }
+
 // Fanout is the topic of slice commands.
 func (t Topics) Fanout() string { return t.Outbox(AggregateFanout) }
 
@@ -109,6 +124,11 @@ func (t Topics) Lifecycle() string { return t.Outbox(AggregateLifecycle) }
 
 // DLQ is the dead-letter topic for push commands and malformed records.
 func (t Topics) DLQ() string { return t.Prefix + "notify.push.dlq" }
+
+// RosterDLQ is the dead-letter topic of the roster's change events
+// (services/roster): records it can never apply, the reason in the
+// dlq.reason header. It has DLQPartitions partitions.
+func (t Topics) RosterDLQ() string { return t.Prefix + "notify.roster.dlq" }
 
 // Group returns a consumer group name with the prefix applied.
 func (t Topics) Group(name string) string { return t.Prefix + name }
@@ -124,6 +144,7 @@ func (t Topics) Validate() error {
 		n    int32
 	}{
 		{"material partitions", t.MaterialPartitions},
+		{"notification partitions", t.NotificationPartitions},
 		{"fanout partitions", t.FanoutPartitions},
 		{"push partitions", t.PushPartitions},
 		{"dlq partitions", t.DLQPartitions},
@@ -158,10 +179,12 @@ type TopicSpec struct {
 func (t Topics) Specs() []TopicSpec {
 	return []TopicSpec{
 		{t.Material(), t.MaterialPartitions},
+		{t.Notification(), t.NotificationPartitions},
 		{t.Fanout(), t.FanoutPartitions},
 		{t.Push(), t.PushPartitions},
 		{t.DLQ(), t.DLQPartitions},
 		{t.Lifecycle(), t.LifecyclePartitions},
+		{t.RosterDLQ(), t.DLQPartitions},
 	}
 }
 

@@ -183,3 +183,28 @@ func TestBadNodeArgumentsFail(t *testing.T) {
 		}
 	}
 }
+
+// TestDebeziumFetchIsIdempotent: once the jars are there (test.sh fetches them before the
+// tests), fetch leaves them alone and says where they are, with the connector and the
+// Connect runtime the pom names; an unknown command fails with the usage.
+func TestDebeziumFetchIsIdempotent(t *testing.T) {
+	if out, err := runScript(t, "debezium.sh", "fetch"); err != nil {
+		t.Fatalf("debezium.sh fetch: %v\n%s", err, out)
+	}
+	out, err := runScript(t, "debezium.sh", "fetch")
+	if err != nil {
+		t.Fatalf("second debezium.sh fetch: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "fetching") {
+		t.Errorf("second fetch fetched again:\n%s", out)
+	}
+	libs := filepath.Join(scriptDir(t), "..", "..", ".local", "debezium", "libs")
+	for _, jar := range []string{"debezium-connector-postgres-*.jar", "connect-runtime-*.jar", "connect-json-*.jar"} {
+		if m, _ := filepath.Glob(filepath.Join(libs, jar)); len(m) != 1 {
+			t.Errorf("%s in %s: %v, want exactly one", jar, libs, m)
+		}
+	}
+	if out, err := runScript(t, "debezium.sh", "start"); err == nil || !strings.Contains(out, "usage:") {
+		t.Errorf("debezium.sh start: err %v, want the usage; output:\n%s", err, out)
+	}
+}

@@ -112,60 +112,15 @@ kafka_select_node() {
 	KAFKA_BROKERS="$KAFKA_HOST:$KAFKA_NODE_PORT"
 }
 
-apt_install() {
-	local what="$1"
-	shift
-	if [[ $EUID -ne 0 ]]; then
-		die "$what is missing; install it: sudo apt-get install -y $*"
-	fi
-	info "installing $what from Debian's packages (apt-get install $*) ..."
-	local apt_log="$LOG_DIR/apt-$1.log"
-	if ! { DEBIAN_FRONTEND=noninteractive apt-get update &&
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; } \
-		>"$apt_log" 2>&1 </dev/null; then
-		die_with_log "apt-get install $* failed" "$apt_log"
-	fi
-}
-
-java_major() {
-	java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1
-}
-
 # Kafka 4's broker needs Java 17 or newer; Maven fetches the jars.
 kafka_tools() {
-	if ! command -v java >/dev/null 2>&1; then
-		apt_install "Java 17" openjdk-17-jre-headless
-	fi
-	local major
-	major="$(java_major)"
-	if [[ -z "$major" || "$major" -lt 17 ]]; then
-		die "Kafka $KAFKA_VERSION needs Java 17 or newer, found $(java -version 2>&1 | head -n 1) ($(command -v java))"
-	fi
+	require_java 17 "Kafka $KAFKA_VERSION"
 }
 
 # Jars are cached: .local/kafka/libs/.stamp records the pom they were fetched for.
 kafka_libs() {
-	local stamp want
-	want="kafka=$KAFKA_VERSION pom=$(sha256sum "$KAFKA_POM" | cut -c1-16)"
-	stamp="$KAFKA_LIBS/.stamp"
-	if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-		return
-	fi
-	command -v mvn >/dev/null 2>&1 || apt_install Maven maven
-	local mvn_log="$LOG_DIR/mvn-kafka.log" t0
-	t0="$(now)"
-	info "fetching Kafka $KAFKA_VERSION jars from Maven Central (log $mvn_log) ..."
-	rm -rf "$KAFKA_LIBS.tmp"
-	if ! mvn -B -q -f "$KAFKA_POM" dependency:copy-dependencies \
-		-DoutputDirectory="$KAFKA_LIBS.tmp" >"$mvn_log" 2>&1 </dev/null 9>&-; then
-		die_with_log "mvn could not fetch the Kafka jars" "$mvn_log"
-	fi
-	[[ -f "$KAFKA_LIBS.tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] ||
-		die_with_log "mvn finished but kafka_2.13-$KAFKA_VERSION.jar is not in $KAFKA_LIBS.tmp" "$mvn_log"
-	printf '%s\n' "$want" >"$KAFKA_LIBS.tmp/.stamp"
-	rm -rf "$KAFKA_LIBS"
-	mv "$KAFKA_LIBS.tmp" "$KAFKA_LIBS"
-	info "fetched $(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars in $(elapsed "$t0")"
+	maven_libs "$KAFKA_POM" "$KAFKA_LIBS" "kafka=$KAFKA_VERSION" "kafka_2.13-$KAFKA_VERSION.jar" \
+		"Kafka $KAFKA_VERSION" "$LOG_DIR/mvn-kafka.log"
 }
 
 # The readiness probe is a small Go program (franz-go): built once per source change.

@@ -153,3 +153,63 @@ select_services() {
 		esac
 	done
 }
+
+apt_install() {
+	local what="$1"
+	shift
+	if [[ $EUID -ne 0 ]]; then
+		die "$what is missing; install it: sudo apt-get install -y $*"
+	fi
+	info "installing $what from Debian's packages (apt-get install $*) ..."
+	local apt_log="$LOG_DIR/apt-$1.log"
+	if ! { DEBIAN_FRONTEND=noninteractive apt-get update &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; } \
+		>"$apt_log" 2>&1 </dev/null; then
+		die_with_log "apt-get install $* failed" "$apt_log"
+	fi
+}
+
+java_major() {
+	java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1
+}
+
+# require_java MAJOR WHAT: java on PATH (Debian's 17 installed when there is none) is at
+# least MAJOR, or fail naming WHAT needs it.
+require_java() {
+	local want="$1" what="$2" major
+	if ! command -v java >/dev/null 2>&1; then
+		apt_install "Java 17" openjdk-17-jre-headless
+	fi
+	major="$(java_major)"
+	if [[ -z "$major" || "$major" -lt "$want" ]]; then
+		die "$what needs Java $want or newer, found $(java -version 2>&1 | head -n 1) ($(command -v java))"
+	fi
+}
+
+# maven_libs POM DIR ID JAR WHAT LOG copies the dependencies POM lists into DIR with mvn
+# (Maven Central, cached in ~/.m2), once: DIR/.stamp records ID and the pom's hash, and a
+# changed pom fetches again. JAR is a file the copy must contain. The jars land in DIR.tmp
+# first and replace DIR only when complete, so an interrupted fetch never leaves a
+# classpath that half works.
+maven_libs() {
+	local pom="$1" dir="$2" id="$3" jar="$4" what="$5" mvn_log="$6" stamp want t0
+	want="$id pom=$(sha256sum "$pom" | cut -c1-16)"
+	stamp="$dir/.stamp"
+	if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+		return
+	fi
+	command -v mvn >/dev/null 2>&1 || apt_install Maven maven
+	t0="$(now)"
+	info "fetching $what jars from Maven Central (log $mvn_log) ..."
+	rm -rf "$dir.tmp"
+	if ! mvn -B -q -f "$pom" dependency:copy-dependencies \
+		-DoutputDirectory="$dir.tmp" >"$mvn_log" 2>&1 </dev/null 9>&-; then
+		die_with_log "mvn could not fetch the $what jars" "$mvn_log"
+	fi
+	[[ -f "$dir.tmp/$jar" ]] ||
+		die_with_log "mvn finished but $jar is not in $dir.tmp" "$mvn_log"
+	printf '%s\n' "$want" >"$dir.tmp/.stamp"
+	rm -rf "$dir"
+	mv "$dir.tmp" "$dir"
+	info "fetched $(find "$dir" -name '*.jar' | wc -l) jars in $(elapsed "$t0")"
+}

@@ -44,7 +44,7 @@ func (s EventReports) EventOwner(ctx context.Context, eventID UUID) (UUID, UUID,
 	if err != nil {
 		return UUID{}, UUID{}, err
 	}
-	course, err := ParseUUID(o.CourseID)
+	course, err := courseOf(o.CourseID)
 	if err != nil {
 		return UUID{}, UUID{}, fmt.Errorf("event %s has course %q: %w", eventID, o.CourseID, err)
 	}
@@ -58,6 +58,16 @@ func (s EventReports) EventOwner(ctx context.Context, eventID UUID) (UUID, UUID,
 	return course, instructor, nil
 }
 
+// courseOf parses an event's course: "" (a notification to a list of
+// users) is the zero UUID, whose event has no instructor — only services
+// may see or control it.
+func courseOf(s string) (UUID, error) {
+	if s == "" {
+		return UUID{}, nil
+	}
+	return ParseUUID(s)
+}
+
 // EventStatus implements StatusSource with eventstatus.Load.
 func (s EventReports) EventStatus(ctx context.Context, eventID UUID) (UUID, any, error) {
 	r, err := eventstatus.Load(ctx, s.Pool, eventID.String())
@@ -67,7 +77,7 @@ func (s EventReports) EventStatus(ctx context.Context, eventID UUID) (UUID, any,
 	if err != nil {
 		return UUID{}, nil, err
 	}
-	course, err := ParseUUID(r.CourseID)
+	course, err := courseOf(r.CourseID)
 	if err != nil {
 		return UUID{}, nil, fmt.Errorf("event %s has course %q: %w", eventID, r.CourseID, err)
 	}

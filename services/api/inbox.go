@@ -1,12 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/notify-dev/notify/services/notifications"
 )
 
 // Inbox page sizes.
@@ -17,13 +21,20 @@ const (
 
 // InboxItem is one notification of GET /v1/me/notifications.
 type InboxItem struct {
-	EventID     string     `json:"event_id"`
-	CourseID    string     `json:"course_id"`
-	Title       string     `json:"title"`
-	URL         string     `json:"url,omitempty"`
-	PublishedAt time.Time  `json:"published_at"`
-	CreatedAt   time.Time  `json:"created_at"`
-	ReadAt      *time.Time `json:"read_at"`
+	EventID string `json:"event_id"`
+	// Type is the notification's type (material.published for a
+	// material).
+	Type string `json:"type"`
+	// CourseID is absent for a notification to a list of users.
+	CourseID string `json:"course_id,omitempty"`
+	Title    string `json:"title"`
+	Body     string `json:"body,omitempty"`
+	URL      string `json:"url,omitempty"`
+	// Data is the sender's JSON object, when it gave one.
+	Data        json.RawMessage `json:"data,omitempty"`
+	PublishedAt time.Time       `json:"published_at"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ReadAt      *time.Time      `json:"read_at"`
 }
 
 // InboxPage is the body of GET /v1/me/notifications.
@@ -39,11 +50,13 @@ type InboxPage struct {
 // fan-out a whole index tuple per student per event). They fetch one row
 // more than the page to know whether a next page exists.
 const (
-	sqlInboxFirst = `SELECT n.event_id, r.course_id, r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at
+	sqlInboxFirst = `SELECT n.event_id, coalesce(r.course_id::text, ''), r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at,
+		r.type, coalesce(r.body, ''), r.data::text, r.locales::text, r.default_locale, (SELECT locale FROM users WHERE id = $1)
 		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
 		WHERE n.user_id = $1
 		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
-	sqlInboxAfter = `SELECT n.event_id, r.course_id, r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at
+	sqlInboxAfter = `SELECT n.event_id, coalesce(r.course_id::text, ''), r.title, coalesce(r.url, ''), r.published_at, n.created_at, n.read_at,
+		r.type, coalesce(r.body, ''), r.data::text, r.locales::text, r.default_locale, (SELECT locale FROM users WHERE id = $1)
 		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
 		WHERE n.user_id = $1 AND (n.created_at, n.event_id) < ($3, $4)
 		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
@@ -127,14 +140,33 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request, user UUID) 
 			break
 		}
 		var it InboxItem
-		var ev, course UUID
-		if err := rows.Scan(&ev, &course, &it.Title, &it.URL, &it.PublishedAt, &it.CreatedAt, &it.ReadAt); err != nil {
+		var ev UUID
+		var data, locales, defLocale, readerLocale *string
+		if err := rows.Scan(&ev, &it.CourseID, &it.Title, &it.URL, &it.PublishedAt, &it.CreatedAt, &it.ReadAt, &it.Type, &it.Body, &data,
+			&locales, &defLocale, &readerLocale); err != nil {
 			rows.Close()
 			s.internalError(w, r, "read inbox", err)
 			return
 		}
 		last = inboxCursor{createdAt: it.CreatedAt, eventID: ev}
-		it.EventID, it.CourseID = ev.String(), course.String()
+		it.EventID = ev.String()
+		if data != nil {
+			it.Data = compactJSON(*data)
+		}
+		if locales != nil && defLocale != nil {
+			// A templated event: the reader's language, picked from the
+			// texts rendered once for the event (as the push worker does).
+			var texts map[string]notifications.LocaleText
+			if json.Unmarshal([]byte(*locales), &texts) == nil {
+				reader := ""
+				if readerLocale != nil {
+					reader = *readerLocale
+				}
+				if lt, ok := texts[notifications.PickLocale(reader, texts, *defLocale)]; ok {
+					it.Title, it.Body = lt.Title, lt.Body
+				}
+			}
+		}
 		it.PublishedAt, it.CreatedAt = it.PublishedAt.UTC(), it.CreatedAt.UTC()
 		if it.ReadAt != nil {
 			t := it.ReadAt.UTC()
@@ -151,6 +183,15 @@ func (s *Server) handleInbox(w http.ResponseWriter, r *http.Request, user UUID) 
 		page.NextCursor = last.encode()
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// compactJSON is jsonb's text form without its spaces.
+func compactJSON(s string) json.RawMessage {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(s)) != nil {
+		return json.RawMessage(s)
+	}
+	return b.Bytes()
 }
 
 func (s *Server) handleMarkRead(w http.ResponseWriter, r *http.Request, user UUID) {

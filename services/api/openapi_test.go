@@ -62,7 +62,7 @@ func loadContract() (*openapi3.T, routers.Router, error) {
 			return
 		}
 		// The web app's files are text; validate their bodies as strings.
-		for _, ct := range []string{"text/html", "text/javascript"} {
+		for _, ct := range []string{"text/html", "text/javascript", "application/x-ndjson"} {
 			if openapi3filter.RegisteredBodyDecoder(ct) == nil {
 				openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
 			}

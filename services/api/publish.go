@@ -206,30 +206,31 @@ func (s *Server) publish(ctx context.Context, p principal, course UUID, req Publ
 	case written == 2:
 		return publishResult{status: http.StatusCreated, body: resp}, nil
 	case written == 0 && key != "":
-		return s.replay(ctx, user, key, hash)
+		return replayStored[PublishResponse](ctx, s, user, key, hash)
 	default:
 		return publishResult{}, fmt.Errorf("publish to course %s wrote %d rows, want 2", course, written)
 	}
 }
 
-// replay answers a retry from the stored first response. The stored JSON is
-// re-encoded through PublishResponse because jsonb does not keep key order;
-// the client gets byte-for-byte the first body.
-func (s *Server) replay(ctx context.Context, user UUID, key string, hash []byte) (publishResult, error) {
+// replayStored answers a retry from the stored first response. The stored
+// JSON is re-encoded through its response type T (PublishResponse,
+// NotificationResponse) because jsonb does not keep key order; the client
+// gets byte-for-byte the first body.
+func replayStored[T any](ctx context.Context, s *Server, owner UUID, key string, hash []byte) (publishResult, error) {
 	var stored []byte
 	var status int
 	var response []byte
-	if err := s.pool.QueryRow(ctx, sqlIdempotencyGet, user, key).Scan(&stored, &status, &response); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlIdempotencyGet, owner, key).Scan(&stored, &status, &response); err != nil {
 		return publishResult{}, fmt.Errorf("read idempotency key: %w", err)
 	}
 	if string(stored) != string(hash) {
 		return publishResult{}, newError(http.StatusUnprocessableEntity, errIdempotencyKeyReused, "Idempotency-Key was already used with a different request")
 	}
-	var pr PublishResponse
-	if err := json.Unmarshal(response, &pr); err != nil {
+	var v T
+	if err := json.Unmarshal(response, &v); err != nil {
 		return publishResult{}, fmt.Errorf("decode stored response: %w", err)
 	}
-	body, err := json.Marshal(pr)
+	body, err := json.Marshal(v)
 	if err != nil {
 		return publishResult{}, fmt.Errorf("encode stored response: %w", err)
 	}

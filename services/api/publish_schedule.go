@@ -79,7 +79,7 @@ func (s *Server) replayIfStored(ctx context.Context, user UUID, key string, hash
 	if key == "" {
 		return publishResult{}, false, nil
 	}
-	res, err := s.replay(ctx, user, key, hash)
+	res, err := replayStored[PublishResponse](ctx, s, user, key, hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return publishResult{}, false, nil
 	}

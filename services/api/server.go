@@ -19,6 +19,7 @@ import (
 	"github.com/notify-dev/notify/services/api/webapp"
 	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/eventcontrol"
+	"github.com/notify-dev/notify/services/roster"
 	"github.com/notify-dev/notify/services/startstop"
 )
 
@@ -168,6 +169,10 @@ func (s *Server) routes() {
 	// rights themselves — a course's instructor on their own course, a
 	// service by scope on every course (see openapi.json).
 	m.HandleFunc("POST /v1/courses/{course_id}/materials", s.withPrincipal(s.handlePublish))
+	m.HandleFunc("POST /v1/notifications", s.withPrincipal(s.handleNotification))
+	m.HandleFunc("PUT /v1/templates/{type}", s.withPrincipal(s.handlePutTemplate))
+	m.HandleFunc("GET /v1/templates/{type}", s.withPrincipal(s.handleGetTemplate))
+	m.HandleFunc("DELETE /v1/templates/{type}", s.withPrincipal(s.handleDeleteTemplate))
 	m.HandleFunc("POST /v1/me/push-subscriptions", s.authed(s.handleSubscribe))
 	m.HandleFunc("DELETE /v1/me/push-subscriptions", s.authed(s.handleUnsubscribe))
 	m.HandleFunc("POST /v1/me/devices", s.authed(s.handleRegisterDevice))
@@ -180,6 +185,13 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/events/{event_id}/pause", s.withPrincipal(s.handleControl(eventcontrol.Pause)))
 	m.HandleFunc("POST /v1/events/{event_id}/resume", s.withPrincipal(s.handleControl(eventcontrol.Resume)))
 	m.HandleFunc("POST /v1/events/{event_id}/cancel", s.withPrincipal(s.handleControl(eventcontrol.Cancel)))
+	// The roster for platforms without change data capture (roster.go).
+	m.HandleFunc("PUT /v1/users/{user_id}", s.handlePutUser)
+	m.HandleFunc("DELETE /v1/users/{user_id}", s.handleDeleteUser)
+	m.HandleFunc("PUT /v1/courses/{course_id}", s.handlePutCourse)
+	m.HandleFunc("PUT /v1/courses/{course_id}/enrollments/{user_id}", s.handleEnrollment(roster.OpUpsert))
+	m.HandleFunc("DELETE /v1/courses/{course_id}/enrollments/{user_id}", s.handleEnrollment(roster.OpDelete))
+	m.HandleFunc("POST /v1/roster/import", s.handleImport)
 	m.HandleFunc("GET /healthz", s.handleHealthz)
 	m.HandleFunc("GET /readyz", s.handleReadyz)
 	m.HandleFunc("GET /openapi.json", s.handleOpenAPI)

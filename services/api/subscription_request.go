@@ -57,6 +57,17 @@ func DecodeSubscriptionRequest(b []byte, policy *endpoint.Policy) (SubscriptionR
 		}
 		return SubscriptionRequest{}, newError(http.StatusBadRequest, pe.Reason, "%s", pe.Msg)
 	}
+	// Stored and compared in its one spelling: ownership (the upsert's
+	// ON CONFLICT (endpoint)) must not be dodged by writing another user's
+	// endpoint with an upper-case host, :443 or %-encoded letters.
+	canon, err := endpoint.Canonical(*w.Endpoint)
+	if err != nil {
+		var pe *endpoint.Error
+		if !errors.As(err, &pe) {
+			return SubscriptionRequest{}, newError(http.StatusBadRequest, errInvalidEndpoint, "endpoint: %v", err)
+		}
+		return SubscriptionRequest{}, newError(http.StatusBadRequest, pe.Reason, "%s", pe.Msg)
+	}
 	if w.Keys == nil || w.Keys.P256DH == nil {
 		return SubscriptionRequest{}, newError(http.StatusBadRequest, errInvalidP256DH, "keys.p256dh is required")
 	}
@@ -67,7 +78,7 @@ func DecodeSubscriptionRequest(b []byte, policy *endpoint.Policy) (SubscriptionR
 	if e != nil {
 		return SubscriptionRequest{}, e
 	}
-	return SubscriptionRequest{Endpoint: *w.Endpoint, P256DH: p, Auth: a}, nil
+	return SubscriptionRequest{Endpoint: canon, P256DH: p, Auth: a}, nil
 }
 
 // ParseSubscriptionKeys decodes a subscription's keys: p256dh must be a

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	endpointpkg "github.com/notify-dev/notify/services/push/endpoint"
 )
 
 // SubscriptionResponse is the body of a created or updated subscription.
@@ -45,7 +47,9 @@ const (
 		    consecutive_failures = 0, disabled_at = NULL
 		WHERE push_subscriptions.user_id = EXCLUDED.user_id
 		RETURNING id, created_at, updated_at, xmax = 0`
-	sqlDeleteSubscription = `DELETE FROM push_subscriptions WHERE endpoint = $1 AND user_id = $2`
+	// $3: the canonical spelling of $1 (rows are stored canonical; $1 as sent
+	// still deletes a row stored before endpoints were canonicalised).
+	sqlDeleteSubscription = `DELETE FROM push_subscriptions WHERE endpoint IN ($1, $3) AND user_id = $2`
 )
 
 func (s *Server) handleSubscribe(w http.ResponseWriter, r *http.Request, user UUID) {
@@ -124,7 +128,11 @@ func (s *Server) handleUnsubscribe(w http.ResponseWriter, r *http.Request, user 
 		writeError(w, newError(http.StatusBadRequest, errInvalidEndpoint, "endpoint is required"))
 		return
 	}
-	tag, err := s.pool.Exec(r.Context(), sqlDeleteSubscription, endpoint, user)
+	canon, cerr := endpointpkg.Canonical(endpoint)
+	if cerr != nil {
+		canon = endpoint
+	}
+	tag, err := s.pool.Exec(r.Context(), sqlDeleteSubscription, endpoint, user, canon)
 	if err != nil {
 		s.internalError(w, r, "delete push subscription", err)
 		return

@@ -226,3 +226,41 @@ func TestResubscribeReenablesADisabledSubscription(t *testing.T) {
 		t.Fatalf("after subscribing again: %d consecutive failures, disabled %v; want 0 and enabled", failures, disabled)
 	}
 }
+
+// TestEndpointOwnershipBySpelling: other spellings of another user's
+// endpoint — the host's case, the default port, percent-encoded letters,
+// dot segments, an empty query, a fragment — are the same endpoint, so
+// each is refused as owned (409) and none becomes a second row.
+func TestEndpointOwnershipBySpelling(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	const ep = "https://fcm.googleapis.com/fcm/send/abc:def"
+	p, a := subscriptionKeys(t)
+	if r := e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(ep, p, a), token: e.token(e.student)}); r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	for _, spelling := range []string{
+		"https://FCM.googleapis.com/fcm/send/abc:def",
+		"https://fcm.googleapis.com:443/fcm/send/abc:def",
+		"https://fcm.googleapis.com/fcm/send/%61bc:def",
+		"https://fcm.googleapis.com/fcm/x/../send/abc:def",
+		"https://fcm.googleapis.com/fcm/./send/abc:def",
+		"https://fcm.googleapis.com/fcm/send/abc:def?",
+	} {
+		r := e.do(req{method: "POST", path: "/v1/me/push-subscriptions", body: subscriptionBody(spelling, p, a), token: e.token(e.instructor)})
+		if r.status != http.StatusConflict || r.errCode() != errEndpointOwned {
+			t.Errorf("%s: %d %s, want 409 %s", spelling, r.status, r.body, errEndpointOwned)
+		}
+	}
+	if n := e.count("push_subscriptions"); n != 1 {
+		t.Fatalf("%d subscriptions, want 1", n)
+	}
+	// The owner unsubscribes with any spelling.
+	q := url.Values{"endpoint": {"https://FCM.googleapis.com:443/fcm/send/abc:def"}}
+	if r := e.do(req{method: "DELETE", path: "/v1/me/push-subscriptions?" + q.Encode(), token: e.token(e.student)}); r.status != http.StatusNoContent && r.status != http.StatusOK {
+		t.Fatalf("unsubscribe: %d %s", r.status, r.body)
+	}
+	if n := e.count("push_subscriptions"); n != 0 {
+		t.Fatalf("%d subscriptions after unsubscribe, want 0", n)
+	}
+}

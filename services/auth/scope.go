@@ -18,16 +18,20 @@ type Scope string
 const (
 	// ScopeRosterWrite: write users, courses and enrollments.
 	ScopeRosterWrite Scope = "roster:write"
-	// ScopeNotificationsSend: publish a material to any course.
+	// ScopeNotificationsSend: publish a material to any course, send
+	// notifications of any type to any audience, manage templates.
 	ScopeNotificationsSend Scope = "notifications:send"
 	// ScopeEventsRead: read any event's status.
 	ScopeEventsRead Scope = "events:read"
 	// ScopeEventsControl: pause, resume and cancel any event.
 	ScopeEventsControl Scope = "events:control"
+	// ScopeTemplatesWrite: write and delete the templates of any
+	// notification type (notifications:send may too, as it may send them).
+	ScopeTemplatesWrite Scope = "templates:write"
 )
 
 // Scopes lists every known scope.
-var Scopes = []Scope{ScopeRosterWrite, ScopeNotificationsSend, ScopeEventsRead, ScopeEventsControl}
+var Scopes = []Scope{ScopeRosterWrite, ScopeNotificationsSend, ScopeEventsRead, ScopeEventsControl, ScopeTemplatesWrite}
 
 // ServicePrefix starts the subject of a service credential: "service:NAME".
 // A platform user id never starts with it (ids are uuids or the

@@ -105,8 +105,9 @@ func (e *StateError) Is(target error) bool {
 
 // Result is a transition that happened.
 type Result struct {
-	EventID  string `json:"event_id"`
-	CourseID string `json:"course_id"`
+	EventID string `json:"event_id"`
+	// CourseID is absent for a notification to a list of users.
+	CourseID string `json:"course_id,omitempty"`
 	// State is the event's new state; Previous the one it left.
 	State     string    `json:"state"`
 	Previous  string    `json:"previous_state"`

@@ -8,7 +8,7 @@ package eventcontrol
 // push commands have not counted their devices yet (schema migration
 // 0010; from the event's counters: a few rows).
 const sqlLockRun = `
-SELECT r.state, r.course_id::text, r.finished_at IS NOT NULL,
+SELECT r.state, coalesce(r.course_id::text, ''), r.finished_at IS NOT NULL,
        (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)::bigint
                + coalesce(sum(c.notified - c.targeted_students), 0)::bigint
         FROM event_counters c WHERE c.event_id = r.event_id)
@@ -17,7 +17,8 @@ FOR UPDATE OF r`
 
 // sqlPublished tells an event published but not planned yet from an
 // unknown one.
-const sqlPublished = `SELECT EXISTS (SELECT 1 FROM materials WHERE event_id = $1)`
+const sqlPublished = `SELECT EXISTS (SELECT 1 FROM materials WHERE event_id = $1)
+    OR EXISTS (SELECT 1 FROM notification_events WHERE event_id = $1)`
 
 // sqlSetState is the one way a state changes: from the expected state only.
 const sqlSetState = `

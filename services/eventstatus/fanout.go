@@ -30,6 +30,11 @@ type Fanout struct {
 	EventID string `json:"event_id"`
 	// stored is fanout_runs.state (see state.go); "" before planning.
 	stored      string
+	// Type is the event's type (material.published for a material).
+	Type string `json:"type"`
+	// CourseID is the audience's course, MaterialID the published
+	// material; both "" for a notification to a list of users (which has
+	// no material either; MaterialID is "" for every notification).
 	CourseID    string    `json:"course_id"`
 	MaterialID  string    `json:"material_id"`
 	Title       string    `json:"title"`
@@ -96,7 +101,7 @@ func LoadFanout(ctx context.Context, q Querier, eventID string) (Fanout, error) 
 
 // loadPending reads the material of an event not planned yet.
 func loadPending(ctx context.Context, q Querier, st Fanout) (Fanout, error) {
-	err := q.QueryRow(ctx, sqlFanoutMaterial, st.EventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt)
+	err := q.QueryRow(ctx, sqlFanoutMaterial, st.EventID).Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt, &st.Type)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, ErrUnknownEvent
 	}
@@ -119,7 +124,7 @@ type runRow struct {
 func scanRun(row pgx.Row, st *Fanout) (runRow, error) {
 	var r runRow
 	err := row.Scan(&st.CourseID, &st.MaterialID, &st.Title, &st.PublishedAt,
-		&st.Ranges, &st.SliceSize, &r.started, &st.FinishedAt, &r.notified, &r.now, &r.state, &st.SendAt, &st.ExpiresAt)
+		&st.Ranges, &st.SliceSize, &r.started, &st.FinishedAt, &r.notified, &r.now, &r.state, &st.SendAt, &st.ExpiresAt, &st.Type)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, pgx.ErrNoRows
 	}

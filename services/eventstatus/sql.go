@@ -10,12 +10,17 @@ package eventstatus
 // LEFT JOIN keeps an event whose course is gone (owner without
 // instructor). UNION ALL with LIMIT 1 stops at the first branch that
 // answers.
+//
+// A notification to a list of users has no course (course "", no
+// instructor): only a service may read it.
 const sqlOwner = `
-SELECT e.course_id::text, c.instructor_id::text
+SELECT coalesce(e.course_id::text, ''), c.instructor_id::text
 FROM (
   SELECT course_id FROM fanout_runs WHERE event_id = $1
   UNION ALL
   SELECT course_id FROM materials WHERE event_id = $1
+  UNION ALL
+  SELECT course_id FROM notification_events WHERE event_id = $1
   LIMIT 1
 ) e LEFT JOIN courses c ON c.id = e.course_id`
 
@@ -23,12 +28,17 @@ FROM (
 // and the run's ranges.
 const (
 	sqlFanoutRun = `
-SELECT course_id::text, material_id::text, title, published_at, ranges, slice_size,
-       started_at, finished_at, notified, now(), state, send_at, expires_at
+SELECT coalesce(course_id::text, ''), coalesce(material_id::text, ''), title, published_at, ranges, slice_size,
+       started_at, finished_at, notified, now(), state, send_at, expires_at, type
 FROM fanout_runs WHERE event_id = $1`
 
+	// An event not planned yet: its material, or its notification (whose
+	// title travels in its record only).
 	sqlFanoutMaterial = `
-SELECT course_id::text, id::text, title, published_at FROM materials WHERE event_id = $1`
+SELECT course_id::text, id::text, title, published_at, 'material.published' FROM materials WHERE event_id = $1
+UNION ALL
+SELECT coalesce(course_id::text, ''), '', '', created_at, type FROM notification_events WHERE event_id = $1
+LIMIT 1`
 
 	sqlFanoutRanges = `
 SELECT lo::text, hi::text, cursor::text, slices_done, notified, done_at IS NOT NULL

@@ -13,7 +13,14 @@ func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	row := func(k, v string) { fmt.Fprintf(&b, "%-10s %s\n", k, v) }
 	row("event", r.EventID)
-	row("course", r.CourseID)
+	if r.Type != "" {
+		row("type", r.Type)
+	}
+	if r.CourseID != "" {
+		row("course", r.CourseID)
+	} else if r.Type != "" {
+		row("audience", "a list of users")
+	}
 	if r.Title != "" {
 		row("title", r.Title)
 	}

@@ -92,13 +92,15 @@ func (c PlannerConfig) validate() error {
 	return nil
 }
 
-// Planner turns MaterialPublished events into fan-out runs: the run row,
+// Planner turns MaterialPublished and NotificationCreated events into fan-out runs: the run row,
 // its ranges and the first slice command of every range, in one
 // transaction.
 type Planner struct {
 	pool   *pgxpool.Pool
 	cfg    PlannerConfig
 	ranges []Range
+	// single is the one range of a small audience (see rangesFor).
+	single []Range
 }
 
 // NewPlanner validates cfg.
@@ -114,11 +116,23 @@ func NewPlanner(pool *pgxpool.Pool, cfg PlannerConfig) (*Planner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Planner{pool: pool, cfg: cfg, ranges: rs}, nil
+	one, _ := SplitRanges(1)
+	return &Planner{pool: pool, cfg: cfg, ranges: rs, single: one}, nil
 }
 
-// Handle is the planner's streams.Handler for outbox.event.material.
+// Handle is the planner's streams.Handler for outbox.event.material and
+// outbox.event.notification, told apart by the record's eventType header
+// (a record without one is a MaterialPublished, as every record was before
+// notification types).
 func (p *Planner) Handle(ctx context.Context, r *kgo.Record) error {
+	if eventType(r) == streams.TypeNotificationCreated {
+		n, err := streams.DecodeNotificationCreated(r.Value)
+		if err != nil {
+			return err
+		}
+		_, err = p.PlanNotification(ctx, n)
+		return err
+	}
 	m, err := streams.DecodeMaterialPublished(r.Value)
 	if err != nil {
 		return err
@@ -127,8 +141,40 @@ func (p *Planner) Handle(ctx context.Context, r *kgo.Record) error {
 	return err
 }
 
-// Plan plans the fan-out of one event. It reports false when the event was
-// planned before (a redelivery or replay), in which case nothing is written.
+func eventType(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == "eventType" {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// plan is one event to plan, whatever its source: a published material or
+// a notification (services/notifications).
+type plan struct {
+	eventID, typ string
+	// courseID is the audience's course; nil for a user list
+	// (audienceUsers of them, in the event's notification_events row).
+	courseID      *string
+	audienceUsers int
+	materialID    *string
+	title         string
+	body, url     *string
+	data          *string // a JSON object
+	priority      string
+	collapseKey   *string
+	// locales (JSON) and defaultLocale: a templated notification's
+	// rendered texts.
+	locales, defaultLocale *string
+	publishedAt            time.Time
+	sendAt                 *time.Time
+	expiresAt              *time.Time
+}
+
+// Plan plans the fan-out of one published material. It reports false when
+// the event was planned before (a redelivery or replay), in which case
+// nothing is written.
 //
 // An event whose send_at is still ahead is planned 'scheduled': its run
 // and ranges are written, its first slice commands are not — the
@@ -140,43 +186,102 @@ func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, 
 			return false, fmt.Errorf("%w: material published %s: %v", streams.ErrMalformed, f.name, err)
 		}
 	}
-	if m.SendAt != nil && m.ExpiresAt != nil && !m.ExpiresAt.After(*m.SendAt) {
+	return p.plan(ctx, plan{
+		eventID: m.EventID, typ: streams.TypeMaterial, courseID: &m.CourseID, materialID: &m.MaterialID,
+		title: m.Title, url: nonEmpty(m.URL), priority: "normal",
+		publishedAt: m.PublishedAt, sendAt: m.SendAt, expiresAt: m.ExpiresAt,
+	})
+}
+
+// PlanNotification plans the fan-out of a notification as Plan does a
+// material's: its course's students, or its user list (one range: at most
+// 10,000 users, two slices).
+func (p *Planner) PlanNotification(ctx context.Context, n streams.NotificationCreated) (bool, error) {
+	if _, err := parseUUID(n.EventID); err != nil {
+		return false, fmt.Errorf("%w: notification created event_id: %v", streams.ErrMalformed, err)
+	}
+	pl := plan{
+		eventID: n.EventID, typ: n.Type, audienceUsers: n.AudienceUsers,
+		title: n.Title, body: nonEmpty(n.Body), url: nonEmpty(n.URL), priority: n.Priority, collapseKey: nonEmpty(n.CollapseKey),
+		publishedAt: n.PublishedAt, sendAt: n.SendAt, expiresAt: n.ExpiresAt,
+	}
+	if n.CourseID != "" {
+		if _, err := parseUUID(n.CourseID); err != nil {
+			return false, fmt.Errorf("%w: notification created course_id: %v", streams.ErrMalformed, err)
+		}
+		pl.courseID = &n.CourseID
+	}
+	if len(n.Data) > 0 && string(n.Data) != "null" {
+		d := string(n.Data)
+		pl.data = &d
+	}
+	if pl.priority == "" {
+		pl.priority = "normal"
+	}
+	if len(n.Locales) > 0 {
+		b, err := json.Marshal(n.Locales)
+		if err != nil {
+			return false, fmt.Errorf("encode locales: %w", err)
+		}
+		l := string(b)
+		pl.locales, pl.defaultLocale = &l, nonEmpty(n.DefaultLocale)
+		if _, ok := n.Locales[n.DefaultLocale]; !ok {
+			return false, fmt.Errorf("%w: notification created default_locale %q is not one of its locales", streams.ErrMalformed, n.DefaultLocale)
+		}
+	}
+	return p.plan(ctx, pl)
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
+	if m.sendAt != nil && m.expiresAt != nil && !m.expiresAt.After(*m.sendAt) {
 		// The API refuses this; anything else that writes it is wrong
 		// forever, and the run's CHECK would refuse it on every retry.
-		return false, fmt.Errorf("%w: material published expires_at %s not after send_at %s", streams.ErrMalformed, m.ExpiresAt, m.SendAt)
+		return false, fmt.Errorf("%w: event %s expires_at %s not after send_at %s", streams.ErrMalformed, m.eventID, m.expiresAt, m.sendAt)
 	}
-	var url *string
-	if m.URL != "" {
-		url = &m.URL
-	}
-	scheduled := m.SendAt != nil && m.SendAt.After(time.Now())
+	scheduled := m.sendAt != nil && m.sendAt.After(time.Now())
 	state := stateRunning
 	if scheduled {
 		state = stateScheduled
 	}
-	n := len(p.ranges)
-	idx := make([]int32, n)
-	los := make([]string, n)
-	his := make([]string, n)
-	for i, rg := range p.ranges {
-		idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
+	courseID := ""
+	if m.courseID != nil {
+		courseID = *m.courseID
 	}
-	run := runStart{EventID: m.EventID, CourseID: m.CourseID, PublishedAt: m.PublishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.ExpiresAt}
+	var ranges []Range
 	planned := false
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sqlInsertRun, m.EventID, m.CourseID, m.MaterialID, m.Title, url, m.PublishedAt, n, p.cfg.SliceSize,
-			state, m.SendAt, m.ExpiresAt)
+		var err error
+		if ranges, err = p.rangesFor(ctx, tx, m); err != nil {
+			return err
+		}
+		n := len(ranges)
+		idx := make([]int32, n)
+		los := make([]string, n)
+		his := make([]string, n)
+		for i, rg := range ranges {
+			idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
+		}
+		tag, err := tx.Exec(ctx, sqlInsertRun, m.eventID, m.courseID, m.materialID, m.title, m.url, m.publishedAt, n, p.cfg.SliceSize,
+			state, m.sendAt, m.expiresAt, m.typ, m.body, m.data, m.priority, m.collapseKey, m.locales, m.defaultLocale)
 		if err != nil {
 			return fmt.Errorf("insert run: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, sqlInsertRanges, m.EventID, idx, los, his); err != nil {
+		if _, err := tx.Exec(ctx, sqlInsertRanges, m.eventID, idx, los, his); err != nil {
 			return fmt.Errorf("insert ranges: %w", err)
 		}
 		if !scheduled {
-			if err := insertFirstSlices(ctx, tx, run, p.ranges, p.cfg.FanoutPartitions); err != nil {
+			run := runStart{EventID: m.eventID, CourseID: courseID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
+			if err := insertFirstSlices(ctx, tx, run, ranges, p.cfg.FanoutPartitions); err != nil {
 				return err
 			}
 		}
@@ -184,23 +289,50 @@ func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, 
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("plan event %s: %w", m.EventID, err)
+		return false, fmt.Errorf("plan event %s: %w", m.eventID, err)
 	}
 	switch {
 	case !planned:
-		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.EventID)
+		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.eventID)
 	case scheduled:
 		metricRunsPlanned.Inc()
 		metricSchedulesPlanned.Inc()
-		p.cfg.Logger.Info("scheduled fan-out", "event_id", m.EventID, "course_id", m.CourseID, "send_at", m.SendAt, "ranges", n, "slice_size", p.cfg.SliceSize)
+		p.cfg.Logger.Info("scheduled fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "send_at", m.sendAt, "ranges", len(ranges), "slice_size", p.cfg.SliceSize)
 		if p.cfg.Scheduled != nil {
 			p.cfg.Scheduled()
 		}
 	default:
 		metricRunsPlanned.Inc()
-		p.cfg.Logger.Info("planned fan-out", "event_id", m.EventID, "course_id", m.CourseID, "ranges", n, "slice_size", p.cfg.SliceSize)
+		p.cfg.Logger.Info("planned fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "ranges", len(ranges), "slice_size", p.cfg.SliceSize)
 	}
 	return planned, nil
+}
+
+// rangesFor chooses the event's ranges by its audience's size. Parallel
+// chains pay off only when there is more than one slice to run: an
+// audience that fits one slice (a user list of at most a slice, a small
+// course) gets one range over the whole uuid space — one slice, one push
+// command — instead of Ranges slices of a few students each. A larger one
+// gets the configured Ranges. A course is sized by a bounded probe (an
+// index-only scan of at most SliceSize+1 enrollments, whatever the
+// course's size), so a large broadcast pays well under a millisecond for
+// it. A user list has at most 10,000 users: with run-ahead one chain runs
+// its two slices back to back.
+func (p *Planner) rangesFor(ctx context.Context, tx pgx.Tx, m plan) ([]Range, error) {
+	if m.courseID == nil {
+		return p.single, nil
+	}
+	if len(p.ranges) == 1 {
+		return p.ranges, nil
+	}
+	var n int
+	if err := tx.QueryRow(ctx, sqlProbeAudience, *m.courseID, m.publishedAt, p.cfg.SliceSize+1).Scan(&n); err != nil {
+		return nil, fmt.Errorf("size the audience: %w", err)
+	}
+	if n <= p.cfg.SliceSize {
+		return p.single, nil
+	}
+	return p.ranges, nil
 }
 
 // runStart is what the first slice commands of a run are made of.

@@ -174,7 +174,8 @@ func sliceCommands(t testing.TB, db *schematest.Database, eventID string) int64 
 func TestSchedulerSkipsCancelled(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
-	c := seedCourse(t, db.Pool, 10, time.Now().Add(-time.Hour))
+	// More students than a slice (10), so events get every range.
+	c := seedCourse(t, db.Pool, 11, time.Now().Add(-time.Hour))
 	p, s := plannerAndScheduler(t, db, 3)
 	ctx := context.Background()
 	sendAt := time.Now().Add(300 * time.Millisecond)
@@ -223,7 +224,7 @@ func TestSchedulersStartEachOnce(t *testing.T) {
 	t.Parallel()
 	const events, ranges = 30, 4
 	db := schematest.NewDatabase(t)
-	c := seedCourse(t, db.Pool, 10, time.Now().Add(-time.Hour))
+	c := seedCourse(t, db.Pool, 11, time.Now().Add(-time.Hour)) // > one slice: every range
 	p, _ := plannerAndScheduler(t, db, ranges)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

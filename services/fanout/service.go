@@ -115,7 +115,7 @@ func New(cfg Config) (*Service, error) {
 		}
 		c, err := streams.NewConsumer(streams.ConsumerConfig{
 			Brokers: cfg.Brokers, Group: cfg.Topics.Group(streams.GroupFanoutPlanner),
-			Topics: []string{cfg.Topics.Material()}, Component: "fanout-planner",
+			Topics: []string{cfg.Topics.Material(), cfg.Topics.Notification()}, Component: "fanout-planner",
 			Handler: p.Handle, MaxInFlight: 4, DLQTopic: cfg.Topics.DLQ(),
 			Logger: cfg.Logger.With("role", "planner"), ClientOpts: cfg.ClientOpts,
 		})

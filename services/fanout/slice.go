@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,8 +178,10 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 	if _, err := parseUUID(cmd.EventID); err != nil {
 		return SliceResult{}, fmt.Errorf("%w: slice command event_id: %v", streams.ErrMalformed, err)
 	}
-	if _, err := parseUUID(cmd.CourseID); err != nil {
-		return SliceResult{}, fmt.Errorf("%w: slice command course_id: %v", streams.ErrMalformed, err)
+	if cmd.CourseID != "" {
+		if _, err := parseUUID(cmd.CourseID); err != nil {
+			return SliceResult{}, fmt.Errorf("%w: slice command course_id: %v", streams.ErrMalformed, err)
+		}
 	}
 	metricSlicesFlight.Inc()
 	defer metricSlicesFlight.Dec()
@@ -259,9 +262,11 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	var lo, hi string
 	var cursor, url *string
 	var slicesDone int
-	var done bool
+	var done, userList bool
 	var title, state string
-	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url, &state)
+	var ev eventContent
+	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url, &state,
+		&userList, &ev.typ, &ev.body, &ev.data, &ev.priority, &ev.collapseKey, &ev.locales, &ev.defaultLocale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
 	}
@@ -284,18 +289,16 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 
 	// The database's cursor, not the command's, decides where the slice
 	// starts: it is the committed truth.
-	q, bound := SQLSliceFirst, lo
+	q, bound := sliceStatement(userList, cursor != nil, skipExisting), lo
 	if cursor != nil {
-		q, bound = SQLSliceNext, *cursor
+		bound = *cursor
 	}
-	if skipExisting {
-		q = sqlSliceFirstSkipping
-		if cursor != nil {
-			q = sqlSliceNextSkipping
-		}
+	audience := cmd.CourseID // $1: the course, or the event of a user list
+	if userList {
+		audience = cmd.EventID
 	}
 	var first, last *string
-	if err := tx.QueryRow(ctx, q, cmd.CourseID, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).
+	if err := tx.QueryRow(ctx, q, audience, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).
 		Scan(&res.Students, &first, &last, &res.Inserted); err != nil {
 		return fmt.Errorf("insert notifications: %w", err)
 	}
@@ -313,6 +316,7 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		if url != nil {
 			pc.URL = *url
 		}
+		ev.fill(&pc)
 		b, err := json.Marshal(pc)
 		if err != nil {
 			return fmt.Errorf("encode push command: %w", err)
@@ -361,6 +365,64 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	metricRunDuration.Update(seconds)
 	w.cfg.Logger.Info("fan-out finished", "event_id", cmd.EventID, "notified", notified, "seconds", seconds)
 	return nil
+}
+
+// sliceStatement is the slice's statement: a course's or a user list's,
+// first or next, plain or skipping existing rows.
+func sliceStatement(userList, next, skipExisting bool) string {
+	switch {
+	case userList && next && skipExisting:
+		return sqlSliceUsersNextSkipping
+	case userList && next:
+		return sqlSliceUsersNext
+	case userList && skipExisting:
+		return sqlSliceUsersFirstSkipping
+	case userList:
+		return sqlSliceUsersFirst
+	case next && skipExisting:
+		return sqlSliceNextSkipping
+	case next:
+		return SQLSliceNext
+	case skipExisting:
+		return sqlSliceFirstSkipping
+	}
+	return SQLSliceFirst
+}
+
+// eventContent is what a push command carries of its event beyond title
+// and url (fanout_runs, read with the range's lock).
+type eventContent struct {
+	typ                  string
+	body, data, priority   *string
+	collapseKey            *string
+	locales, defaultLocale *string
+}
+
+func (e eventContent) fill(pc *streams.PushCommand) {
+	pc.Type = e.typ
+	if e.body != nil {
+		pc.Body = *e.body
+	}
+	if e.data != nil {
+		// jsonb's text has a space after every : and , — compact it for
+		// the payload (the members are in jsonb's order).
+		var b bytes.Buffer
+		if json.Compact(&b, []byte(*e.data)) == nil {
+			pc.Data = b.Bytes()
+		}
+	}
+	if e.priority != nil && *e.priority != "normal" {
+		pc.Priority = *e.priority
+	}
+	if e.collapseKey != nil {
+		pc.CollapseKey = *e.collapseKey
+	}
+	if e.locales != nil && e.defaultLocale != nil {
+		// Written by the planner from a decoded record: it decodes.
+		if json.Unmarshal([]byte(*e.locales), &pc.Locales) == nil {
+			pc.DefaultLocale = *e.defaultLocale
+		}
+	}
 }
 
 // PushPartition picks the push topic partition of the push command of slice

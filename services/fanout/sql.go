@@ -6,9 +6,20 @@ package fanout
 // sqlInsertRun is the planner's idempotency gate: no row inserted means the
 // event was planned before.
 const sqlInsertRun = `
-INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published_at, ranges, slice_size, state, send_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published_at, ranges, slice_size, state, send_at, expires_at,
+                         type, body, data, priority, collapse_key, locales, default_locale)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::text::jsonb, $15, $16, $17::text::jsonb, $18)
 ON CONFLICT (event_id) DO NOTHING`
+
+// sqlProbeAudience counts a course's audience at the publish time up to
+// $3 (Planner.rangesFor): the slice's own predicate, on the enrollments
+// primary key, stopping at the bound.
+const sqlProbeAudience = `
+SELECT count(*) FROM (
+    SELECT 1 FROM enrollments
+    WHERE course_id = $1 AND enrolled_at <= $2 AND (dropped_at IS NULL OR dropped_at > $2)
+    LIMIT $3
+) s`
 
 const sqlInsertRanges = `
 INSERT INTO fanout_ranges (event_id, range_index, lo, hi)
@@ -35,7 +46,8 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // command from a redelivered one (seq behind slices_done, or done_at set).
 // It also reads the event's control state (unlocked: see controlSlice).
 const sqlLockRange = `
-SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state
+SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
+       r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
 FOR UPDATE OF g`
@@ -92,6 +104,29 @@ WITH slice AS (
     LIMIT $5
 ), `
 
+// The slice of a user-list event (services/notifications): the next ≤ $5
+// users of its notification_events row in (bound, $3], in user-id order
+// as a course's slice walks enrollments. $1 is the event (where a course's
+// slice has its course). The list is sorted and distinct, of users that
+// existed when the event was created; at most 10,000, so unnesting it
+// per slice costs about a millisecond.
+const (
+	sliceSelectUsersFirst = `
+WITH slice AS (
+    SELECT u.user_id FROM notification_events e CROSS JOIN LATERAL unnest(e.user_ids) AS u(user_id)
+    WHERE e.event_id = $1 AND u.user_id >= $2 AND u.user_id <= $3
+    ORDER BY u.user_id
+    LIMIT $5
+), `
+	sliceSelectUsersNext = `
+WITH slice AS (
+    SELECT u.user_id FROM notification_events e CROSS JOIN LATERAL unnest(e.user_ids) AS u(user_id)
+    WHERE e.event_id = $1 AND u.user_id > $2 AND u.user_id <= $3
+    ORDER BY u.user_id
+    LIMIT $5
+), `
+)
+
 const sliceInsert = `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
@@ -124,6 +159,11 @@ const (
 	SQLSliceNext          = sliceSelectNext + sliceInsert
 	sqlSliceFirstSkipping = sliceSelectFirst + sliceInsertSkipping
 	sqlSliceNextSkipping  = sliceSelectNext + sliceInsertSkipping
+
+	sqlSliceUsersFirst         = sliceSelectUsersFirst + sliceInsert
+	sqlSliceUsersNext          = sliceSelectUsersNext + sliceInsert
+	sqlSliceUsersFirstSkipping = sliceSelectUsersFirst + sliceInsertSkipping
+	sqlSliceUsersNextSkipping  = sliceSelectUsersNext + sliceInsertSkipping
 )
 
 const sqlUpdateRange = `
@@ -155,7 +195,7 @@ RETURNING notified, extract(epoch FROM finished_at - started_at)::float8`
 // scheduler is starting is passed over, not waited for. The last column is
 // how late the start is, for the lateness histogram.
 const sqlClaimDue = `
-SELECT event_id::text, course_id::text, published_at, slice_size, expires_at, send_at,
+SELECT event_id::text, coalesce(course_id::text, ''), published_at, slice_size, expires_at, send_at,
        extract(epoch FROM clock_timestamp() - send_at)::float8
 FROM fanout_runs
 WHERE state = 'scheduled' AND send_at <= clock_timestamp()

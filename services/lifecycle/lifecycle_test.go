@@ -141,7 +141,7 @@ func TestPipelineAnnouncesEachChangeOnce(t *testing.T) {
 	for _, r := range recs {
 		switch b := r.body.(type) {
 		case *streams.FanoutStarted:
-			if b.EventID != ev.EventID || b.CourseID != c.ID || b.MaterialID != ev.MaterialID || b.Ranges != 2 || !b.PublishedAt.Equal(ev.PublishedAt) || b.At.IsZero() {
+			if b.EventID != ev.EventID || b.Type != streams.TypeMaterial || b.CourseID != c.ID || b.MaterialID != ev.MaterialID || b.Ranges != 2 || !b.PublishedAt.Equal(ev.PublishedAt) || b.At.IsZero() {
 				t.Errorf("FanoutStarted %+v", b)
 			}
 		case *streams.FanoutFinished:
@@ -149,7 +149,7 @@ func TestPipelineAnnouncesEachChangeOnce(t *testing.T) {
 				t.Errorf("FanoutFinished %+v, want notified 69", b)
 			}
 		case *streams.PushFinished:
-			want := streams.PushFinished{EventID: ev.EventID, CourseID: c.ID, Notified: 69, Delivered: 64, Gone: 3, Failed: 2, At: b.At}
+			want := streams.PushFinished{EventID: ev.EventID, Type: streams.TypeMaterial, CourseID: c.ID, Notified: 69, Delivered: 64, Gone: 3, Failed: 2, At: b.At}
 			if *b != want {
 				t.Errorf("PushFinished %+v, want %+v", *b, want)
 			}

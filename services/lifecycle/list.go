@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/notify-dev/notify/services/eventstatus"
+	"github.com/notify-dev/notify/services/notifications"
 )
 
 // States of an event (fanout_runs.state, migration 0009).
@@ -33,6 +34,7 @@ var ErrBadCursor = errors.New("after: the cursor is not one `notify events list`
 type ListOptions struct {
 	CourseID string // a uuid
 	State    string // one of States
+	Type     string // a notification type (material.published, …)
 	Limit    int    // 1..MaxListLimit
 	After    string // NextCursor of the previous page
 }
@@ -40,7 +42,9 @@ type ListOptions struct {
 // ListedEvent is one event of a page: its run, its state and its push
 // accounting (eventstatus.LoadPush: a few counter rows).
 type ListedEvent struct {
-	EventID        string     `json:"event_id"`
+	EventID string `json:"event_id"`
+	Type    string `json:"type"`
+	// CourseID is "" for a notification to a list of users.
 	CourseID       string     `json:"course_id"`
 	Title          string     `json:"title"`
 	PublishedAt    time.Time  `json:"published_at"`
@@ -93,6 +97,11 @@ func (o ListOptions) Validate() error {
 			return fmt.Errorf("course: %q is not a uuid", o.CourseID)
 		}
 	}
+	if o.Type != "" {
+		if err := notifications.CheckType(o.Type); err != nil {
+			return fmt.Errorf("type: %q is not a notification type (a-z 0-9 . _ -, at most 64)", o.Type)
+		}
+	}
 	if o.State != "" && !slices.Contains(States, o.State) {
 		return fmt.Errorf("state: %q is not one of %s", o.State, strings.Join(States, ", "))
 	}
@@ -120,7 +129,7 @@ func List(ctx context.Context, q eventstatus.Querier, o ListOptions) (Page, erro
 	if o.Limit == 0 {
 		o.Limit = DefaultListLimit
 	}
-	var course, state, after *string
+	var course, state, typ, after *string
 	var afterAt *time.Time
 	if o.CourseID != "" {
 		course = &o.CourseID
@@ -128,18 +137,21 @@ func List(ctx context.Context, q eventstatus.Querier, o ListOptions) (Page, erro
 	if o.State != "" {
 		state = &o.State
 	}
+	if o.Type != "" {
+		typ = &o.Type
+	}
 	if o.After != "" {
 		c, _ := decodeListCursor(o.After)
 		id := c.eventID.String()
 		after, afterAt = &id, &c.publishedAt
 	}
-	rows, err := q.Query(ctx, sqlList, course, state, afterAt, after, o.Limit+1)
+	rows, err := q.Query(ctx, sqlList, course, state, afterAt, after, o.Limit+1, typ)
 	if err != nil {
 		return Page{}, fmt.Errorf("list events: %w", err)
 	}
 	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ListedEvent, error) {
 		var e ListedEvent
-		err := r.Scan(&e.EventID, &e.CourseID, &e.Title, &e.PublishedAt, &e.State, &e.StateChangedAt, &e.SendAt, &e.FanoutFinished)
+		err := r.Scan(&e.EventID, &e.Type, &e.CourseID, &e.Title, &e.PublishedAt, &e.State, &e.StateChangedAt, &e.SendAt, &e.FanoutFinished)
 		return e, err
 	})
 	if err != nil {

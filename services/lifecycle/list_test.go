@@ -132,3 +132,38 @@ func TestListPaginates(t *testing.T) {
 		t.Fatalf("unknown course: %+v %v", p, err)
 	}
 }
+
+// --type lists the events of one notification type; a notification to a
+// list of users (no course) is listed with course "".
+func TestListByType(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	seedRuns(t, db, 3) // materials: material.published
+	if _, err := db.Pool.Exec(ctx, `
+INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size, type)
+SELECT gen_random_uuid(), NULL, NULL, 'grade ' || g, now() - make_interval(secs => g), 1, 10, 'grade.posted'
+FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := lifecycle.List(ctx, db.Pool, lifecycle.ListOptions{Type: "grade.posted", Limit: 2})
+	if err != nil || len(p.Events) != 2 || p.NextCursor == "" {
+		t.Fatalf("page %+v %v", p, err)
+	}
+	for _, e := range p.Events {
+		if e.Type != "grade.posted" || e.CourseID != "" || e.Title[:5] != "grade" {
+			t.Fatalf("listed %+v", e)
+		}
+	}
+	rest, err := lifecycle.List(ctx, db.Pool, lifecycle.ListOptions{Type: "grade.posted", Limit: 2, After: p.NextCursor})
+	if err != nil || len(rest.Events) != 1 || rest.NextCursor != "" {
+		t.Fatalf("second page %+v %v", rest, err)
+	}
+	m, err := lifecycle.List(ctx, db.Pool, lifecycle.ListOptions{Type: "material.published", Limit: 100})
+	if err != nil || len(m.Events) != 6 || m.Events[0].Type != "material.published" {
+		t.Fatalf("materials %d %v", len(m.Events), err)
+	}
+	if _, err := lifecycle.List(ctx, db.Pool, lifecycle.ListOptions{Type: "Bad Type"}); err == nil {
+		t.Fatal("a bad type was accepted")
+	}
+}

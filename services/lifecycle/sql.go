@@ -15,15 +15,16 @@ UPDATE fanout_runs SET state = 'finished', state_changed_at = now()
 WHERE event_id = $1 AND state = 'running' AND finished_at IS NOT NULL`
 
 // sqlList is one page of events, newest published first: $1 course (NULL:
-// all), $2 state (NULL: all), ($3, $4) the cursor (NULL: first page), $5
+// all), $2 state (NULL: all), $6 type (NULL: all; fanout_runs_type_recent), ($3, $4) the cursor (NULL: first page), $5
 // the page size + 1 (the extra row says whether a next page exists).
 // published_at is truncated to microseconds in the cursor, as Postgres
 // stores it, so the row comparison resumes exactly after the last row.
 const sqlList = `
-SELECT event_id::text, course_id::text, title, published_at, state, state_changed_at, send_at, finished_at IS NOT NULL
+SELECT event_id::text, type, coalesce(course_id::text, ''), title, published_at, state, state_changed_at, send_at, finished_at IS NOT NULL
 FROM fanout_runs
 WHERE ($1::uuid IS NULL OR course_id = $1::uuid)
   AND ($2::text IS NULL OR state = $2::text)
+  AND ($6::text IS NULL OR type = $6::text)
   AND ($3::timestamptz IS NULL OR (published_at, event_id) < ($3::timestamptz, $4::uuid))
 ORDER BY published_at DESC, event_id DESC
 LIMIT $5`

@@ -19,18 +19,19 @@ func init() {
 }
 
 func runEvents(ctx context.Context, args []string) error {
-	const usage = "usage: notify events list [--course C] [--state S] [--limit N] [--after CURSOR] [--json]"
+	const usage = "usage: notify events list [--course C] [--state S] [--type T] [--limit N] [--after CURSOR] [--json]"
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return usageError{msg: usage}
 	}
 	if args[0] != "list" {
 		return usageError{msg: fmt.Sprintf("unknown events command %q: list (%s)", args[0], usage)}
 	}
-	fs := newFlagSet("events list", "[--course C] [--state S] [--limit N] [--after CURSOR] [--json]")
+	fs := newFlagSet("events list", "[--course C] [--state S] [--type T] [--limit N] [--after CURSOR] [--json]")
 	var infra infraFlags
 	infra.register(fs, false)
 	var o lifecycle.ListOptions
 	fs.StringVar(&o.CourseID, "course", "", "only the events of this course (uuid)")
+	fs.StringVar(&o.Type, "type", "", "only events of this notification type (material.published, …)")
 	fs.StringVar(&o.State, "state", "", "only events in this state: "+strings.Join(lifecycle.States, ", "))
 	fs.IntVar(&o.Limit, "limit", lifecycle.DefaultListLimit, fmt.Sprintf("events per page (1–%d)", lifecycle.MaxListLimit))
 	fs.StringVar(&o.After, "after", "", "the next-page cursor a previous page printed")
@@ -70,15 +71,15 @@ func writeEventsTable(w io.Writer, p lifecycle.Page, o lifecycle.ListOptions) er
 		return err
 	}
 	// Text columns left-aligned, counts right-aligned.
-	head := []string{"PUBLISHED", "EVENT", "STATE", "NOTIFIED", "DELIVERED", "GONE", "FAILED", "CANCELLED", "EXPIRED", "PENDING", "TITLE"}
-	numeric := func(col int) bool { return col >= 3 && col <= 9 }
+	head := []string{"PUBLISHED", "EVENT", "STATE", "TYPE", "NOTIFIED", "DELIVERED", "GONE", "FAILED", "CANCELLED", "EXPIRED", "PENDING", "TITLE"}
+	numeric := func(col int) bool { return col >= 4 && col <= 10 }
 	rows := [][]string{head}
 	for _, e := range p.Events {
 		title := e.Title
 		if r := []rune(title); len(r) > 40 {
 			title = string(r[:39]) + "…"
 		}
-		rows = append(rows, []string{e.PublishedAt.UTC().Format(time.RFC3339), e.EventID, e.State,
+		rows = append(rows, []string{e.PublishedAt.UTC().Format(time.RFC3339), e.EventID, e.State, e.Type,
 			strconv.FormatInt(e.Notified, 10), strconv.FormatInt(e.Delivered, 10), strconv.FormatInt(e.Gone, 10),
 			strconv.FormatInt(e.Failed, 10), strconv.FormatInt(e.Cancelled, 10), strconv.FormatInt(e.Expired, 10),
 			strconv.FormatInt(e.Pending, 10), title})
@@ -119,6 +120,9 @@ func writeEventsTable(w io.Writer, p lifecycle.Page, o lifecycle.ListOptions) er
 	}
 	if o.State != "" {
 		next = append(next, "--state", o.State)
+	}
+	if o.Type != "" {
+		next = append(next, "--type", o.Type)
 	}
 	if o.Limit != lifecycle.DefaultListLimit {
 		next = append(next, "--limit", strconv.Itoa(o.Limit))

@@ -42,6 +42,7 @@ func runMigrate(ctx context.Context, args []string) error {
 	partFlag(&t.FanoutPartitions, "fanout-partitions", "outbox.event.fanout")
 	partFlag(&t.PushPartitions, "push-partitions", "outbox.event.push")
 	partFlag(&t.DLQPartitions, "dlq-partitions", "notify.push.dlq")
+	partFlag(&t.NotificationPartitions, "notification-partitions", "outbox.event.notification")
 	partFlag(&t.LifecyclePartitions, "lifecycle-partitions", "outbox.event.lifecycle")
 	rf := fs.Int("replication-factor", 0, "replication factor of the topics created (default min(3, brokers in the cluster); at most the broker count)")
 	minISR := fs.Int("min-insync-replicas", 0, "min.insync.replicas of the topics created (default replication factor − 1, at least 1)")

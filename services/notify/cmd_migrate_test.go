@@ -31,7 +31,11 @@ func migrateEnv(t *testing.T) (*kadm.Client, streams.Topics, int) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, topics.Material(), topics.Fanout(), topics.Push(), topics.DLQ())
+		var names []string
+		for _, s := range topics.Specs() {
+			names = append(names, s.Name)
+		}
+		_, _ = adm.DeleteTopics(ctx, names...)
 	})
 	n, err := streams.BrokerCount(t.Context(), adm)
 	if err != nil {
@@ -102,7 +106,7 @@ func TestMigrateReplicationFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("migrate --json printed %q: %v", stdout, err)
 	}
-	if len(res.Topics) != 5 { // material, fanout, push, dlq, lifecycle
+	if len(res.Topics) != 7 { // material, notification, fanout, push, dlq, lifecycle, roster dlq
 		t.Fatalf("topics: %+v", res.Topics)
 	}
 	for _, r := range res.Topics {

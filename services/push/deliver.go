@@ -37,8 +37,9 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 type dispatcher struct {
 	w   *Worker
 	cmd *streams.PushCommand
-	// msg is what the command's deliveries share (newDelivery).
-	msg provider.Delivery
+	// texts are what the command's deliveries share, per locale
+	// (newCommandTexts).
+	texts commandTexts
 	// ctx is the sends' context; cancel stops them (the recorder gives up).
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -58,7 +59,7 @@ type dispatcher struct {
 
 func (w *Worker) newDispatcher(ctx context.Context, cmd streams.PushCommand, n int) *dispatcher {
 	sendCtx, cancel := context.WithCancel(ctx)
-	return &dispatcher{w: w, cmd: &cmd, msg: newDelivery(cmd), ctx: sendCtx, cancel: cancel,
+	return &dispatcher{w: w, cmd: &cmd, texts: newCommandTexts(cmd), ctx: sendCtx, cancel: cancel,
 		released: streams.PartitionReleased(ctx), results: make(chan result, n), dispatched: make(chan int, 1)}
 }
 
@@ -194,7 +195,7 @@ func (d *dispatcher) send(q queued) {
 		if ttl == 0 {
 			ttl = w.cfg.TTL // the remaining lifetime, else the configured TTL
 		}
-		del := d.msg
+		del := *d.texts.of(q.rc)
 		del.Device, del.TTL = q.rc.device(), ttl
 		out := q.p.Send(d.ctx, del)
 		w.origins.release(q.budget)

@@ -2,22 +2,73 @@ package push
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/notify-dev/notify/services/notifications"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 )
 
 // pushPayload is what the browser's service worker receives.
+//
+// A material's payload is what it always was ({title, url?, event_id,
+// course_id}); a notification's adds its type, body, data and collapse
+// key (the service worker's tag), and has no course_id when it went to a
+// list of users.
 type pushPayload struct {
-	Title    string `json:"title"`
-	URL      string `json:"url,omitempty"`
-	EventID  string `json:"event_id"`
-	CourseID string `json:"course_id"`
+	Title       string          `json:"title"`
+	Body        string          `json:"body,omitempty"`
+	URL         string          `json:"url,omitempty"`
+	EventID     string          `json:"event_id"`
+	CourseID    string          `json:"course_id,omitempty"`
+	Type        string          `json:"type,omitempty"`
+	Data        json.RawMessage `json:"data,omitempty"`
+	CollapseKey string          `json:"collapse_key,omitempty"`
+}
+
+// commandTexts are a command's deliveries, built once per command — once
+// per rendered locale for a templated event — and shared by its devices.
+type commandTexts struct {
+	locales       map[string]streams.LocaleText
+	defaultLocale string
+	deliveries    map[string]*provider.Delivery
+}
+
+func newCommandTexts(cmd streams.PushCommand) commandTexts {
+	t := commandTexts{locales: cmd.Locales, defaultLocale: cmd.DefaultLocale, deliveries: map[string]*provider.Delivery{}}
+	add := func(tag string, c streams.PushCommand) {
+		d := newDelivery(c)
+		t.deliveries[tag] = &d
+	}
+	if len(cmd.Locales) == 0 {
+		add("", cmd)
+		return t
+	}
+	for tag, lt := range cmd.Locales {
+		c := cmd
+		c.Title, c.Body = lt.Title, lt.Body
+		add(tag, c)
+	}
+	if _, ok := cmd.Locales[cmd.DefaultLocale]; !ok {
+		// Not from this pipeline (the planner refuses it); the command's
+		// own title and body stand in.
+		add(cmd.DefaultLocale, cmd)
+	}
+	return t
+}
+
+// of is rc's delivery: its student's locale's (read-only, shared).
+func (t commandTexts) of(rc recipient) *provider.Delivery {
+	if len(t.locales) == 0 {
+		return t.deliveries[""]
+	}
+	return t.deliveries[notifications.PickLocale(rc.locale, t.locales, t.defaultLocale)]
 }
 
 // defaultTitle is shown when the command carries no title.
@@ -36,7 +87,13 @@ const ellipsis = "…"
 // do not fit, the payload is returned as is and the sender records it as a
 // permanent failure (payload too large).
 func buildPayload(cmd streams.PushCommand) []byte {
-	p := pushPayload{Title: cmd.Title, URL: cmd.URL, EventID: cmd.EventID, CourseID: cmd.CourseID}
+	p := pushPayload{Title: cmd.Title, Body: cmd.Body, URL: cmd.URL, EventID: cmd.EventID, CourseID: cmd.CourseID, CollapseKey: cmd.CollapseKey}
+	if cmd.Type != streams.TypeMaterial {
+		p.Type = cmd.Type
+	}
+	if len(cmd.Data) > 0 {
+		p.Data = compactJSON(cmd.Data)
+	}
 	if p.Title == "" {
 		p.Title = defaultTitle
 	}
@@ -87,6 +144,33 @@ func encodeJSON(v any) []byte {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// compactJSON is b without insignificant white space (jsonb's text form
+// has a space after every : and ,); b itself if it is not JSON.
+func compactJSON(b []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// collapseTopic is the RFC 8030 Topic of a notification's collapse key:
+// the first 16 bytes of its SHA-256 in base64url (22 characters; a Topic
+// is at most 32 of the base64url alphabet, which a key need not be), so
+// the newest notification of a key replaces an undelivered older one.
+func collapseTopic(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return base64.RawURLEncoding.EncodeToString(h[:16])
+}
+
+// pushTopic is the command's Topic: its collapse key's, else its event's.
+func pushTopic(cmd streams.PushCommand) string {
+	if cmd.CollapseKey != "" {
+		return collapseTopic(cmd.CollapseKey)
+	}
+	return eventTopic(cmd.EventID)
 }
 
 // eventTopic is the RFC 8030 Topic of an event's pushes: the event id's 16

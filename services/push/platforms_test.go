@@ -35,6 +35,13 @@ type platformFixture struct {
 
 func newPlatformFixture(t *testing.T, users int, always5xx float64) *platformFixture {
 	t.Helper()
+	return newObservedPlatformFixture(t, users, always5xx, nil)
+}
+
+// newObservedPlatformFixture is newPlatformFixture with the mock calling
+// observe for every push it receives.
+func newObservedPlatformFixture(t *testing.T, users int, always5xx float64, observe func(pushmock.Observed)) *platformFixture {
+	t.Helper()
 	dir := t.TempDir()
 	key, _, err := apns.EnsureDevKey(dir)
 	if err != nil {
@@ -46,6 +53,7 @@ func newPlatformFixture(t *testing.T, users int, always5xx float64) *platformFix
 		Always5xxFraction:  always5xx,
 		FCMCredentialsFile: credsFile,
 		APNs:               pushmock.APNsConfig{KeyFile: key.KeyFile, KeyID: key.KeyID, TeamID: key.TeamID},
+		Observe:            observe,
 	}})
 	creds, err := fcm.LoadCredentials(credsFile)
 	if err != nil {

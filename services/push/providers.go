@@ -96,19 +96,30 @@ func isKnown(p provider.Platform) bool {
 	return false
 }
 
-// newDelivery is what every delivery of one command shares, built once per
-// command: the Web Push payload and Topic, and the fields FCM and APNs
-// render (APNs's custom keys read-only once built). The dispatcher fills
-// in each device and its TTL.
+// newDelivery is what every delivery of one command (of one locale)
+// shares, built once: the Web Push payload and Topic (the collapse key's,
+// else the event's), and the fields FCM and APNs render (APNs's custom
+// keys read-only once built). The dispatcher fills in each device and its
+// TTL.
 func newDelivery(cmd streams.PushCommand) provider.Delivery {
-	d := provider.Delivery{EventID: cmd.EventID, Title: cmd.Title, CourseID: cmd.CourseID, URL: cmd.URL,
-		Payload: buildPayload(cmd), Topic: eventTopic(cmd.EventID)}
+	d := provider.Delivery{EventID: cmd.EventID, Title: cmd.Title, Body: cmd.Body, CourseID: cmd.CourseID, URL: cmd.URL,
+		CollapseKey: cmd.CollapseKey, High: cmd.Priority == "high", Payload: buildPayload(cmd), Topic: pushTopic(cmd)}
 	if d.Title == "" {
 		d.Title = defaultTitle
 	}
-	d.Data = map[string]string{"course_id": cmd.CourseID}
+	d.Data = map[string]string{}
+	if cmd.CourseID != "" {
+		d.Data["course_id"] = cmd.CourseID
+	}
 	if cmd.URL != "" {
 		d.Data["url"] = cmd.URL
+	}
+	if cmd.Type != "" && cmd.Type != streams.TypeMaterial {
+		d.Type = cmd.Type
+		d.Data["type"] = cmd.Type
+	}
+	if len(cmd.Data) > 0 {
+		d.RawData = compactJSON(cmd.Data)
 	}
 	return d
 }

@@ -20,6 +20,20 @@ SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.envir
 FROM push_command_devices($1, $2, $3) s
 ORDER BY s.id`
 
+// loadFreshLocalizedSQL is loadFreshSQL for a templated event (its
+// command carries rendered locales): each device with its student's
+// users.locale, from which the worker picks the rendered text
+// (notifications.PickLocale). One statement for the command, the device
+// and user rows by primary key; a command without locales runs
+// loadFreshSQL, so a broadcast's devices cost what they did.
+const loadFreshLocalizedSQL = `
+SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
+       s.consecutive_failures, s.disabled, u.locale
+FROM push_command_devices($1, $2, $3) s
+JOIN push_subscriptions ps ON ps.id = s.id
+LEFT JOIN users u ON u.id = ps.user_id
+ORDER BY s.id`
+
 // loadRetrySQL: the retry's subscriptions that are still waiting for
 // exactly this attempt (status retrying, attempts = attempt - 1). A copy of
 // the retry that was already processed moved them on, so duplicates of a
@@ -27,9 +41,10 @@ ORDER BY s.id`
 // with NULL columns (platform too).
 const loadRetrySQL = `
 SELECT d.subscription_id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
-       coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false)
+       coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false), u.locale
 FROM push_deliveries d
 LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
+LEFT JOIN users u ON $4 AND u.id = s.user_id
 WHERE d.event_id = $1 AND d.subscription_id = ANY($2::bigint[])
   AND d.status = 'retrying' AND d.attempts = $3
 ORDER BY d.subscription_id`

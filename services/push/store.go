@@ -45,14 +45,21 @@ type recipient struct {
 	// recorded failed without sending.
 	failures int32
 	disabled bool
+	// locale is the student's users.locale, loaded for a templated event
+	// only ("" otherwise, or unset).
+	locale string
 }
 
 func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCommand) ([]recipient, error) {
 	var rows pgx.Rows
 	var err error
-	if isRetry(cmd) {
-		rows, err = pool.Query(ctx, loadRetrySQL, cmd.EventID, cmd.SubscriptionIDs, cmd.Attempt-1)
-	} else {
+	localized := len(cmd.Locales) > 0
+	switch {
+	case isRetry(cmd):
+		rows, err = pool.Query(ctx, loadRetrySQL, cmd.EventID, cmd.SubscriptionIDs, cmd.Attempt-1, localized)
+	case localized:
+		rows, err = pool.Query(ctx, loadFreshLocalizedSQL, cmd.EventID, cmd.FirstUser, cmd.LastUser)
+	default:
 		rows, err = pool.Query(ctx, loadFreshSQL, cmd.EventID, cmd.FirstUser, cmd.LastUser)
 	}
 	if err != nil {
@@ -62,10 +69,15 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 	var out []recipient
 	for rows.Next() {
 		var r recipient
-		var platform, endpoint, token, topic, env *string
-		if err := rows.Scan(&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled); err != nil {
+		var platform, endpoint, token, topic, env, locale *string
+		dest := []any{&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled}
+		if localized || isRetry(cmd) {
+			dest = append(dest, &locale)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("load recipients: %w", err)
 		}
+		r.locale = deref(locale)
 		if platform == nil {
 			r.deleted = true // a retry's device, deleted meanwhile
 		} else {

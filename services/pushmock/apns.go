@@ -251,6 +251,10 @@ func (s *Server) judgeAPNs(r *http.Request, now time.Time) (int, string) {
 		return http.StatusBadRequest, "BadCollapseId"
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if s.cfg.Observe != nil && err == nil {
+		s.cfg.Observe(Observed{Platform: "apns", Device: strings.TrimPrefix(r.URL.Path, "/3/device/"),
+			CollapseKey: collapse, Priority: r.Header.Get("apns-priority"), Body: body})
+	}
 	switch {
 	case err != nil:
 		return http.StatusBadRequest, "BadRequest"

@@ -12,6 +12,10 @@ const NoLatency time.Duration = -1
 
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
+	// Observe, when set, is called with every push request that reached
+	// its platform's checks (tests of what senders send: headers, bodies).
+	// It runs on the request's goroutine; nil costs nothing.
+	Observe func(Observed)
 	// Addr is the TCP address to listen on. Default 127.0.0.1:8443; use
 	// port 0 for any free port (URL reports the one chosen).
 	Addr string
@@ -124,4 +128,21 @@ func (c Config) validate() error {
 		return fmt.Errorf("pushmock: max-streams %d: want at least 1", c.MaxStreams)
 	}
 	return c.APNs.validate()
+}
+
+// Observed is one push request as the mock received it.
+type Observed struct {
+	// Platform is "webpush", "fcm" or "apns".
+	Platform string
+	// Device is the Web Push subscription id, the FCM registration token
+	// or the APNs device token.
+	Device string
+	// Topic and Urgency are Web Push's headers.
+	Topic, Urgency string
+	// CollapseKey and Priority are FCM's android.collapse_key and
+	// android.priority, or APNs' apns-collapse-id and apns-priority.
+	CollapseKey, Priority string
+	// Body is the FCM or APNs request body, or the decrypted Web Push
+	// payload (nil when the subscription's keys are not the seed's).
+	Body []byte
 }

@@ -283,6 +283,13 @@ func (f *fcmSide) judge(r *http.Request, now time.Time) (status int, code, msg, 
 	if dec.More() {
 		return http.StatusBadRequest, "INVALID_ARGUMENT", "Invalid JSON payload received. Trailing data after the message.", "", ""
 	}
+	if o := f.s.cfg.Observe; o != nil && req.Message != nil {
+		ob := Observed{Platform: "fcm", Device: req.Message.Token, Body: body}
+		if a := req.Message.Android; a != nil {
+			ob.CollapseKey, ob.Priority = a.CollapseKey, a.Priority
+		}
+		o(ob)
+	}
 	if err := checkFCMMessage(req.Message); err != nil {
 		return http.StatusBadRequest, "INVALID_ARGUMENT", err.Error(), "", ""
 	}

@@ -383,6 +383,7 @@ func (c *h2conn) finish(st *h2stream) {
 		if st.bufp != nil {
 			body = (*st.bufp)[:st.n]
 		}
+		s.observeWebPush(&st.h, id, body)
 		status, retryAfter = s.judgeBody(id, body, st.start)
 	}
 	if st.bufp != nil {

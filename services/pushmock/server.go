@@ -462,7 +462,23 @@ func (s *Server) judge(r *http.Request, idText string, now time.Time) (status in
 	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
 		return http.StatusBadRequest, ""
 	}
+	s.observeWebPush(&h, id, (*bufp)[:n])
 	return s.judgeBody(id, (*bufp)[:n], now)
+}
+
+// observeWebPush hands a Web Push request to Config.Observe, with its
+// payload decrypted when the subscription's keys are the seed's.
+func (s *Server) observeWebPush(h *pushHeaders, id int64, body []byte) {
+	if s.cfg.Observe == nil {
+		return
+	}
+	o := Observed{Platform: "webpush", Device: strconv.FormatInt(id, 10), Topic: h.topic, Urgency: h.urgency}
+	if keys, err := seed.DeriveSubscriptionKeys(s.cfg.Seed, id); err == nil {
+		if pt, err := webpush.Decrypt(keys.Private, keys.Auth[:], body); err == nil {
+			o.Body = pt
+		}
+	}
+	s.cfg.Observe(o)
 }
 
 // judgeHeaders checks everything but the body: it returns the

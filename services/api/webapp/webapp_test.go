@@ -56,7 +56,7 @@ func TestServesTheShippedFilesOnly(t *testing.T) {
 		{"/app/index.html", "GET", 200, "text/html", `<script src="app.js">`},
 		{"/app/app.js", "GET", 200, "javascript", "pushManager.subscribe"},
 		{"/app/app.css", "GET", 200, "text/css", "#status"},
-		{"/app/sw.js", "GET", 200, "javascript", "tag: p.event_id"},
+		{"/app/sw.js", "GET", 200, "javascript", "tag: collapse,"},
 		{"/app/nope.js", "GET", 404, "application/json", `"not_found"`},
 		{"/app/static/", "GET", 404, "application/json", `"not_found"`},
 		{"/app/static/app.js", "GET", 404, "application/json", `"not_found"`},

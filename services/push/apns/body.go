@@ -1,6 +1,7 @@
 package apns
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -28,7 +29,7 @@ func appendBody(b []byte, n Notification) ([]byte, error) {
 	if len(n.Data) > 0 {
 		keys := make([]string, 0, len(n.Data))
 		for k := range n.Data {
-			if k == "aps" || k == "event_id" || k == "" {
+			if k == "aps" || k == "event_id" || k == "" || (k == "data" && n.RawData != nil) {
 				return nil, fmt.Errorf("data key %q is reserved", k)
 			}
 			keys = append(keys, k)
@@ -40,6 +41,13 @@ func appendBody(b []byte, n Notification) ([]byte, error) {
 			b = append(b, ':')
 			b = pushjson.AppendString(b, n.Data[k])
 		}
+	}
+	if n.RawData != nil {
+		if !json.Valid(n.RawData) {
+			return nil, fmt.Errorf("data is not JSON")
+		}
+		b = append(b, `,"data":`...)
+		b = append(b, n.RawData...)
 	}
 	return append(b, '}'), nil
 }

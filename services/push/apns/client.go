@@ -1,6 +1,7 @@
 package apns
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -237,8 +238,14 @@ type Notification struct {
 	// Title and Body are the alert's text.
 	Title, Body string
 	// Data are further top-level keys of the body (course_id, url, …);
-	// "aps" and "event_id" are reserved.
+	// "aps" and "event_id" are reserved, and "data" when RawData is set.
 	Data map[string]string
+	// RawData, when set, is the body's "data" member as it is (a
+	// notification's JSON object from its sender).
+	RawData json.RawMessage
+	// CollapseID, when set, is the apns-collapse-id instead of EventID
+	// (at most 64 bytes).
+	CollapseID string
 	// TTL is how long APNs keeps it for an offline device. Default
 	// Config.TTL; TTLOnce for apns-expiration 0.
 	TTL time.Duration
@@ -466,8 +473,9 @@ func (c *Client) prepare(n Notification) (*request, error) {
 	if err := ValidateTopic(topic); err != nil {
 		return nil, invalid("%v", err)
 	}
-	if len(n.EventID) > MaxCollapseID {
-		return nil, invalid("event id is %d bytes; apns-collapse-id takes at most %d", len(n.EventID), MaxCollapseID)
+	collapse := cmp.Or(n.CollapseID, n.EventID)
+	if len(collapse) > MaxCollapseID {
+		return nil, invalid("collapse id is %d bytes; apns-collapse-id takes at most %d", len(collapse), MaxCollapseID)
 	}
 	prio := n.Priority
 	if prio == 0 {
@@ -499,7 +507,7 @@ func (c *Client) prepare(n Notification) (*request, error) {
 	}
 	return &request{
 		host: strings.TrimPrefix(origin, "https://"), path: "/3/device/" + n.DeviceToken, topic: topic, priority: strconv.Itoa(prio),
-		expiration: exp, collapseID: n.EventID, body: body,
+		expiration: exp, collapseID: collapse, body: body,
 	}, nil
 }
 

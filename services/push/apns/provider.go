@@ -33,8 +33,12 @@ func (p *Provider) Send(ctx context.Context, d provider.Delivery) provider.Outco
 	if d.Device.Environment == string(Sandbox) {
 		env = Sandbox
 	}
-	return p.s.Send(ctx, Notification{DeviceToken: d.Device.Token, Environment: env, Topic: d.Device.Topic,
-		EventID: d.EventID, Title: d.Title, Data: d.Data, TTL: d.TTL})
+	n := Notification{DeviceToken: d.Device.Token, Environment: env, Topic: d.Device.Topic,
+		EventID: d.EventID, Title: d.Title, Body: d.Body, Data: d.Data, RawData: d.RawData, CollapseID: d.CollapseKey, TTL: d.TTL}
+	if d.High {
+		n.Priority = 10
+	}
+	return p.s.Send(ctx, n)
 }
 
 // Close closes the client when it has a Close (a *Client does).

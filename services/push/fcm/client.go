@@ -2,6 +2,7 @@ package fcm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -193,6 +194,14 @@ type Message struct {
 	// empty); EventID is also android.collapse_key, so a newer message
 	// about the same event replaces an undelivered one.
 	EventID, CourseID, URL string
+	// Type and Data (the notification's type and its sender's JSON object,
+	// as text: FCM data values are strings) go in data too, when set.
+	Type, Data string
+	// CollapseKey, when set, is android.collapse_key instead of EventID.
+	CollapseKey string
+	// Priority is android.priority ("HIGH" or "NORMAL"); empty sends none
+	// (FCM's default for notification messages).
+	Priority string
 	// TTL is android.ttl, whole seconds. Zero means Config.TTL.
 	TTL time.Duration
 }
@@ -599,10 +608,10 @@ func appendMessage(b []byte, m *Message, ttlSecs int64) []byte {
 		b = pushjson.AppendString(b, m.Body)
 	}
 	b = append(b, '}')
-	if m.EventID != "" || m.CourseID != "" || m.URL != "" {
+	if m.EventID != "" || m.CourseID != "" || m.URL != "" || m.Type != "" || m.Data != "" {
 		b = append(b, `,"data":{`...)
 		sep := false
-		for _, kv := range [...]struct{ k, v string }{{"event_id", m.EventID}, {"course_id", m.CourseID}, {"url", m.URL}} {
+		for _, kv := range [...]struct{ k, v string }{{"event_id", m.EventID}, {"course_id", m.CourseID}, {"url", m.URL}, {"type", m.Type}, {"data", m.Data}} {
 			if kv.v == "" {
 				continue
 			}
@@ -620,9 +629,13 @@ func appendMessage(b []byte, m *Message, ttlSecs int64) []byte {
 	b = append(b, `,"android":{"ttl":"`...)
 	b = strconv.AppendInt(b, ttlSecs, 10)
 	b = append(b, `s"`...)
-	if m.EventID != "" {
+	if m.Priority != "" {
+		b = append(b, `,"priority":`...)
+		b = pushjson.AppendString(b, m.Priority)
+	}
+	if k := cmp.Or(m.CollapseKey, m.EventID); k != "" {
 		b = append(b, `,"collapse_key":`...)
-		b = pushjson.AppendString(b, m.EventID)
+		b = pushjson.AppendString(b, k)
 	}
 	return append(b, "}}}"...)
 }

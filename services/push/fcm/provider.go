@@ -34,8 +34,12 @@ func (p *Provider) Send(ctx context.Context, d provider.Delivery) provider.Outco
 	if ttl == provider.NowOrNever {
 		ttl = time.Second
 	}
-	return p.s.Send(ctx, Message{Token: d.Device.Token, Title: d.Title, EventID: d.EventID,
-		CourseID: d.CourseID, URL: d.URL, TTL: ttl})
+	m := Message{Token: d.Device.Token, Title: d.Title, Body: d.Body, EventID: d.EventID,
+		CourseID: d.CourseID, URL: d.URL, Type: d.Type, Data: string(d.RawData), CollapseKey: d.CollapseKey, TTL: ttl}
+	if d.High {
+		m.Priority = "HIGH"
+	}
+	return p.s.Send(ctx, m)
 }
 
 // Close closes the client when it has a Close (a *Client does).

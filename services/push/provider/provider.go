@@ -33,11 +33,20 @@ type Delivery struct {
 	// EventID is the event the message is about: each platform's collapse
 	// key, so a resend replaces an undelivered copy.
 	EventID string
-	// Title, CourseID and URL are what the app platforms (FCM, APNs)
-	// render; Data are APNs's custom keys (read-only, shared by the
-	// deliveries of one command).
-	Title, CourseID, URL string
-	Data                 map[string]string
+	// Title, Body, CourseID, URL and Type are what the app platforms
+	// (FCM, APNs) render; Data are APNs's custom keys (read-only, shared by
+	// the deliveries of one command); RawData is a notification's own
+	// JSON object, compacted, carried as FCM's data.data and APNs's "data".
+	Title, Body, CourseID, URL, Type string
+	Data                             map[string]string
+	RawData                          []byte
+	// CollapseKey, when set, replaces EventID as each platform's collapse
+	// key (FCM collapse_key, apns-collapse-id; Topic carries Web Push's).
+	CollapseKey string
+	// High asks for immediate delivery: Web Push Urgency high, FCM
+	// android priority HIGH, APNs priority 10. Otherwise each provider's
+	// configured default.
+	High bool
 	// Payload is the Web Push payload (JSON, encrypted by the provider);
 	// Topic its Topic header, built from EventID once per command.
 	Payload []byte

@@ -34,11 +34,15 @@ func (p *Provider) Budget(d provider.Device) string { return EndpointOrigin(d.En
 
 // Send sends d's payload, encrypted for its subscription.
 func (p *Provider) Send(ctx context.Context, d provider.Delivery) provider.Outcome {
+	urgency := p.urgency
+	if d.High {
+		urgency = UrgencyHigh
+	}
 	return p.s.Send(ctx, Message{
 		Subscription: Subscription{Endpoint: d.Device.Endpoint, P256DH: d.Device.P256DH, Auth: d.Device.Auth},
 		Payload:      d.Payload,
 		TTL:          d.TTL,
-		Urgency:      p.urgency,
+		Urgency:      urgency,
 		Topic:        d.Topic,
 	})
 }

@@ -1,5 +1,6 @@
 // notify's service worker: shows each push, one notification per event.
-// A push's payload is notify's JSON: {"title","event_id","course_id","url"?}.
+// A push's payload is notify's JSON: {"title","event_id","course_id"?,"url"?,
+// "body"?,"type"?,"data"?,"collapse_key"?}.
 // It reads nothing from its own URL and sends nothing anywhere: the page's
 // open windows get a message (to refresh the inbox), and that is all.
 'use strict';
@@ -18,13 +19,15 @@ self.addEventListener('push', (event) => {
       await self.registration.showNotification('New notification', { tag: 'notify-unrecognised' });
       return;
     }
-    // tag = event id: a second push of the same event replaces the first
+    // tag = the collapse key, else the event id: a second push of the
+    // same event (or a newer one of the same key) replaces the first
     // notification instead of adding one (renotify false: silently).
+    const collapse = typeof p.collapse_key === 'string' && p.collapse_key !== '' ? p.collapse_key : p.event_id;
     await self.registration.showNotification(p.title, {
-      body: p.body || 'New course material',
-      tag: p.event_id,
+      body: typeof p.body === 'string' && p.body !== '' ? p.body : (p.type ? '' : 'New course material'),
+      tag: collapse,
       renotify: false,
-      data: { url: p.url || '', event_id: p.event_id, course_id: p.course_id || '' },
+      data: { url: p.url || '', event_id: p.event_id, course_id: p.course_id || '', type: p.type || '', data: p.data || null },
     });
     for (const c of await self.clients.matchAll({ type: 'window' })) c.postMessage({ type: 'push', event_id: p.event_id });
   })());

@@ -1,0 +1,216 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/notifications"
+)
+
+// NotificationResponse is the 201 body of POST /v1/notifications.
+type NotificationResponse struct {
+	EventID string `json:"event_id"`
+	Type    string `json:"type"`
+	// CourseID is the audience's course (absent for a user list);
+	// Recipients how many known users a user list has.
+	CourseID   string `json:"course_id,omitempty"`
+	Recipients int    `json:"recipients,omitempty"`
+	// UnknownUserIDs are the given user ids notify knows no user of: not
+	// notified, reported so the sender can tell (always present).
+	UnknownUserIDs []string   `json:"unknown_user_ids"`
+	PublishedAt    time.Time  `json:"published_at"`
+	SendAt         *time.Time `json:"send_at,omitempty"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+}
+
+// sqlClaimKey claims an Idempotency-Key inside the notification's
+// transaction; no row: another request holds (or held) it, and this one
+// waited for that one's transaction (ON CONFLICT waits), so the stored
+// answer is there to replay. The response is filled in by
+// sqlStoreResponse in the same transaction, once the event id is known to
+// be written.
+const (
+	sqlClaimKey = `
+INSERT INTO api_idempotency (user_id, key, request_hash, status, response)
+VALUES ($1, $2, $3, 201, '{}')
+ON CONFLICT (user_id, key) DO NOTHING
+RETURNING 1`
+	sqlStoreResponse = `UPDATE api_idempotency SET response = $3::text::jsonb WHERE user_id = $1 AND key = $2`
+)
+
+// handleNotification serves POST /v1/notifications: a service with
+// notifications:send to any audience, or an instructor to their own
+// course (services/notifications decides the latter, reading the course
+// in the same transaction).
+func (s *Server) handleNotification(w http.ResponseWriter, r *http.Request, p principal) {
+	if p.IsService() && !p.Has(auth.ScopeNotificationsSend) {
+		writeError(w, newError(http.StatusForbidden, errForbidden, "sending notifications needs a service credential with scope %s", auth.ScopeNotificationsSend))
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if e := checkIdempotencyKey(key); e != nil {
+		writeError(w, e)
+		return
+	}
+	body, e := readJSONBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	// The API's own strictness first (UTF-8, repeated names, names in the
+	// wrong case), then the one definition of the request.
+	if e := checkJSON(body, &notifications.Request{}); e != nil {
+		writeError(w, e)
+		return
+	}
+	req, err := notifications.Decode(body)
+	if err == nil {
+		err = req.Validate()
+	}
+	if err != nil {
+		// A retry of a scheduled notification that succeeded gets its
+		// first answer even once its send_at has passed.
+		if res, stored, rerr := s.replayIfStoredNotification(r.Context(), p.key(), key, req); stored && rerr == nil {
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRawJSON(w, res.status, res.body)
+			return
+		}
+		writeError(w, notificationError(err))
+		return
+	}
+	sender := notifications.Sender{Service: p.Service}
+	if !p.IsService() {
+		u := uuid.UUID(p.User)
+		sender = notifications.Sender{UserID: &u}
+	}
+	res, err := s.createNotification(r.Context(), p.key(), key, sender, req)
+	if err != nil {
+		var ae *Error
+		if errors.As(err, &ae) {
+			writeError(w, ae)
+			return
+		}
+		if e := notificationError(err); e.Status != http.StatusInternalServerError {
+			writeError(w, e)
+			return
+		}
+		s.internalError(w, r, "create notification", err)
+		return
+	}
+	if res.replayed {
+		s.m.replayed.Inc()
+		w.Header().Set("Idempotent-Replayed", "true")
+	} else {
+		s.log.Info("notification created", "sender", sender.String(), "type", req.Type)
+	}
+	writeRawJSON(w, res.status, res.body)
+}
+
+// notificationError maps services/notifications' refusals to answers; any
+// other error is a 500 (its status says so).
+func notificationError(err error) *Error {
+	var ne *notifications.Error
+	switch {
+	case errors.As(err, &ne):
+		if ne.Field == "" {
+			return newError(http.StatusBadRequest, ne.Code, "%s", ne.Message)
+		}
+		return newError(http.StatusBadRequest, ne.Code, "%s: %s", ne.Field, ne.Message)
+	case errors.Is(err, notifications.ErrForbidden):
+		return newError(http.StatusForbidden, errForbidden, "only the course's instructor may notify its students, and only a service with scope %s may notify a list of users", auth.ScopeNotificationsSend)
+	case errors.Is(err, notifications.ErrCourseNotFound):
+		return newError(http.StatusNotFound, errCourseNotFound, "no such course")
+	}
+	return &Error{Status: http.StatusInternalServerError}
+}
+
+// createNotification is one transaction: the key's claim, the event
+// (notifications.Create) and the stored answer, all or nothing. A key
+// already claimed replays its stored answer (422 for another request).
+func (s *Server) createNotification(ctx context.Context, owner UUID, key string, sender notifications.Sender, req notifications.Request) (publishResult, error) {
+	var hash []byte
+	if key != "" {
+		h := notificationRequestHash(req)
+		hash = h[:]
+	}
+	var out publishResult
+	claimed := true
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if key != "" {
+			var one int
+			err := tx.QueryRow(ctx, sqlClaimKey, owner, key, hash).Scan(&one)
+			if errors.Is(err, pgx.ErrNoRows) {
+				claimed = false
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("claim idempotency key: %w", err)
+			}
+		}
+		c, err := notifications.Create(ctx, tx, s.cfg.IDs, sender, req, uuid.UUID(NewUUID()))
+		if err != nil {
+			return err
+		}
+		resp := NotificationResponse{EventID: c.EventID.String(), Type: c.Type, CourseID: c.CourseID, Recipients: c.Recipients,
+			UnknownUserIDs: c.Unknown, PublishedAt: c.PublishedAt, SendAt: c.SendAt, ExpiresAt: c.ExpiresAt}
+		if resp.UnknownUserIDs == nil {
+			resp.UnknownUserIDs = []string{}
+		}
+		b, err := json.Marshal(resp)
+		if err != nil {
+			return fmt.Errorf("encode response: %w", err)
+		}
+		if key != "" {
+			if _, err := tx.Exec(ctx, sqlStoreResponse, owner, key, string(b)); err != nil {
+				return fmt.Errorf("store response: %w", err)
+			}
+		}
+		out = publishResult{status: http.StatusCreated, body: b}
+		return nil
+	})
+	if err != nil {
+		return publishResult{}, err
+	}
+	if !claimed {
+		return replayStored[NotificationResponse](ctx, s, owner, key, hash)
+	}
+	return out, nil
+}
+
+// replayIfStoredNotification replays key's stored answer when there is one
+// for the same request (stored false otherwise).
+func (s *Server) replayIfStoredNotification(ctx context.Context, owner UUID, key string, req notifications.Request) (publishResult, bool, error) {
+	if key == "" {
+		return publishResult{}, false, nil
+	}
+	h := notificationRequestHash(req)
+	res, err := replayStored[NotificationResponse](ctx, s, owner, key, h[:])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return publishResult{}, false, nil
+	}
+	return res, err == nil, err
+}
+
+// notificationRequestHash identifies "the same request": the decoded
+// fields (JSON formatting and member order do not matter), under a prefix
+// of its own so that a key used for a publish never matches.
+func notificationRequestHash(req notifications.Request) [32]byte {
+	if req.Data != nil {
+		var buf bytes.Buffer
+		if json.Compact(&buf, req.Data) == nil {
+			req.Data = buf.Bytes()
+		}
+	}
+	b, _ := json.Marshal(req)
+	return sha256.Sum256(append([]byte("POST notifications\n"), b...))
+}

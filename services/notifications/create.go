@@ -1,0 +1,238 @@
+package notifications
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/ids"
+	"github.com/notify-dev/notify/streams"
+)
+
+// Sender is who sends a notification: a service (by name; the caller has
+// checked its scope) or a user (an instructor, who may notify the
+// students of their own courses only). Exactly one is set.
+type Sender struct {
+	Service string
+	UserID  *uuid.UUID
+}
+
+func (s Sender) String() string {
+	if s.UserID != nil {
+		return s.UserID.String()
+	}
+	return auth.ServicePrefix + s.Service
+}
+
+// Refusals of Create that are not about the request's form. Match them
+// with errors.Is.
+var (
+	// ErrCourseNotFound: the audience's course does not exist (or was
+	// deleted on the platform).
+	ErrCourseNotFound = errors.New("no such course")
+	// ErrForbidden: a user sender who is not the course's instructor, or
+	// a user sender with a user-list audience (only services send to
+	// arbitrary users).
+	ErrForbidden = errors.New("not allowed to notify this audience")
+)
+
+// Created is what Create wrote.
+type Created struct {
+	EventID uuid.UUID
+	Type    string
+	// CourseID is the audience's course (uuid); empty for a user list.
+	CourseID string
+	// Recipients is how many known users a user list has (0 for a course:
+	// its students are counted by the fan-out).
+	Recipients int
+	// Unknown are the user ids given (as given) that name no user notify
+	// knows: reported, not notified.
+	Unknown     []string
+	PublishedAt time.Time
+	SendAt      *time.Time
+	ExpiresAt   *time.Time
+}
+
+const (
+	sqlCourse = `SELECT instructor_id, deleted_at IS NOT NULL, title FROM courses WHERE id = $1`
+	// sqlKnownUsers: which of the given uuids are users (an index probe
+	// each, ≤ 10,000).
+	sqlKnownUsers = `SELECT id FROM users WHERE id = ANY($1::uuid[])`
+
+	sqlInsertEvent = `
+INSERT INTO notification_events (event_id, type, sender_service, sender_user, course_id, user_ids, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+
+	sqlInsertOutbox = `
+INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+VALUES ($1, $2, $3, $4, $5::text::jsonb)`
+)
+
+// Create validates r, maps and checks its audience, and writes the event
+// in tx: its notification_events row (the sender and the audience) and
+// its outbox row (NotificationCreated on outbox.event.notification, with
+// the content), so the event exists exactly when tx commits. Nothing
+// reaches Kafka or the fan-out before that. eventID is the caller's, so a
+// retry can know its id before the write (the API's idempotency record,
+// a CloudEvent's id).
+//
+// Refusals: an *Error (the request), ErrCourseNotFound, ErrForbidden.
+// Any other error is the database's.
+func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, eventID uuid.UUID) (Created, error) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if err := r.validateAt(now); err != nil {
+		return Created{}, err
+	}
+	if (s.Service == "") == (s.UserID == nil) {
+		return Created{}, errors.New("notifications: a sender is a service or a user, exactly one")
+	}
+	c := Created{EventID: eventID, Type: r.Type, PublishedAt: now, SendAt: utc(r.SendAt), ExpiresAt: utc(r.ExpiresAt)}
+	var course *uuid.UUID
+	var users []uuid.UUID
+	var courseTitle string
+	if r.Audience.CourseID != nil {
+		u, err := m.Map(*r.Audience.CourseID)
+		if err != nil {
+			return Created{}, invalid(CodeInvalidAudience, "audience.course_id", "%v", err)
+		}
+		var instructor uuid.UUID
+		var deleted bool
+		err = tx.QueryRow(ctx, sqlCourse, u).Scan(&instructor, &deleted, &courseTitle)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || err == nil && deleted:
+			return Created{}, ErrCourseNotFound
+		case err != nil:
+			return Created{}, fmt.Errorf("read course %s: %w", u, err)
+		case s.UserID != nil && *s.UserID != instructor:
+			return Created{}, ErrForbidden
+		}
+		course, c.CourseID = &u, u.String()
+	} else {
+		if s.UserID != nil {
+			return Created{}, ErrForbidden
+		}
+		var err error
+		users, c.Unknown, err = knownUsers(ctx, tx, m, r.Audience.UserIDs)
+		if err != nil {
+			return Created{}, err
+		}
+		if len(users) == 0 {
+			return Created{}, invalid(CodeNoKnownUsers, "audience.user_ids", "none of the %d user ids is a user notify knows", len(r.Audience.UserIDs))
+		}
+		c.Recipients = len(users)
+	}
+
+	ev := streams.NotificationCreated{
+		EventID: eventID.String(), Type: r.Type, CourseID: c.CourseID, AudienceUsers: len(users),
+		Sender: s.String(), Priority: r.priority(), Data: compactData(r.Data),
+		PublishedAt: now, SendAt: c.SendAt, ExpiresAt: c.ExpiresAt,
+	}
+	if r.Title != nil {
+		ev.Title = strings.TrimSpace(*r.Title)
+	}
+	if r.Body != nil {
+		ev.Body = *r.Body
+	}
+	if r.URL != nil {
+		ev.URL = *r.URL
+	}
+	if r.CollapseKey != nil {
+		ev.CollapseKey = *r.CollapseKey
+	}
+	if r.Template != nil {
+		t, err := GetTemplate(ctx, tx, *r.Template)
+		if errors.Is(err, ErrNoTemplate) {
+			return Created{}, invalid(CodeUnknownTemplate, "template", "no template %q (PUT /v1/templates/%s)", *r.Template, *r.Template)
+		}
+		if err != nil {
+			return Created{}, err
+		}
+		vars := map[string]any{}
+		for k, v := range r.Vars {
+			vars[k] = v
+		}
+		// The course and the event are the template's to name too; a
+		// var of the same name is the sender's and wins.
+		if _, ok := vars["event"]; !ok {
+			vars["event"] = map[string]any{"type": r.Type, "id": eventID.String()}
+		}
+		if _, ok := vars["course"]; !ok && course != nil {
+			vars["course"] = map[string]any{"title": courseTitle, "id": course.String()}
+		}
+		rendered, err := t.Render(vars, r)
+		if err != nil {
+			return Created{}, err
+		}
+		ev.Locales, ev.DefaultLocale = rendered, t.DefaultLocale
+		ev.Title, ev.Body = rendered[t.DefaultLocale].Title, rendered[t.DefaultLocale].Body
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return Created{}, fmt.Errorf("encode event: %w", err)
+	}
+	var service *string
+	if s.Service != "" {
+		service = &s.Service
+	}
+	var list any // NULL for a course audience
+	if users != nil {
+		list = users
+	}
+	if _, err := tx.Exec(ctx, sqlInsertEvent, eventID, r.Type, service, s.UserID, course, list, now); err != nil {
+		return Created{}, fmt.Errorf("insert notification event %s: %w", eventID, err)
+	}
+	if _, err := tx.Exec(ctx, sqlInsertOutbox, eventID, streams.AggregateNotification, eventID.String(),
+		streams.TypeNotificationCreated, string(payload)); err != nil {
+		return Created{}, fmt.Errorf("insert outbox row of %s: %w", eventID, err)
+	}
+	return c, nil
+}
+
+// knownUsers maps ids and splits them into the users notify knows (sorted,
+// distinct: the slice walks them in order) and the ids it does not know
+// (as given, in request order). An id that cannot be mapped at all is a
+// bad request, not an unknown user.
+func knownUsers(ctx context.Context, tx pgx.Tx, m ids.Mapper, given []string) ([]uuid.UUID, []string, error) {
+	mapped := make([]uuid.UUID, len(given))
+	for i, id := range given {
+		u, err := m.Map(id)
+		if err != nil {
+			return nil, nil, invalid(CodeInvalidUserIDs, fmt.Sprintf("audience.user_ids[%d]", i), "%v", err)
+		}
+		mapped[i] = u
+	}
+	rows, err := tx.Query(ctx, sqlKnownUsers, mapped)
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up users: %w", err)
+	}
+	known, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up users: %w", err)
+	}
+	slices.SortFunc(known, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	known = slices.Compact(known)
+	var unknown []string
+	for i, u := range mapped {
+		if _, found := slices.BinarySearchFunc(known, u, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }); !found {
+			unknown = append(unknown, given[i])
+		}
+	}
+	return known, unknown, nil
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	v := t.UTC().Truncate(time.Microsecond)
+	return &v
+}
