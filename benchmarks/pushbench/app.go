@@ -15,7 +15,7 @@ import (
 	"github.com/notify-dev/notify/services/push/apns"
 	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/seed"
@@ -67,7 +67,7 @@ func runApp(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 
-	var sendOne func(ctx context.Context, i int64) outcome.Outcome
+	var sendOne func(ctx context.Context, i int64) provider.Outcome
 	var closeClient func()
 	switch cfg.Platform {
 	case PlatformFCM:
@@ -81,7 +81,7 @@ func runApp(ctx context.Context, cfg Config) (Result, error) {
 			return res, err
 		}
 		closeClient = c.Close
-		sendOne = func(ctx context.Context, i int64) outcome.Outcome {
+		sendOne = func(ctx context.Context, i int64) provider.Outcome {
 			return c.Send(ctx, fcm.Message{Token: pushmock.FCMToken(creds.ProjectID, i+1), Title: appTitle,
 				EventID: appEventID, CourseID: appCourseID, URL: appURL})
 		}
@@ -105,7 +105,7 @@ func runApp(ctx context.Context, cfg Config) (Result, error) {
 		}
 		closeClient = c.Close
 		data := map[string]string{"course_id": appCourseID, "url": appURL}
-		sendOne = func(ctx context.Context, i int64) outcome.Outcome {
+		sendOne = func(ctx context.Context, i int64) provider.Outcome {
 			return c.Send(ctx, apns.Notification{DeviceToken: seed.APNsToken(i + 1), EventID: appEventID, Title: appTitle, Data: data})
 		}
 	}

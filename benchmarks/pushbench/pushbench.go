@@ -30,7 +30,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/services/progress"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/seed"
@@ -393,7 +393,7 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 	defer sender.Close()
 	body := []byte(payload)
 	base := mock.URL + "/wpush/"
-	return drive(ctx, cfg, res, int64(len(subs)), func(ctx context.Context, i int64) outcome.Outcome {
+	return drive(ctx, cfg, res, int64(len(subs)), func(ctx context.Context, i int64) provider.Outcome {
 		s := &subs[i]
 		return sender.Send(ctx, webpush.Message{
 			Subscription: webpush.Subscription{Endpoint: base + strconv.FormatInt(i+1, 10), P256DH: s.p256dh[:], Auth: s.auth[:]},
@@ -406,7 +406,7 @@ func send(ctx context.Context, cfg Config, res *Result, subs []sub, mock *benchk
 // goroutines, retrying a retryable outcome up to 5 attempts after its
 // Retry-After, and measures the sending process's CPU, wall time, heap and
 // system calls into res.
-func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne func(ctx context.Context, i int64) outcome.Outcome) error {
+func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne func(ctx context.Context, i int64) provider.Outcome) error {
 	var (
 		next, done, retries   atomic.Int64
 		inFlight, maxInFlight atomic.Int64
@@ -445,7 +445,7 @@ func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne fu
 					}
 					out := sendOne(ctx, i)
 					inFlight.Add(-1)
-					if out.Kind != outcome.Retryable || attempt == 5 || ctx.Err() != nil {
+					if out.Kind != provider.Retryable || attempt == 5 || ctx.Err() != nil {
 						outcomes[out.Kind].Add(1)
 						if out.Err != nil {
 							lastErr.Store(out.Err.Error()) // one type: atomic.Value panics on a second
@@ -472,8 +472,8 @@ func drive(ctx context.Context, cfg Config, res *Result, total int64, sendOne fu
 		res.WriteSyscalls = ioAfter.syscw - ioBefore.syscw
 		res.ReadSyscalls = ioAfter.syscr - ioBefore.syscr
 	}
-	res.Deliveries = outcomes[outcome.Delivered].Load()
-	for _, k := range []outcome.Kind{outcome.Delivered, outcome.Gone, outcome.PermanentFailure, outcome.Retryable} {
+	res.Deliveries = outcomes[provider.Delivered].Load()
+	for _, k := range []provider.Kind{provider.Delivered, provider.Gone, provider.PermanentFailure, provider.Retryable} {
 		if v := outcomes[k].Load(); v > 0 {
 			res.Outcomes[k.String()] = v
 		}

@@ -7,7 +7,7 @@
 // write the rows (fanout, push) do not assemble reports.
 //
 // The name says whose status it is. Plain "status" already means a push
-// outcome (push_deliveries.status, push.StatusDelivered) and an HTTP
+// outcome (push_deliveries.status, provider.StatusDelivered) and an HTTP
 // status throughout this code, and a package of that name is shadowed by
 // the first local variable called status.
 //

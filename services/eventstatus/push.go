@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // PushCounts is the push accounting of one event, shaped to sit next to
@@ -55,11 +57,11 @@ type PushCounts struct {
 func (c PushCounts) Done() bool { return c.Pending == 0 }
 
 // Platform names, as push_subscriptions.platform and
-// push_deliveries.platform spell them.
+// push_deliveries.platform spell them: provider.Platform's, as strings.
 const (
-	PlatformWebPush = "webpush"
-	PlatformFCM     = "fcm"
-	PlatformAPNs    = "apns"
+	PlatformWebPush = string(provider.WebPush)
+	PlatformFCM     = string(provider.FCM)
+	PlatformAPNs    = string(provider.APNs)
 )
 
 // Platforms is the push accounting per platform: each platform's

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // Verification is the result of Verify.
@@ -167,22 +167,22 @@ func checkDevices(problem func(string, ...any), scope string, c PushCounts, curr
 		name      string
 		got, want int64
 	}{
-		{"delivered", c.Delivered, by[push.StatusDelivered]},
-		{"gone", c.Gone, by[push.StatusGone]},
-		{"failed", c.Failed, by[push.StatusFailed]},
-		{"retrying", c.Retrying, by[push.StatusRetrying]},
+		{"delivered", c.Delivered, by[provider.StatusDelivered]},
+		{"gone", c.Gone, by[provider.StatusGone]},
+		{"failed", c.Failed, by[provider.StatusFailed]},
+		{"retrying", c.Retrying, by[provider.StatusRetrying]},
 		{"unsent", c.Unsent, unsent},
-		{"cancelled", c.Cancelled, by[push.StatusCancelled]},
-		{"expired", c.Expired, by[push.StatusExpired]},
+		{"cancelled", c.Cancelled, by[provider.StatusCancelled]},
+		{"expired", c.Expired, by[provider.StatusExpired]},
 		{"not_configured", c.NotConfigured, notConfigured},
 	} {
 		if t.got != t.want {
 			problem("%s%s: the tables hold %d, the counters say %d", scope, t.name, t.want, t.got)
 		}
 	}
-	if sum := by[push.StatusDelivered] + by[push.StatusGone] + by[push.StatusFailed] + by[push.StatusRetrying] + by[push.StatusCancelled] + by[push.StatusExpired] + unsent; sum != target {
+	if sum := by[provider.StatusDelivered] + by[provider.StatusGone] + by[provider.StatusFailed] + by[provider.StatusRetrying] + by[provider.StatusCancelled] + by[provider.StatusExpired] + unsent; sum != target {
 		problem("%sdelivered %d + gone %d + failed %d + retrying %d + cancelled %d + expired %d + unsent %d = %d ≠ target %d", scope,
-			by[push.StatusDelivered], by[push.StatusGone], by[push.StatusFailed], by[push.StatusRetrying], by[push.StatusCancelled], by[push.StatusExpired], unsent, sum, target)
+			by[provider.StatusDelivered], by[provider.StatusGone], by[provider.StatusFailed], by[provider.StatusRetrying], by[provider.StatusCancelled], by[provider.StatusExpired], unsent, sum, target)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/apns"
 	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -133,7 +133,7 @@ func runAPNsSend(ctx context.Context, args []string) error {
 	}.finish()
 }
 
-func apnsPermanentAdvice(out outcome.Outcome, reason string) string {
+func apnsPermanentAdvice(out provider.Outcome, reason string) string {
 	switch {
 	case errors.Is(out.Err, pushendpoint.ErrRefused):
 		return "not sent: the dial guard refused the endpoint; a local mock needs dev mode (--dev or " + envDev + "=1), or " +
@@ -149,7 +149,7 @@ func apnsPermanentAdvice(out outcome.Outcome, reason string) string {
 	return "APNs rejected the notification (" + reason + "); sending it again will not help"
 }
 
-func apnsRetryAdvice(out outcome.Outcome) string {
+func apnsRetryAdvice(out provider.Outcome) string {
 	var uerr x509.UnknownAuthorityError
 	if errors.As(out.Err, &uerr) {
 		return "the endpoint's certificate is not trusted: pass its CA with --ca FILE (or " + envPushCAFile + "); for the mock that is its --cert-file"

@@ -13,7 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 )
@@ -187,7 +187,7 @@ func fcmCredentialsFromEnv(log *slog.Logger, dev bool) (*fcm.Credentials, error)
 	return creds, nil
 }
 
-func fcmPermanentAdvice(out outcome.Outcome) string {
+func fcmPermanentAdvice(out provider.Outcome) string {
 	var fe *fcm.Error
 	errors.As(out.Err, &fe)
 	switch {
@@ -205,7 +205,7 @@ func fcmPermanentAdvice(out outcome.Outcome) string {
 	return "FCM rejected the message; sending it again will not help"
 }
 
-func fcmRetryAdvice(out outcome.Outcome) string {
+func fcmRetryAdvice(out provider.Outcome) string {
 	var uerr x509.UnknownAuthorityError
 	switch {
 	case errors.As(out.Err, &uerr):

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // sendReport is how the one-off senders (`notify webpush|fcm|apns send`)
@@ -13,7 +13,7 @@ import (
 // delivered, exitGone, exitPermanent or exitRetryable with the advice that
 // fits the outcome class.
 type sendReport struct {
-	out outcome.Outcome
+	out provider.Outcome
 	// fields are printed after outcome and status, as "name  value";
 	// empty values are left out.
 	fields [][2]string
@@ -39,11 +39,11 @@ func (r sendReport) finish() error {
 		line("retry", "after "+r.out.RetryAfter.Round(time.Second).String())
 	}
 	switch r.out.Kind {
-	case outcome.Delivered:
+	case provider.Delivered:
 		return nil
-	case outcome.Gone:
+	case provider.Gone:
 		return exitError{code: exitGone, msg: r.gone}
-	case outcome.PermanentFailure:
+	case provider.PermanentFailure:
 		return exitError{code: exitPermanent, msg: r.permanent}
 	default:
 		return exitError{code: exitRetryable, msg: r.retry}

@@ -8,7 +8,7 @@ import (
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/streams"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"math/rand/v2"
@@ -121,13 +121,13 @@ func (b *batch) add(res result) (release bool) {
 		return false
 	}
 	switch out.Kind {
-	case webpush.Delivered:
+	case provider.Delivered:
 		if res.rc.failures > 0 {
 			b.recovered = append(b.recovered, id)
 		}
 		b.nDelivered++
 		final(StatusDelivered)
-	case webpush.Gone:
+	case provider.Gone:
 		if res.rc.deleted {
 			r.attempts = b.attempt - 1
 		} else {
@@ -135,9 +135,9 @@ func (b *batch) add(res result) (release bool) {
 		}
 		b.nGone++
 		final(StatusGone)
-	case webpush.PermanentFailure:
+	case provider.PermanentFailure:
 		switch {
-		case res.rc.disabled || errors.Is(out.Err, errProviderNotConfigured):
+		case res.rc.disabled || errors.Is(out.Err, provider.ErrNotConfigured):
 			r.attempts = b.attempt - 1 // not sent
 		case deploymentsFault(out.Err):
 			if out.Status == 0 {
@@ -150,8 +150,7 @@ func (b *batch) add(res result) (release bool) {
 		final(StatusFailed)
 	default: // Retryable
 		switch {
-		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, webpush.ErrSenderClosed) ||
-			errors.Is(out.Err, fcm.ErrClosed) || errors.Is(out.Err, apns.ErrClientClosed):
+		case errors.Is(out.Err, context.Canceled) || errors.Is(out.Err, provider.ErrClosed):
 			// Cancelled by us (revoke, stop): it may or may not have
 			// reached the push service. Leave it unrecorded so the
 			// command's next owner sends it; its slot goes with the batch.
@@ -160,7 +159,7 @@ func (b *batch) add(res result) (release bool) {
 				b.tokens++
 			}
 			return false
-		case errors.Is(out.Err, webpush.ErrOriginPaused):
+		case errors.Is(out.Err, provider.ErrPaused):
 			// Not sent at all: the attempt does not count.
 			r.attempts = b.attempt - 1
 			b.deferred = append(b.deferred, id)
@@ -213,7 +212,7 @@ func deploymentsFault(err error) bool {
 }
 
 // reasonKey groups dead-letter causes: the HTTP status, or the error.
-func reasonKey(out webpush.Outcome) string {
+func reasonKey(out provider.Outcome) string {
 	if out.Status != 0 {
 		return fmt.Sprintf("http %d", out.Status)
 	}

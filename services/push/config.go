@@ -1,7 +1,6 @@
 package push
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,15 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 )
 
 // Sender delivers one Web Push message and reports its typed outcome.
 // *webpush.Sender implements it; tests may substitute their own.
-type Sender interface {
-	Send(ctx context.Context, m webpush.Message) webpush.Outcome
-}
+type Sender = webpush.MessageSender
 
 // Defaults of Config, documented on its fields.
 const (
@@ -49,7 +47,9 @@ type Config struct {
 	// Pool is the Postgres pool: recipients are read and outcomes recorded
 	// through it. Required. Size it ≥ MaxCommands/2 + 2.
 	Pool *pgxpool.Pool
-	// Sender sends each Web Push message. Required.
+	// Sender sends each Web Push message (registered as the webpush
+	// provider, with Urgency). Required unless Providers has a webpush
+	// one.
 	Sender Sender
 	// FCM and APNs send to devices of those platforms. Nil: the platform
 	// has no credentials; its devices are recorded failed with reason
@@ -58,6 +58,11 @@ type Config struct {
 	// is sent as usual. Default nil.
 	FCM  FCMSender
 	APNs APNsSender
+	// Providers are further providers by their Platform(), registered
+	// after Sender, FCM and APNs (so one of the same platform replaces
+	// those): a device's platform picks its provider, and one without is
+	// recorded provider_not_configured. Default none.
+	Providers []provider.Provider
 
 	// MaxInFlight caps sends that have started but whose outcome is not yet
 	// recorded in push_deliveries, over all commands of this worker. It is
@@ -216,8 +221,6 @@ func (c Config) validate() error {
 		return errors.New("push worker: kafka brokers are required")
 	case c.Pool == nil:
 		return errors.New("push worker: a database pool is required")
-	case c.Sender == nil:
-		return errors.New("push worker: a sender is required")
 	}
 	return c.validateSettings()
 }
@@ -250,7 +253,7 @@ func (c Config) validateSettings() error {
 		return fmt.Errorf("push worker: revoke-timeout must be positive, got %s", c.RevokeTimeout)
 	case c.HoldMax >= c.RevokeTimeout:
 		return fmt.Errorf("push worker: hold-max (%s) must be shorter than revoke-timeout (%s), or a held retry delays every rebalance", c.HoldMax, c.RevokeTimeout)
-	case c.TTL < 0 && c.TTL != webpush.TTLZero:
+	case c.TTL < 0 && c.TTL != provider.NowOrNever:
 		return fmt.Errorf("push worker: ttl must not be negative, got %s", c.TTL)
 	}
 	if _, err := webpush.ParseUrgency(string(c.Urgency)); err != nil {

@@ -4,189 +4,218 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/notify-dev/notify/services/push/webpush"
-	"github.com/notify-dev/notify/streams"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/services/push/provider"
+	"github.com/notify-dev/notify/streams"
 )
 
 // result is one finished send.
 type result struct {
 	rc    recipient
-	out   webpush.Outcome
+	out   provider.Outcome
 	token bool // holds a send slot until recorded
 }
 
 // deliver sends to every recipient concurrently (bounded by the worker's
-// send slots) and records outcomes in batches as they arrive. It returns nil
-// only when every recipient is recorded.
+// send slots) and records outcomes in batches as they arrive: a
+// dispatcher starts the sends, the recorder writes what they return. It
+// returns nil only when every recipient is recorded.
 func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, recips []recipient) error {
-	texts := newCommandTexts(cmd, w.cfg.TTL)
-	topic := pushTopic(cmd)
-	urgency := w.cfg.Urgency
-	if cmd.Priority == "high" {
-		urgency = webpush.UrgencyHigh
-	}
-	sendCtx, cancelSends := context.WithCancel(ctx)
-	defer cancelSends()
-	results := make(chan result, len(recips)) // never blocks a sender
-	var sends sync.WaitGroup
-	dispatched := make(chan int, 1)
-	// Once the command's partition is revoked or lost, no new send starts;
-	// those on the wire finish and are recorded (the give-up path below),
-	// and the next owner sends only the rest.
-	released := streams.PartitionReleased(ctx)
+	d := w.newDispatcher(ctx, cmd, len(recips))
+	defer d.cancel()
+	go d.run(recips)
+	return w.record(ctx, src, cmd, len(recips), d)
+}
+
+// dispatcher starts the sends of one command, each under its budget's
+// slot and a worker send slot, and hands every outcome to results.
+type dispatcher struct {
+	w   *Worker
+	cmd *streams.PushCommand
+	// texts are what the command's deliveries share, per locale
+	// (newCommandTexts).
+	texts commandTexts
+	// ctx is the sends' context; cancel stops them (the recorder gives up).
+	ctx    context.Context
+	cancel context.CancelFunc
+	// released: once the command's partition is revoked or lost, no new
+	// send starts; those on the wire finish and are recorded (the
+	// recorder's give-up path), and the next owner sends only the rest.
+	released <-chan struct{}
+	results  chan result // never blocks a sender: room for every recipient
+	sends    sync.WaitGroup
+	// dispatched receives, once run ends, how many results it made.
+	dispatched chan int
 	// halt: the event's state stopped the dispatch (see control.go);
 	// written before dispatched is sent, read after it is received.
-	var halt string
-	go func() {
-		n := 0
-		defer func() { dispatched <- n }()
-		send := func(rc recipient, origin string) bool {
-			select {
-			case <-released:
-				w.origins.release(origin)
-				return false
-			default:
-			}
-			select {
-			case w.tokens <- struct{}{}:
-			case <-sendCtx.Done():
-				w.origins.release(origin)
-				return false
-			case <-released:
-				w.origins.release(origin)
-				return false
-			}
-			// Checked with the slot in hand: the wait for it may be long.
-			if s, stop := w.halted(sendCtx, cmd.EventID); stop {
-				<-w.tokens
-				w.origins.release(origin)
-				halt = s
-				return false
-			}
-			w.m.unrecorded.Inc()
-			n++
-			sends.Add(1)
-			go func() {
-				defer sends.Done()
-				// The last moment before a request: past expires_at the
-				// device is recorded expired instead (see expiry.go).
-				// Nothing is sent, so nothing a crash could repeat: the
-				// slot goes back at once.
-				for held := 0; ; held++ {
-					ttl, expired := lifetime(&cmd, w.cfg.TTL, time.Now())
-					if expired {
-						w.origins.release(origin)
-						w.release(1)
-						results <- result{rc: rc, out: expiredOutcome()}
-						return
-					}
-					var out webpush.Outcome
-					payload, app := texts.of(rc)
-					switch {
-					case rc.platform == platformWebPush:
-						if ttl == 0 {
-							ttl = w.cfg.TTL
-						}
-						out = w.cfg.Sender.Send(sendCtx, webpush.Message{
-							Subscription: webpush.Subscription{Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth},
-							Payload:      payload,
-							TTL:          ttl,
-							Urgency:      urgency,
-							Topic:        topic,
-						})
-					case ttl > 0:
-						a := *app // the remaining lifetime, not the configured TTL
-						a.fcmTTL, a.apnsTTL = ttl, ttl
-						out = w.sendApp(sendCtx, rc, &a)
-					default:
-						out = w.sendApp(sendCtx, rc, app)
-					}
-					w.origins.release(origin)
-					if held < maxHeldRetries && w.holdable(&cmd, out) &&
-						w.waitRetryAfter(sendCtx, released, out.RetryAfter) && !w.isHalted(sendCtx, cmd.EventID) &&
-						w.reacquire(sendCtx, released, origin) {
-						w.m.heldRetries.Inc()
-						continue
-					}
-					results <- result{rc: rc, out: out, token: true}
-					return
-				}
-			}()
-			return true
-		}
-		// Every recipient whose origin is under its budget goes at once;
-		// the others queue per origin and go as their origin frees a slot,
-		// so a slow origin holds back only its own recipients.
-		queued := map[string][]recipient{}
-		var origins []string // queued's keys, in order of first appearance
-		for _, rc := range recips {
-			switch {
-			case rc.deleted:
-				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.Gone, Err: errSubscriptionDeleted}}
-				n++
-			case rc.disabled:
-				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.PermanentFailure, Err: errSubscriptionDisabled}}
-				n++
-			case !w.hasProvider(rc.platform):
-				results <- result{rc: rc, out: webpush.Outcome{Kind: webpush.PermanentFailure, Err: notConfigured(rc.platform)}}
-				w.m.notConfigured(rc.platform).Inc()
-				n++
-			default:
-				// FCM and APNs devices share one budget per platform, as
-				// the devices of one push-service origin do: a slow
-				// provider holds back only its own devices.
-				origin := rc.platform
-				if rc.platform == platformWebPush {
-					origin = webpush.EndpointOrigin(rc.endpoint)
-				}
-				if q, ok := queued[origin]; ok {
-					queued[origin] = append(q, rc) // keep the origin's order
-				} else if !w.origins.tryAcquire(origin) {
-					queued[origin] = []recipient{rc}
-					origins = append(origins, origin)
-				} else if !send(rc, origin) {
-					return
-				}
-			}
-		}
-		for len(origins) > 0 {
-			// Watch before looking, so a slot freed meanwhile still wakes us.
-			freed, unwatch := w.origins.watch()
-			progress := false
-			left := origins[:0]
-			for _, origin := range origins {
-				q := queued[origin]
-				for len(q) > 0 && w.origins.tryAcquire(origin) {
-					if !send(q[0], origin) {
-						unwatch()
-						return
-					}
-					q, progress = q[1:], true
-				}
-				if queued[origin] = q; len(q) > 0 {
-					left = append(left, origin)
-				}
-			}
-			origins = left
-			if !progress && len(origins) > 0 {
-				select {
-				case <-freed:
-				case <-sendCtx.Done():
-					unwatch()
-					return
-				case <-released:
-					unwatch()
-					return
-				}
-			}
-			unwatch()
-		}
-	}()
+	halt string
+	n    int
+}
 
+func (w *Worker) newDispatcher(ctx context.Context, cmd streams.PushCommand, n int) *dispatcher {
+	sendCtx, cancel := context.WithCancel(ctx)
+	return &dispatcher{w: w, cmd: &cmd, texts: newCommandTexts(cmd), ctx: sendCtx, cancel: cancel,
+		released: streams.PartitionReleased(ctx), results: make(chan result, n), dispatched: make(chan int, 1)}
+}
+
+// queued is a recipient waiting for its budget's slot.
+type queued struct {
+	rc     recipient
+	p      provider.Provider
+	budget string
+}
+
+// run dispatches recips. Every recipient whose budget (a Web Push origin,
+// or a platform) is under its cap goes at once; the others queue per
+// budget and go as it frees a slot, so a slow origin holds back only its
+// own recipients. Recipients that need no send (deleted, disabled, no
+// provider) are answered here.
+func (d *dispatcher) run(recips []recipient) {
+	w := d.w
+	defer func() { d.dispatched <- d.n }()
+	queue := map[string][]queued{}
+	var budgets []string // queue's keys, in order of first appearance
+	for _, rc := range recips {
+		p := w.providers[provider.Platform(rc.platform)]
+		switch {
+		case rc.deleted:
+			d.answer(rc, provider.Outcome{Kind: provider.Gone, Err: errSubscriptionDeleted})
+		case rc.disabled:
+			d.answer(rc, provider.Outcome{Kind: provider.PermanentFailure, Err: errSubscriptionDisabled})
+		case p == nil:
+			d.answer(rc, notConfigured(rc.platform))
+			w.m.notConfigured(rc.platform).Inc()
+		default:
+			q := queued{rc: rc, p: p, budget: p.Budget(rc.device())}
+			if pending, ok := queue[q.budget]; ok {
+				queue[q.budget] = append(pending, q) // keep the budget's order
+			} else if !w.origins.tryAcquire(q.budget) {
+				queue[q.budget] = []queued{q}
+				budgets = append(budgets, q.budget)
+			} else if !d.start(q) {
+				return
+			}
+		}
+	}
+	for len(budgets) > 0 {
+		// Watch before looking, so a slot freed meanwhile still wakes us.
+		freed, unwatch := w.origins.watch()
+		progress := false
+		left := budgets[:0]
+		for _, b := range budgets {
+			pending := queue[b]
+			for len(pending) > 0 && w.origins.tryAcquire(b) {
+				if !d.start(pending[0]) {
+					unwatch()
+					return
+				}
+				pending, progress = pending[1:], true
+			}
+			if queue[b] = pending; len(pending) > 0 {
+				left = append(left, b)
+			}
+		}
+		budgets = left
+		if !progress && len(budgets) > 0 {
+			select {
+			case <-freed:
+			case <-d.ctx.Done():
+				unwatch()
+				return
+			case <-d.released:
+				unwatch()
+				return
+			}
+		}
+		unwatch()
+	}
+}
+
+// answer records an outcome reached without a send.
+func (d *dispatcher) answer(rc recipient, out provider.Outcome) {
+	d.results <- result{rc: rc, out: out}
+	d.n++
+}
+
+// start takes a worker send slot for q (whose budget slot the caller
+// holds) and sends it on its own goroutine; false when the dispatch must
+// stop (cancelled, released or halted), the budget slot given back.
+func (d *dispatcher) start(q queued) bool {
+	w := d.w
+	select {
+	case <-d.released:
+		w.origins.release(q.budget)
+		return false
+	default:
+	}
+	select {
+	case w.tokens <- struct{}{}:
+	case <-d.ctx.Done():
+		w.origins.release(q.budget)
+		return false
+	case <-d.released:
+		w.origins.release(q.budget)
+		return false
+	}
+	// Checked with the slot in hand: the wait for it may be long.
+	if s, stop := w.halted(d.ctx, d.cmd.EventID); stop {
+		<-w.tokens
+		w.origins.release(q.budget)
+		d.halt = s
+		return false
+	}
+	w.m.unrecorded.Inc()
+	d.n++
+	d.sends.Add(1)
+	go d.send(q)
+	return true
+}
+
+// send sends q once, or up to maxHeldRetries more times when a sparse 429
+// is worth waiting out in place, and hands back the outcome.
+func (d *dispatcher) send(q queued) {
+	defer d.sends.Done()
+	w := d.w
+	for held := 0; ; held++ {
+		// The last moment before a request: past expires_at the device is
+		// recorded expired instead (see expiry.go). Nothing is sent, so
+		// nothing a crash could repeat: the slot goes back at once.
+		ttl, expired := lifetime(d.cmd, w.cfg.TTL, time.Now())
+		if expired {
+			w.origins.release(q.budget)
+			w.release(1)
+			d.results <- result{rc: q.rc, out: expiredOutcome()}
+			return
+		}
+		if ttl == 0 {
+			ttl = w.cfg.TTL // the remaining lifetime, else the configured TTL
+		}
+		del := *d.texts.of(q.rc)
+		del.Device, del.TTL = q.rc.device(), ttl
+		out := q.p.Send(d.ctx, del)
+		w.origins.release(q.budget)
+		if held < maxHeldRetries && w.holdable(d.cmd, out) &&
+			w.waitRetryAfter(d.ctx, d.released, out.RetryAfter) && !w.isHalted(d.ctx, d.cmd.EventID) &&
+			w.reacquire(d.ctx, d.released, q.budget) {
+			w.m.heldRetries.Inc()
+			continue
+		}
+		d.results <- result{rc: q.rc, out: out, token: true}
+		return
+	}
+}
+
+// record writes d's outcomes in batches as they arrive (every BatchSize,
+// or FlushInterval after the first unwritten one) until all n recipients
+// are recorded. On a failure it stops the dispatch, waits for the sends
+// on the wire, records what is known on a short detached deadline and
+// returns the failure, so the next owner repeats as little as possible.
+func (w *Worker) record(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, n int, d *dispatcher) error {
 	b := newBatch(cmd, w.cfg.MaxAttempts)
 	received, total := 0, -1
 	tick := time.NewTicker(w.cfg.FlushInterval)
@@ -194,7 +223,7 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	var failure error
 	for failure == nil && (total < 0 || received < total) {
 		select {
-		case res := <-results:
+		case res := <-d.results:
 			received++
 			if b.add(res) {
 				w.release(1)
@@ -202,7 +231,7 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 			if b.len() >= w.cfg.BatchSize {
 				failure = w.flush(ctx, src, cmd, b, false)
 			}
-		case total = <-dispatched:
+		case total = <-d.dispatched:
 		case <-tick.C:
 			if b.len() > 0 && time.Since(b.first) >= w.cfg.FlushInterval {
 				failure = w.flush(ctx, src, cmd, b, false)
@@ -214,15 +243,15 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	if failure == nil && b.unknown > 0 {
 		failure = fmt.Errorf("%d sends ended without an answer; the command will be redone for them", b.unknown)
 	}
-	if failure == nil && total < len(recips) && halt != "" {
+	if failure == nil && total < n && d.halt != "" {
 		// Paused or cancelled mid-command: record what was sent; the
 		// caller parks the command or cancels the rest.
 		if failure = w.flush(ctx, src, cmd, b, true); failure == nil {
-			return &errHalted{state: halt}
+			return &errHalted{state: d.halt}
 		}
 	}
-	if failure == nil && total < len(recips) {
-		failure = fmt.Errorf("dispatched %d of %d sends", total, len(recips))
+	if failure == nil && total < n {
+		failure = fmt.Errorf("dispatched %d of %d sends", total, n)
 	}
 	if failure == nil {
 		failure = w.flush(ctx, src, cmd, b, true)
@@ -234,13 +263,13 @@ func (w *Worker) deliver(ctx context.Context, src *kgo.Record, cmd streams.PushC
 	// Give up: stop dispatching, let sends on the wire return (cancelled),
 	// record what is known on a short detached deadline so the next owner
 	// repeats as little as possible, and hand the command back.
-	cancelSends()
+	d.cancel()
 	if total < 0 {
-		total = <-dispatched
+		total = <-d.dispatched
 	}
-	sends.Wait()
+	d.sends.Wait()
 	for received < total {
-		if b.add(<-results) {
+		if b.add(<-d.results) {
 			w.release(1)
 		}
 		received++
@@ -293,9 +322,9 @@ const maxHeldRetries = 3
 // its not-before time — only added its round trip to the wait; a
 // sustained one pauses the origin, and later sends come back
 // ErrOriginPaused, which is never held.
-func (w *Worker) holdable(cmd *streams.PushCommand, out webpush.Outcome) bool {
-	if w.cfg.HoldRetryAfter <= 0 || out.Kind != webpush.Retryable || out.Status != http.StatusTooManyRequests ||
-		out.RetryAfter <= 0 || out.RetryAfter > w.cfg.HoldRetryAfter || errors.Is(out.Err, webpush.ErrOriginPaused) {
+func (w *Worker) holdable(cmd *streams.PushCommand, out provider.Outcome) bool {
+	if w.cfg.HoldRetryAfter <= 0 || out.Kind != provider.Retryable || out.Status != http.StatusTooManyRequests ||
+		out.RetryAfter <= 0 || out.RetryAfter > w.cfg.HoldRetryAfter || errors.Is(out.Err, provider.ErrPaused) {
 		return false
 	}
 	_, expired := lifetime(cmd, w.cfg.TTL, time.Now().Add(out.RetryAfter))

@@ -15,7 +15,7 @@ import (
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -86,7 +86,7 @@ func TestDeploymentFaultsDoNotCountTowardDisabling(t *testing.T) {
 
 	cases := []struct {
 		name string
-		out  outcome.Outcome
+		out  provider.Outcome
 	}{
 		{"fcm token exchange refused", fc.Send(ctx, fcm.Message{Token: "device-token", EventID: evA})},
 		{"dial guard refusal", newAPNs("com.example.app", guard.Dialer(5*time.Second)).Send(ctx, note)},
@@ -95,7 +95,7 @@ func TestDeploymentFaultsDoNotCountTowardDisabling(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.out.Kind != outcome.PermanentFailure {
+			if c.out.Kind != provider.PermanentFailure {
 				t.Fatalf("outcome %v (%v), want a permanent failure", c.out.Kind, c.out.Err)
 			}
 			b := newBatch(streams.PushCommand{Attempt: 1}, 5)

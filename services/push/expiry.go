@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -23,12 +23,12 @@ var errExpired = errors.New("event expired before this device was sent; not sent
 
 // expiredOutcome is what a device of an expired event gets instead of a
 // send.
-func expiredOutcome() webpush.Outcome {
-	return webpush.Outcome{Kind: webpush.PermanentFailure, Err: errExpired}
+func expiredOutcome() provider.Outcome {
+	return provider.Outcome{Kind: provider.PermanentFailure, Err: errExpired}
 }
 
 // isExpired reports whether out is an expiredOutcome.
-func isExpired(out webpush.Outcome) bool { return errors.Is(out.Err, errExpired) }
+func isExpired(out provider.Outcome) bool { return errors.Is(out.Err, errExpired) }
 
 // lifetime is what is left of cmd's event at now: ttl is the time-to-live
 // to give the push services (0: the provider's configured default, when
@@ -44,8 +44,8 @@ func lifetime(cmd *streams.PushCommand, configured time.Duration, now time.Time)
 	switch {
 	case left <= 0:
 		return 0, true
-	case configured == webpush.TTLZero:
-		return webpush.TTLZero, false
+	case configured == provider.NowOrNever:
+		return provider.NowOrNever, false
 	}
 	return left, false
 }

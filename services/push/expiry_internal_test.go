@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -24,7 +24,7 @@ func TestLifetime(t *testing.T) {
 		{"under a second", at(300 * time.Millisecond), 0, 300 * time.Millisecond, false},
 		{"exactly now: expired", at(0), 0, 0, true},
 		{"past: expired", at(-time.Second), 0, 0, true},
-		{"configured TTL 0 stays", at(time.Hour), webpush.TTLZero, webpush.TTLZero, false},
+		{"configured TTL 0 stays", at(time.Hour), provider.NowOrNever, provider.NowOrNever, false},
 	} {
 		cmd := streams.PushCommand{ExpiresAt: tc.expires}
 		ttl, expired := lifetime(&cmd, tc.configured, now)

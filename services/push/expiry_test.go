@@ -10,7 +10,7 @@ import (
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/streams"
@@ -124,14 +124,14 @@ type capture struct {
 	ttls map[string][]time.Duration
 }
 
-func (c *capture) add(platform string, ttl time.Duration) outcome.Outcome {
+func (c *capture) add(platform string, ttl time.Duration) provider.Outcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ttls == nil {
 		c.ttls = map[string][]time.Duration{}
 	}
 	c.ttls[platform] = append(c.ttls[platform], ttl)
-	return outcome.Outcome{Kind: outcome.Delivered, Status: 201}
+	return provider.Outcome{Kind: provider.Delivered, Status: 201}
 }
 
 type captureWebPush struct{ *capture }
@@ -142,13 +142,13 @@ func (c captureWebPush) Send(_ context.Context, m webpush.Message) webpush.Outco
 
 type captureFCM struct{ *capture }
 
-func (c captureFCM) Send(_ context.Context, m fcm.Message) outcome.Outcome {
+func (c captureFCM) Send(_ context.Context, m fcm.Message) provider.Outcome {
 	return c.add("fcm", m.TTL)
 }
 
 type captureAPNs struct{ *capture }
 
-func (c captureAPNs) Send(_ context.Context, n apns.Notification) outcome.Outcome {
+func (c captureAPNs) Send(_ context.Context, n apns.Notification) provider.Outcome {
 	return c.add("apns", n.TTL)
 }
 

@@ -1,17 +1,16 @@
 package push
 
 import (
-	"time"
-
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"github.com/notify-dev/notify/services/notifications"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/notify-dev/notify/services/notifications"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 )
@@ -33,44 +32,43 @@ type pushPayload struct {
 	CollapseKey string          `json:"collapse_key,omitempty"`
 }
 
-// commandTexts are a command's messages, built once per command — once
+// commandTexts are a command's deliveries, built once per command — once
 // per rendered locale for a templated event — and shared by its devices.
 type commandTexts struct {
 	locales       map[string]streams.LocaleText
 	defaultLocale string
-	payloads      map[string][]byte
-	apps          map[string]*appMessage
+	deliveries    map[string]*provider.Delivery
 }
 
-func newCommandTexts(cmd streams.PushCommand, ttl time.Duration) commandTexts {
-	t := commandTexts{locales: cmd.Locales, defaultLocale: cmd.DefaultLocale, payloads: map[string][]byte{}, apps: map[string]*appMessage{}}
+func newCommandTexts(cmd streams.PushCommand) commandTexts {
+	t := commandTexts{locales: cmd.Locales, defaultLocale: cmd.DefaultLocale, deliveries: map[string]*provider.Delivery{}}
+	add := func(tag string, c streams.PushCommand) {
+		d := newDelivery(c)
+		t.deliveries[tag] = &d
+	}
 	if len(cmd.Locales) == 0 {
-		app := newAppMessage(cmd, ttl)
-		t.payloads[""], t.apps[""] = buildPayload(cmd), &app
+		add("", cmd)
 		return t
 	}
 	for tag, lt := range cmd.Locales {
 		c := cmd
 		c.Title, c.Body = lt.Title, lt.Body
-		app := newAppMessage(c, ttl)
-		t.payloads[tag], t.apps[tag] = buildPayload(c), &app
+		add(tag, c)
 	}
 	if _, ok := cmd.Locales[cmd.DefaultLocale]; !ok {
 		// Not from this pipeline (the planner refuses it); the command's
 		// own title and body stand in.
-		app := newAppMessage(cmd, ttl)
-		t.payloads[cmd.DefaultLocale], t.apps[cmd.DefaultLocale] = buildPayload(cmd), &app
+		add(cmd.DefaultLocale, cmd)
 	}
 	return t
 }
 
-// of is rc's message: its student's locale's (read-only, shared).
-func (t commandTexts) of(rc recipient) ([]byte, *appMessage) {
+// of is rc's delivery: its student's locale's (read-only, shared).
+func (t commandTexts) of(rc recipient) *provider.Delivery {
 	if len(t.locales) == 0 {
-		return t.payloads[""], t.apps[""]
+		return t.deliveries[""]
 	}
-	tag := notifications.PickLocale(rc.locale, t.locales, t.defaultLocale)
-	return t.payloads[tag], t.apps[tag]
+	return t.deliveries[notifications.PickLocale(rc.locale, t.locales, t.defaultLocale)]
 }
 
 // defaultTitle is shown when the command carries no title.

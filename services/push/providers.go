@@ -1,147 +1,131 @@
 package push
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/streams"
 )
 
-// Platforms of push_subscriptions.platform (migration 0007_devices).
-const (
-	platformWebPush = "webpush"
-	platformFCM     = "fcm"
-	platformAPNs    = "apns"
-)
-
 // FCMSender sends one FCM HTTP v1 message; *fcm.Client implements it.
-type FCMSender interface {
-	Send(ctx context.Context, m fcm.Message) outcome.Outcome
-}
+type FCMSender = fcm.Sender
 
 // APNsSender sends one APNs notification; *apns.Client implements it.
-type APNsSender interface {
-	Send(ctx context.Context, n apns.Notification) outcome.Outcome
-}
+type APNsSender = apns.Sender
 
-// errProviderNotConfigured is the recorded reason (push_deliveries.error)
-// for a device whose platform this worker has no credentials for: the
-// device is recorded failed without a send, so the event's accounting is
-// complete and the gap is visible, and it does not count toward disabling
-// the device (the fault is the deployment's).
-var errProviderNotConfigured = errors.New("provider_not_configured")
+// registry is the worker's providers by platform: the one place the
+// worker learns which platforms it can send to. It holds no
+// platform-specific logic; each provider brings its own.
+type registry map[provider.Platform]provider.Provider
 
-func notConfigured(platform string) error {
-	switch platform {
-	case platformFCM:
-		return fmt.Errorf("%w: no FCM credentials (NOTIFY_FCM_CREDENTIALS)", errProviderNotConfigured)
-	case platformAPNs:
-		return fmt.Errorf("%w: no APNs key (NOTIFY_APNS_KEY_FILE)", errProviderNotConfigured)
+// newRegistry registers Config.Sender, FCM and APNs (when set) through
+// their platforms' providers, then Config.Providers, which may add
+// platforms or replace those.
+func newRegistry(c Config) (registry, error) {
+	r := registry{}
+	if c.Sender != nil {
+		r[provider.WebPush] = webpush.NewProvider(c.Sender, c.Urgency)
 	}
-	return fmt.Errorf("%w: unknown platform %q", errProviderNotConfigured, platform)
-}
-
-// hasProvider reports whether a device of platform can be sent to.
-func (w *Worker) hasProvider(platform string) bool {
-	switch platform {
-	case platformWebPush:
-		return true
-	case platformFCM:
-		return w.cfg.FCM != nil
-	case platformAPNs:
-		return w.cfg.APNs != nil
+	if c.FCM != nil {
+		r[provider.FCM] = fcm.NewProvider(c.FCM)
 	}
-	return false
+	if c.APNs != nil {
+		r[provider.APNs] = apns.NewProvider(c.APNs)
+	}
+	for _, p := range c.Providers {
+		if p == nil || p.Platform() == "" {
+			return nil, fmt.Errorf("push worker: providers: a provider without a platform")
+		}
+		r[p.Platform()] = p
+	}
+	if r[provider.WebPush] == nil {
+		return nil, fmt.Errorf("push worker: a Web Push sender is required")
+	}
+	return r, nil
 }
 
-// providers names the platforms this worker sends to, for its start log.
-func (c Config) providers() (enabled, disabled []string) {
-	enabled = []string{platformWebPush}
-	for _, p := range []struct {
-		name string
-		on   bool
-	}{{platformFCM, c.FCM != nil}, {platformAPNs, c.APNs != nil}} {
-		if p.on {
-			enabled = append(enabled, p.name)
+// notConfiguredHints name the setting that would give a platform its
+// provider, for the recorded reason; a platform without one gets a
+// generic hint.
+var notConfiguredHints = map[provider.Platform]string{
+	provider.FCM:  "no FCM credentials (NOTIFY_FCM_CREDENTIALS)",
+	provider.APNs: "no APNs key (NOTIFY_APNS_KEY_FILE)",
+}
+
+// notConfigured is the outcome of a device whose platform this worker has
+// no provider for (push_deliveries.error 'provider_not_configured: …'):
+// the device is recorded failed without a send, so the event's accounting
+// is complete and the gap is visible, and it does not count toward
+// disabling the device (the fault is the deployment's).
+func notConfigured(platform string) provider.Outcome {
+	p := provider.Platform(platform)
+	hint, ok := notConfiguredHints[p]
+	if !ok {
+		hint = fmt.Sprintf("unknown platform %q", platform)
+	}
+	return provider.NotConfigured(p, hint)
+}
+
+// enabled and disabled name the platforms this worker sends to and the
+// known ones it does not, for its start log.
+func (r registry) names() (enabled, disabled []string) {
+	for _, p := range provider.Platforms() {
+		if r[p] != nil {
+			enabled = append(enabled, string(p))
 		} else {
-			disabled = append(disabled, p.name)
+			disabled = append(disabled, string(p))
+		}
+	}
+	for p := range r {
+		if !isKnown(p) {
+			enabled = append(enabled, string(p))
 		}
 	}
 	return enabled, disabled
 }
 
-// appMessage is what FCM and APNs messages of one command share, built
-// once per command from the fields of the Web Push payload.
-type appMessage struct {
-	title, body, eventID, courseID, url string
-	typ, collapseKey                    string
-	rawData                             json.RawMessage
-	high                                bool
-	data                                map[string]string // APNs custom keys; read-only once built
-	fcmTTL, apnsTTL                     time.Duration
+func isKnown(p provider.Platform) bool {
+	for _, k := range provider.Platforms() {
+		if k == p {
+			return true
+		}
+	}
+	return false
 }
 
-func newAppMessage(cmd streams.PushCommand, ttl time.Duration) appMessage {
-	m := appMessage{title: cmd.Title, body: cmd.Body, eventID: cmd.EventID, courseID: cmd.CourseID, url: cmd.URL,
-		collapseKey: cmd.CollapseKey, high: cmd.Priority == "high"}
-	if m.title == "" {
-		m.title = defaultTitle
+// newDelivery is what every delivery of one command (of one locale)
+// shares, built once: the Web Push payload and Topic (the collapse key's,
+// else the event's), and the fields FCM and APNs render (APNs's custom
+// keys read-only once built). The dispatcher fills in each device and its
+// TTL.
+func newDelivery(cmd streams.PushCommand) provider.Delivery {
+	d := provider.Delivery{EventID: cmd.EventID, Title: cmd.Title, Body: cmd.Body, CourseID: cmd.CourseID, URL: cmd.URL,
+		CollapseKey: cmd.CollapseKey, High: cmd.Priority == "high", Payload: buildPayload(cmd), Topic: pushTopic(cmd)}
+	if d.Title == "" {
+		d.Title = defaultTitle
 	}
-	m.data = map[string]string{}
+	d.Data = map[string]string{}
 	if cmd.CourseID != "" {
-		m.data["course_id"] = cmd.CourseID
+		d.Data["course_id"] = cmd.CourseID
 	}
 	if cmd.URL != "" {
-		m.data["url"] = cmd.URL
+		d.Data["url"] = cmd.URL
 	}
 	if cmd.Type != "" && cmd.Type != streams.TypeMaterial {
-		m.typ = cmd.Type
-		m.data["type"] = cmd.Type
+		d.Type = cmd.Type
+		d.Data["type"] = cmd.Type
 	}
 	if len(cmd.Data) > 0 {
-		m.rawData = compactJSON(cmd.Data)
+		d.RawData = compactJSON(cmd.Data)
 	}
-	switch {
-	case ttl == webpush.TTLZero:
-		// Deliver now or never: APNs has it (expiration 0); FCM's
-		// shortest android.ttl the client takes is a second.
-		m.fcmTTL, m.apnsTTL = time.Second, apns.TTLOnce
-	default:
-		m.fcmTTL, m.apnsTTL = ttl, ttl // 0: each client's default
-	}
-	return m
+	return d
 }
 
-// sendApp sends to an FCM or APNs device; the caller checked hasProvider.
-// The event id — or the notification's collapse key — is FCM's
-// collapse_key and APNs' collapse id, so a resend (or a newer
-// notification of the key) replaces an undelivered copy. Priority high
-// is FCM android priority HIGH and APNs priority 10 (otherwise each
-// client's configured default: FCM's own, APNs 10 unless configured).
-func (w *Worker) sendApp(ctx context.Context, rc recipient, m *appMessage) outcome.Outcome {
-	if rc.platform == platformFCM {
-		msg := fcm.Message{Token: rc.token, Title: m.title, Body: m.body, EventID: m.eventID,
-			CourseID: m.courseID, URL: m.url, Type: m.typ, Data: string(m.rawData), CollapseKey: m.collapseKey, TTL: m.fcmTTL}
-		if m.high {
-			msg.Priority = "HIGH"
-		}
-		return w.cfg.FCM.Send(ctx, msg)
-	}
-	env := apns.Production
-	if rc.env == string(apns.Sandbox) {
-		env = apns.Sandbox
-	}
-	n := apns.Notification{DeviceToken: rc.token, Environment: env, Topic: rc.topic,
-		EventID: m.eventID, Title: m.title, Body: m.body, Data: m.data, RawData: m.rawData, CollapseID: m.collapseKey, TTL: m.apnsTTL}
-	if m.high {
-		n.Priority = 10
-	}
-	return w.cfg.APNs.Send(ctx, n)
+// device is where rc's delivery goes.
+func (rc *recipient) device() provider.Device {
+	return provider.Device{Platform: provider.Platform(rc.platform), Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth,
+		Token: rc.token, Topic: rc.topic, Environment: rc.env}
 }

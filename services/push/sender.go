@@ -8,6 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
@@ -57,7 +58,7 @@ func NewWebPushSender(s SenderSettings, log *slog.Logger, set *metrics.Set) (*we
 	if s.ConnectTimeout < 0 {
 		return nil, fmt.Errorf("connect-timeout must not be negative, got %s", s.ConnectTimeout)
 	}
-	if s.TTL < 0 && s.TTL != webpush.TTLZero {
+	if s.TTL < 0 && s.TTL != provider.NowOrNever {
 		return nil, fmt.Errorf("ttl must not be negative, got %s", s.TTL)
 	}
 	if s.Endpoints == nil {

@@ -11,29 +11,25 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/streams"
 )
 
-// Delivery statuses in push_deliveries. delivered, gone, failed,
-// cancelled and expired are final: nothing ever overwrites them. retrying
-// means a retry command for the row is in the outbox (written in the same
-// transaction). cancelled and expired are written without a request: the
-// event was cancelled, or its expires_at passed, before the device was
-// sent.
+// Delivery statuses in push_deliveries: see provider.StatusDelivered.
 const (
-	StatusDelivered = "delivered"
-	StatusGone      = "gone"
-	StatusFailed    = "failed"
-	StatusRetrying  = "retrying"
-	StatusCancelled = "cancelled"
-	StatusExpired   = "expired"
+	StatusDelivered = provider.StatusDelivered
+	StatusGone      = provider.StatusGone
+	StatusFailed    = provider.StatusFailed
+	StatusRetrying  = provider.StatusRetrying
+	StatusCancelled = provider.StatusCancelled
+	StatusExpired   = provider.StatusExpired
 )
 
 // recipient is one subscription a command sends to.
 type recipient struct {
 	id int64
-	// platform is the device's: platformWebPush (endpoint, p256dh, auth),
-	// platformFCM (token) or platformAPNs (token, topic, environment).
+	// platform is the device's (a provider.Platform): webpush (endpoint,
+	// p256dh, auth), fcm (token) or apns (token, topic, environment).
 	platform string
 	endpoint string
 	p256dh   []byte

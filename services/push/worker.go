@@ -36,6 +36,9 @@ type Worker struct {
 	log      *slog.Logger
 	consumer *streams.Consumer
 	m        *workerMetrics
+	// providers sends each device by its platform; a platform without one
+	// is recorded provider_not_configured.
+	providers registry
 
 	// tokens holds one slot per send from its start until its outcome is
 	// recorded: the bound on what a crash can repeat.
@@ -101,12 +104,17 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	providers, err := newRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
 	w := &Worker{
-		cfg:     cfg,
-		m:       newWorkerMetrics(cfg.Metrics),
-		tokens:  make(chan struct{}, cfg.MaxInFlight),
-		origins: newOriginBudget(cfg.MaxInFlightPerOrigin),
-		cmdBusy: map[commandKey]chan struct{}{},
+		cfg:       cfg,
+		providers: providers,
+		m:         newWorkerMetrics(cfg.Metrics),
+		tokens:    make(chan struct{}, cfg.MaxInFlight),
+		origins:   newOriginBudget(cfg.MaxInFlightPerOrigin),
+		cmdBusy:   map[commandKey]chan struct{}{},
 	}
 	// Half the command slots may load and send at once (plenty to keep
 	// every send slot busy); the other half is where early retries wait,
@@ -155,7 +163,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// webpush.GCPercent. Skipped when GOGC is set.
 	w.restoreGC = webpush.RaiseGCPercent()
 	run.Go(func() { w.lagLoop(run.Soft()) })
-	enabled, disabled := w.cfg.providers()
+	enabled, disabled := w.providers.names()
 	if len(disabled) > 0 {
 		w.log.Warn("push providers without credentials: their devices are recorded failed (provider_not_configured)", "disabled", disabled)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -64,7 +64,7 @@ func TestAppSendsOverHTTP2(t *testing.T) {
 	var mu sync.Mutex
 	kinds := map[string]int{}
 	var wg sync.WaitGroup
-	send := func(platform string, do func() outcome.Outcome) {
+	send := func(platform string, do func() provider.Outcome) {
 		wg.Go(func() {
 			start := time.Now()
 			out := do()
@@ -77,17 +77,17 @@ func TestAppSendsOverHTTP2(t *testing.T) {
 		})
 	}
 	for i := range int64(n) {
-		send("fcm", func() outcome.Outcome {
+		send("fcm", func() provider.Outcome {
 			return fc.Send(context.Background(), fcm.Message{Token: pushmock.FCMToken(creds.ProjectID, i+1), Title: "t", EventID: "e1"})
 		})
-		send("apns", func() outcome.Outcome {
+		send("apns", func() provider.Outcome {
 			return ac.Send(context.Background(), apns.Notification{DeviceToken: fmt.Sprintf("%064x", i+1), Title: "t", EventID: "e1"})
 		})
 	}
 	wg.Wait()
 	// A token the mock does not know: refused by the same check HTTP/1.1
 	// requests get.
-	if out := fc.Send(context.Background(), fcm.Message{Token: "not-a-mock-token", Title: "t"}); out.Kind != outcome.PermanentFailure || out.Status != 400 {
+	if out := fc.Send(context.Background(), fcm.Message{Token: "not-a-mock-token", Title: "t"}); out.Kind != provider.PermanentFailure || out.Status != 400 {
 		t.Errorf("unknown FCM token: %v %d %v", out.Kind, out.Status, out.Err)
 	}
 	st := m.Stats()

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // DefaultSubsRatio is subscriptions per student in the reference data set:
@@ -219,10 +221,10 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 				id := res.Subscriptions + int64(i) + 1
 				row[0] = id
 				if k := int64(i); k < res.FCMDevices {
-					row[1], row[2], row[3], row[4] = ds.user(int(k)), "fcm", o.FCMToken(id), nil
+					row[1], row[2], row[3], row[4] = ds.user(int(k)), string(provider.FCM), o.FCMToken(id), nil
 				} else {
 					k -= res.FCMDevices
-					row[1], row[2], row[3], row[4] = ds.user(o.Users-1-int(k)), "apns", APNsToken(id), "production"
+					row[1], row[2], row[3], row[4] = ds.user(o.Users-1-int(k)), string(provider.APNs), APNsToken(id), "production"
 				}
 			})
 		})

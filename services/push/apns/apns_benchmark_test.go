@@ -9,7 +9,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/internal/benchtest"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/startstop"
@@ -47,7 +47,7 @@ func BenchmarkAPNsSend(b *testing.B) {
 	}
 	defer c.Close()
 	// Warm up: the connection and the token.
-	if out := c.Send(context.Background(), note(deviceToken(0))); out.Kind != outcome.Delivered {
+	if out := c.Send(context.Background(), note(deviceToken(0))); out.Kind != provider.Delivered {
 		b.Fatalf("warm-up: %+v", out)
 	}
 	// The push worker raises the GC target while it sends; so does this.
@@ -55,7 +55,7 @@ func BenchmarkAPNsSend(b *testing.B) {
 	const concurrency = 512
 	b.ReportAllocs()
 	cpu := benchtest.Parallel(b, concurrency, func(i int64) error {
-		if out := c.Send(context.Background(), note(deviceToken(int(i)))); out.Kind != outcome.Delivered {
+		if out := c.Send(context.Background(), note(deviceToken(int(i)))); out.Kind != provider.Delivered {
 			return fmt.Errorf("send: %+v", out)
 		}
 		return nil

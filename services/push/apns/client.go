@@ -23,7 +23,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/h2"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // Endpoints of Apple's push service.
@@ -51,7 +51,7 @@ const (
 
 // TTLOnce asks APNs to deliver only if the device is reachable now and
 // otherwise drop the notification (apns-expiration: 0).
-const TTLOnce time.Duration = -1
+const TTLOnce = provider.NowOrNever
 
 // Environment is the APNs environment a device token belongs to: tokens of
 // development builds are only known to the sandbox.
@@ -283,8 +283,9 @@ func (e *ResponseError) Is(target error) bool {
 	return target == ErrTopic && (e.Reason == "MissingTopic" || e.Reason == "TopicDisallowed")
 }
 
-// ErrClientClosed is wrapped by the outcomes of sends after Close.
-var ErrClientClosed = errors.New("APNs client closed")
+// ErrClientClosed is wrapped by the outcomes of sends after Close: the
+// providers' one provider.ErrClosed.
+var ErrClientClosed = provider.ErrClosed
 
 // Client sends notifications to APNs with token authentication. It is safe
 // for concurrent use; share one per process: it holds one provider token
@@ -292,9 +293,8 @@ var ErrClientClosed = errors.New("APNs client closed")
 //
 // Series (VictoriaMetrics):
 //
-//	notify_apns_sends_total{outcome="delivered|gone|permanent_failure|retryable"}
+//	notify_provider_*{platform="apns"}  sends by outcome, round trips (package provider)
 //	notify_apns_token_refreshes_total   provider tokens signed
-//	notify_apns_send_duration_seconds   request round trips (histogram)
 type Client struct {
 	cfg    Config
 	signer *signer
@@ -309,8 +309,7 @@ type Client struct {
 	pools  map[string]*h2.Pool
 	closed chan struct{}
 
-	sent    [outcome.Retryable + 1]*metrics.Counter
-	latency *metrics.Histogram
+	m *provider.Metrics
 }
 
 // New validates cfg and returns a Client.
@@ -325,14 +324,10 @@ func New(cfg Config) (*Client, error) {
 		c.sandbox = c.prod
 	}
 	counter := metrics.GetOrCreateCounter
-	histogram := metrics.GetOrCreateHistogram
 	if cfg.Metrics != nil {
-		counter, histogram = cfg.Metrics.GetOrCreateCounter, cfg.Metrics.GetOrCreateHistogram
+		counter = cfg.Metrics.GetOrCreateCounter
 	}
-	for _, k := range []outcome.Kind{outcome.Delivered, outcome.Gone, outcome.PermanentFailure, outcome.Retryable} {
-		c.sent[k] = counter(`notify_apns_sends_total{outcome="` + k.String() + `"}`)
-	}
-	c.latency = histogram(`notify_apns_send_duration_seconds`)
+	c.m = provider.NewMetrics(cfg.Metrics, provider.APNs)
 	refreshes := counter(`notify_apns_token_refreshes_total`)
 	c.signer = &signer{
 		key: cfg.Key, keyID: cfg.KeyID, teamID: cfg.TeamID, refreshAfter: cfg.TokenRefresh, now: cfg.Now,
@@ -407,25 +402,25 @@ func (c *Client) Connections() int {
 
 // Send delivers n and says what became of it. A notification APNs answers
 // 403 ExpiredProviderToken is sent once more with a new token.
-func (c *Client) Send(ctx context.Context, n Notification) outcome.Outcome {
+func (c *Client) Send(ctx context.Context, n Notification) provider.Outcome {
 	out := c.send(ctx, n)
-	c.sent[out.Kind].Inc()
+	c.m.Count(out.Kind)
 	return out
 }
 
-func (c *Client) send(ctx context.Context, n Notification) outcome.Outcome {
+func (c *Client) send(ctx context.Context, n Notification) provider.Outcome {
 	select {
 	case <-c.closed:
-		return outcome.Outcome{Kind: outcome.Retryable, Err: ErrClientClosed}
+		return provider.Closed()
 	default:
 	}
 	req, err := c.prepare(n)
 	if err != nil {
-		return outcome.Outcome{Kind: outcome.PermanentFailure, Err: err}
+		return provider.Outcome{Kind: provider.PermanentFailure, Err: err}
 	}
 	tok, err := c.signer.token()
 	if err != nil {
-		return outcome.Outcome{Kind: outcome.PermanentFailure, Err: err}
+		return provider.Outcome{Kind: provider.PermanentFailure, Err: err}
 	}
 	for attempt := 0; ; attempt++ {
 		out, reason := c.do(ctx, req, tok)
@@ -435,7 +430,7 @@ func (c *Client) send(ctx context.Context, n Notification) outcome.Outcome {
 		next, wait, warn, err := c.signer.expired(tok)
 		switch {
 		case err != nil:
-			return outcome.Outcome{Kind: outcome.PermanentFailure, Status: out.Status, Err: err}
+			return provider.Outcome{Kind: provider.PermanentFailure, Status: out.Status, Err: err}
 		case next == nil:
 			// Younger than Apple lets a token be replaced: the clocks
 			// disagree. Replacing it now would be refused too
@@ -444,7 +439,7 @@ func (c *Client) send(ctx context.Context, n Notification) outcome.Outcome {
 				c.cfg.Logger.Warn("apns: ExpiredProviderToken for a token younger than 20 min: check this machine's clock",
 					"key_id", c.cfg.KeyID, "refresh_in", wait.Round(time.Second))
 			}
-			out.Kind, out.RetryAfter = outcome.Retryable, wait
+			out.Kind, out.RetryAfter = provider.Retryable, wait
 			return out
 		}
 		tok = next
@@ -517,7 +512,7 @@ func (c *Client) prepare(n Notification) (*request, error) {
 }
 
 // do sends req once with tok and maps the answer; reason is APNs's.
-func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (outcome.Outcome, string) {
+func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (provider.Outcome, string) {
 	fields := [7]h2.Field{
 		{Name: "authorization", Value: tok.bearer},
 		{Name: "apns-topic", Value: r.topic},
@@ -537,44 +532,35 @@ func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (outcom
 	req := h2.Request{Authority: r.host, Path: r.path, Fields: fields[:n]}
 	start := time.Now()
 	resp, err := c.pools[r.host].RoundTrip(ctx, &req, r.body, c.cfg.Timeout)
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("apns: send cancelled: %w", ctx.Err())}, ""
-	case errors.Is(err, h2.ErrClosed):
-		return outcome.Outcome{Kind: outcome.Retryable, Err: ErrClientClosed}, ""
-	case errors.Is(err, h2.ErrTimeout):
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("apns: no answer within %s: %w", c.cfg.Timeout, context.DeadlineExceeded)}, ""
-	case errors.Is(err, endpoint.ErrRefused):
-		return outcome.Outcome{Kind: outcome.PermanentFailure, Err: fmt.Errorf("apns: %w", err)}, ""
-	default:
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("apns: %w", err)}, ""
+	if err != nil {
+		out, _ := provider.SendFailed(ctx, err, "APNs "+r.host, c.cfg.Timeout)
+		return out, ""
 	}
-	c.latency.UpdateDuration(start)
+	c.m.Latency(start)
 	if resp.Status == http.StatusOK {
-		return outcome.Outcome{Kind: outcome.Delivered, Status: http.StatusOK}, ""
+		return provider.Outcome{Kind: provider.Delivered, Status: http.StatusOK}, ""
 	}
 	var answer struct {
 		Reason string `json:"reason"`
 	}
 	json.Unmarshal(resp.Body, &answer) // a body that is not APNs's JSON leaves the reason empty
-	out := outcome.Outcome{Status: resp.Status, Err: &ResponseError{Status: resp.Status, Reason: answer.Reason}}
+	out := provider.Outcome{Status: resp.Status, Err: &ResponseError{Status: resp.Status, Reason: answer.Reason}}
 	switch s := resp.Status; {
 	case s == http.StatusGone, s == http.StatusBadRequest && answer.Reason == "BadDeviceToken":
-		out.Kind = outcome.Gone
+		out.Kind = provider.Gone
 	case s == http.StatusTooManyRequests:
 		// TooManyRequests is about this device token: only it waits.
-		out.Kind = outcome.Retryable
+		out.Kind = provider.Retryable
 		out.RetryAfter = c.retryAfter(resp.RetryAfter)
 		if out.RetryAfter == 0 {
 			w := c.cfg.TooManyRequestsWait
 			out.RetryAfter = w*3/4 + rand.N(w/2+1)
 		}
 	case s >= 500:
-		out.Kind = outcome.Retryable
+		out.Kind = provider.Retryable
 		out.RetryAfter = c.retryAfter(resp.RetryAfter)
 	default:
-		out.Kind = outcome.PermanentFailure
+		out.Kind = provider.PermanentFailure
 	}
 	return out, answer.Reason
 }
@@ -582,16 +568,7 @@ func (c *Client) do(ctx context.Context, r *request, tok *providerToken) (outcom
 // retryAfter parses a Retry-After (seconds or an HTTP date), capped at
 // MaxRetryAfter; zero when absent or unreadable.
 func (c *Client) retryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		d = time.Duration(max(secs, 0)) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = time.Until(t)
-	}
-	return min(max(d, 0), c.cfg.MaxRetryAfter)
+	return provider.RetryAfter(v, time.Now(), c.cfg.MaxRetryAfter)
 }
 
 // ValidateDeviceToken checks a device token: hex, of even length between

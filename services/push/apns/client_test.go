@@ -21,7 +21,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/pushmock/pushmocktest"
 )
@@ -98,7 +98,7 @@ func TestDeliveredAndTokenReused(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if out := c.Send(context.Background(), note(deviceToken(i))); out.Kind != outcome.Delivered || out.Status != 200 {
+			if out := c.Send(context.Background(), note(deviceToken(i))); out.Kind != provider.Delivered || out.Status != 200 {
 				bad.Add(1)
 				t.Errorf("send %d: %+v", i, out)
 			}
@@ -106,7 +106,7 @@ func TestDeliveredAndTokenReused(t *testing.T) {
 	}
 	wg.Wait()
 	// Once more to the first device: the same event is a duplicate.
-	if out := c.Send(context.Background(), note(deviceToken(0))); out.Kind != outcome.Delivered {
+	if out := c.Send(context.Background(), note(deviceToken(0))); out.Kind != provider.Delivered {
 		t.Fatalf("resend: %+v", out)
 	}
 	st := srv.Stats().APNs
@@ -116,7 +116,7 @@ func TestDeliveredAndTokenReused(t *testing.T) {
 	if n := refreshes(set); n != 1 {
 		t.Fatalf("%d provider tokens signed for 201 sends, want 1", n)
 	}
-	if n := set.GetOrCreateCounter(`notify_apns_sends_total{outcome="delivered"}`).Get(); n != 201 {
+	if n := set.GetOrCreateCounter(`notify_provider_sends_total{platform="apns",outcome="delivered"}`).Get(); n != 201 {
 		t.Fatalf("delivered counter %d", n)
 	}
 }
@@ -139,7 +139,7 @@ func TestTokenRefreshCadence(t *testing.T) {
 	c, set := newClient(t, srv, key, func(cfg *apns.Config) { cfg.Now = clk.now })
 	send := func() {
 		t.Helper()
-		if out := c.Send(context.Background(), note(deviceToken(1))); out.Kind != outcome.Delivered {
+		if out := c.Send(context.Background(), note(deviceToken(1))); out.Kind != provider.Delivered {
 			t.Fatalf("send: %+v", out)
 		}
 	}
@@ -177,7 +177,7 @@ func TestExpiredProviderTokenRefreshedOnceAndResent(t *testing.T) {
 		}
 	})
 	out := c.Send(context.Background(), note(deviceToken(2)))
-	if out.Kind != outcome.Delivered {
+	if out.Kind != provider.Delivered {
 		t.Fatalf("send: %+v", out)
 	}
 	st := srv.Stats().APNs
@@ -188,7 +188,7 @@ func TestExpiredProviderTokenRefreshedOnceAndResent(t *testing.T) {
 		t.Fatalf("%d tokens signed, want 2 (the first and one replacement)", n)
 	}
 	// The replacement serves later sends.
-	if out := c.Send(context.Background(), note(deviceToken(3))); out.Kind != outcome.Delivered || refreshes(set) != 2 {
+	if out := c.Send(context.Background(), note(deviceToken(3))); out.Kind != provider.Delivered || refreshes(set) != 2 {
 		t.Fatalf("next send: %+v, %d tokens", out, refreshes(set))
 	}
 }
@@ -202,7 +202,7 @@ func TestExpiredProviderTokenTooYoungIsNotReplaced(t *testing.T) {
 	clk := &clock{t: time.Now().Add(-5 * time.Minute)}
 	c, set := newClient(t, srv, key, func(cfg *apns.Config) { cfg.Now = clk.now })
 	out := c.Send(context.Background(), note(deviceToken(4)))
-	if out.Kind != outcome.Retryable || out.Status != 403 || out.RetryAfter <= 19*time.Minute || out.RetryAfter > 20*time.Minute {
+	if out.Kind != provider.Retryable || out.Status != 403 || out.RetryAfter <= 19*time.Minute || out.RetryAfter > 20*time.Minute {
 		t.Fatalf("send: %+v", out)
 	}
 	if n := refreshes(set); n != 1 {
@@ -219,9 +219,9 @@ func TestGoneSetAndFaults(t *testing.T) {
 	for i := range 100 {
 		tok := deviceToken(i)
 		out := c.Send(context.Background(), note(tok))
-		want := outcome.Delivered
+		want := provider.Delivered
 		if pushmock.APNsGoneToken(tok, goneFraction) {
-			want, gone = outcome.Gone, gone+1
+			want, gone = provider.Gone, gone+1
 		} else {
 			delivered++
 		}
@@ -229,7 +229,7 @@ func TestGoneSetAndFaults(t *testing.T) {
 			t.Fatalf("token %d: %+v, want %s", i, out, want)
 		}
 		var re *apns.ResponseError
-		if want == outcome.Gone && (out.Status != 410 || !errors.As(out.Err, &re) || re.Reason != "Unregistered") {
+		if want == provider.Gone && (out.Status != 410 || !errors.As(out.Err, &re) || re.Reason != "Unregistered") {
 			t.Fatalf("gone: %+v", out)
 		}
 	}
@@ -250,7 +250,7 @@ func TestRetryableAnswers(t *testing.T) {
 		c, _ := newClient(t, srv, key, func(c *apns.Config) { c.TooManyRequestsWait = wait })
 		for i := range 20 {
 			out := c.Send(context.Background(), note(deviceToken(i)))
-			if out.Kind != outcome.Retryable || out.Status != 429 || out.RetryAfter < wait*3/4 || out.RetryAfter > wait*5/4 {
+			if out.Kind != provider.Retryable || out.Status != 429 || out.RetryAfter < wait*3/4 || out.RetryAfter > wait*5/4 {
 				t.Fatalf("429: %+v", out)
 			}
 		}
@@ -259,7 +259,7 @@ func TestRetryableAnswers(t *testing.T) {
 		t.Parallel()
 		srv, key := startMock(t, func(c *pushmock.Config) { c.Rate5xx = 1 })
 		c, _ := newClient(t, srv, key, nil)
-		if out := c.Send(context.Background(), note(deviceToken(1))); out.Kind != outcome.Retryable || out.Status != 503 {
+		if out := c.Send(context.Background(), note(deviceToken(1))); out.Kind != provider.Retryable || out.Status != 503 {
 			t.Fatalf("503: %+v", out)
 		}
 	})
@@ -268,7 +268,7 @@ func TestRetryableAnswers(t *testing.T) {
 		srv, key := startMock(t, func(c *pushmock.Config) { c.Always5xxFraction = 1 })
 		c, _ := newClient(t, srv, key, nil)
 		out := c.Send(context.Background(), note(deviceToken(1)))
-		if out.Kind != outcome.Retryable || out.Status != 500 {
+		if out.Kind != provider.Retryable || out.Status != 500 {
 			t.Fatalf("500: %+v", out)
 		}
 		if st := srv.Stats().APNs; st.ByReason["InternalServerError"] != 1 {
@@ -294,12 +294,12 @@ func TestRefusedWithoutRequest(t *testing.T) {
 	}
 	for name, n := range cases {
 		out := c.Send(context.Background(), n)
-		if out.Kind != outcome.PermanentFailure || out.Status != 0 || !errors.Is(out.Err, apns.ErrInvalidNotification) {
+		if out.Kind != provider.PermanentFailure || out.Status != 0 || !errors.Is(out.Err, apns.ErrInvalidNotification) {
 			t.Errorf("%s: %+v", name, out)
 		}
 	}
 	noTopic, _ := newClient(t, srv, key, func(c *apns.Config) { c.Topic = "" })
-	if out := noTopic.Send(context.Background(), note(deviceToken(1))); out.Kind != outcome.PermanentFailure || !strings.Contains(out.Err.Error(), "topic") {
+	if out := noTopic.Send(context.Background(), note(deviceToken(1))); out.Kind != provider.PermanentFailure || !strings.Contains(out.Err.Error(), "topic") {
 		t.Errorf("no topic: %+v", out)
 	}
 	if st := srv.Stats().APNs; st.Received != 0 {
@@ -311,7 +311,7 @@ func TestRefusedWithoutRequest(t *testing.T) {
 	fit.Data = nil
 	n, _ := json.Marshal(map[string]any{"aps": map[string]any{"alert": map[string]string{"title": ""}}, "event_id": fit.EventID})
 	fit.Title = strings.Repeat("t", apns.MaxPayload-len(n))
-	if out := c.Send(context.Background(), fit); out.Kind != outcome.Delivered {
+	if out := c.Send(context.Background(), fit); out.Kind != provider.Delivered {
 		t.Fatalf("4096-byte body: %+v", out)
 	}
 }
@@ -322,7 +322,7 @@ func TestMockRefusesBadAuth(t *testing.T) {
 	wrongKid, _ := newClient(t, srv, key, func(c *apns.Config) { c.KeyID = "WRONGKEYID" })
 	out := wrongKid.Send(context.Background(), note(deviceToken(1)))
 	var re *apns.ResponseError
-	if out.Kind != outcome.PermanentFailure || out.Status != 403 || !errors.As(out.Err, &re) || re.Reason != "InvalidProviderToken" {
+	if out.Kind != provider.PermanentFailure || out.Status != 403 || !errors.As(out.Err, &re) || re.Reason != "InvalidProviderToken" {
 		t.Fatalf("wrong kid: %+v", out)
 	}
 	other, _, err := apns.EnsureDevKey(t.TempDir()) // signed with a key the mock does not trust
@@ -361,19 +361,19 @@ func TestOutcomeMapping(t *testing.T) {
 	answers := []struct {
 		status int
 		reason string
-		want   outcome.Kind
+		want   provider.Kind
 	}{
-		{410, "Unregistered", outcome.Gone},
-		{400, "BadDeviceToken", outcome.Gone},
-		{400, "DeviceTokenNotForTopic", outcome.PermanentFailure},
-		{400, "BadCollapseId", outcome.PermanentFailure},
-		{403, "InvalidProviderToken", outcome.PermanentFailure},
-		{403, "ExpiredProviderToken", outcome.PermanentFailure}, // still expired after the one resend
-		{413, "PayloadTooLarge", outcome.PermanentFailure},
-		{404, "BadPath", outcome.PermanentFailure},
-		{429, "TooManyRequests", outcome.Retryable},
-		{500, "InternalServerError", outcome.Retryable},
-		{503, "ServiceUnavailable", outcome.Retryable},
+		{410, "Unregistered", provider.Gone},
+		{400, "BadDeviceToken", provider.Gone},
+		{400, "DeviceTokenNotForTopic", provider.PermanentFailure},
+		{400, "BadCollapseId", provider.PermanentFailure},
+		{403, "InvalidProviderToken", provider.PermanentFailure},
+		{403, "ExpiredProviderToken", provider.PermanentFailure}, // still expired after the one resend
+		{413, "PayloadTooLarge", provider.PermanentFailure},
+		{404, "BadPath", provider.PermanentFailure},
+		{429, "TooManyRequests", provider.Retryable},
+		{500, "InternalServerError", provider.Retryable},
+		{503, "ServiceUnavailable", provider.Retryable},
 	}
 	var mu sync.Mutex
 	hits := map[string]int{}
@@ -455,7 +455,7 @@ func TestEndpointPerEnvironment(t *testing.T) {
 	for _, env := range []apns.Environment{apns.Sandbox, apns.Production, ""} {
 		n := note(deviceToken(1))
 		n.Environment = env
-		if out := c.Send(context.Background(), n); out.Kind != outcome.Retryable {
+		if out := c.Send(context.Background(), n); out.Kind != provider.Retryable {
 			t.Fatalf("%q: %+v", env, out)
 		}
 	}
@@ -474,7 +474,7 @@ func TestDialGuardRefusalIsPermanent(t *testing.T) {
 	}
 	c, _ := newClient(t, srv, key, func(c *apns.Config) { c.Dial = p.Dialer(time.Second) })
 	out := c.Send(context.Background(), note(deviceToken(1)))
-	if out.Kind != outcome.PermanentFailure || !errors.Is(out.Err, endpoint.ErrRefused) {
+	if out.Kind != provider.PermanentFailure || !errors.Is(out.Err, endpoint.ErrRefused) {
 		t.Fatalf("%+v", out)
 	}
 }
@@ -522,7 +522,7 @@ func TestFewConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if out := c.Send(context.Background(), note(deviceToken(i))); out.Kind != outcome.Delivered {
+			if out := c.Send(context.Background(), note(deviceToken(i))); out.Kind != provider.Delivered {
 				t.Errorf("send %d: %+v", i, out)
 			}
 		}()

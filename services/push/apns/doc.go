@@ -23,7 +23,7 @@
 // "event_id",…} is at most 4096 bytes. Connections are opened through a
 // dial guard (package endpoint) that allows *.push.apple.com by default.
 //
-// Send returns an outcome.Outcome, the push worker's platform-neutral
+// Send returns a provider.Outcome, the push worker's platform-neutral
 // result:
 //
 //	200                                   Delivered

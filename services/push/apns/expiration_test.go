@@ -12,7 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/apns"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // TestExpirationOnTheWire: a notification's own TTL (the push worker
@@ -55,7 +55,7 @@ func TestExpirationOnTheWire(t *testing.T) {
 	} {
 		n := note(fmt.Sprintf("%064x", i+1))
 		n.TTL = tc.ttl
-		if out := c.Send(context.Background(), n); out.Kind != outcome.Delivered {
+		if out := c.Send(context.Background(), n); out.Kind != provider.Delivered {
 			t.Fatalf("TTL %s: %+v", tc.ttl, out)
 		}
 		if e := <-got; e != tc.want {

@@ -15,7 +15,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/notify-dev/notify/services/push/apns"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // TestHeadersOverHTTP2: every notification carries the provider token and
@@ -63,13 +63,13 @@ func TestHeadersOverHTTP2(t *testing.T) {
 		if i == 1 {
 			n.Priority, n.TTL, n.Topic = 5, time.Hour, "com.example.other"
 		}
-		if out := c.Send(context.Background(), n); out.Kind != outcome.Delivered {
+		if out := c.Send(context.Background(), n); out.Kind != provider.Delivered {
 			t.Fatalf("send %d: %v %v", i, out.Kind, out.Err)
 		}
 	}
 	out := c.Send(context.Background(), note(strings.Repeat("ff", 32)))
 	var re *apns.ResponseError
-	if out.Kind != outcome.PermanentFailure || out.Status != 400 || !errors.As(out.Err, &re) || re.Reason != "DeviceTokenNotForTopic" {
+	if out.Kind != provider.PermanentFailure || out.Status != 400 || !errors.As(out.Err, &re) || re.Reason != "DeviceTokenNotForTopic" {
 		t.Fatalf("400: %+v, want a permanent failure with the reason", out)
 	}
 	mu.Lock()

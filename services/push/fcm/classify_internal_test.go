@@ -8,7 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // Answers in FCM's own format and in the looser ones a stand-in may use;
@@ -28,24 +28,24 @@ func TestClassify(t *testing.T) {
 		status     int
 		retryAfter string
 		body       string
-		kind       outcome.Kind
+		kind       provider.Kind
 		code       string
 		wait       time.Duration // RetryAfter, and the project's pause
 	}{
-		{200, "", `{"name":"projects/p/messages/1"}`, outcome.Delivered, "", 0},
-		{404, "", `{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND",` + fmt.Sprintf(fcmDetail, "UNREGISTERED") + `}}`, outcome.Gone, "UNREGISTERED", 0},
-		{404, "", `{"error":{"code":404,"status":"UNREGISTERED"}}`, outcome.Gone, "UNREGISTERED", 0},
-		{404, "", ``, outcome.PermanentFailure, "", 0},
-		{404, "", `<html>Not Found</html>`, outcome.PermanentFailure, "", 0},
-		{403, "", `{"error":{"code":403,"status":"PERMISSION_DENIED",` + fmt.Sprintf(fcmDetail, "SENDER_ID_MISMATCH") + `}}`, outcome.Gone, "SENDER_ID_MISMATCH", 0},
-		{403, "", `{"error":{"code":403,"status":"PERMISSION_DENIED"}}`, outcome.PermanentFailure, "PERMISSION_DENIED", 0},
-		{400, "", `{"error":{"code":400,"status":"INVALID_ARGUMENT",` + fmt.Sprintf(fcmDetail, "INVALID_ARGUMENT") + `}}`, outcome.PermanentFailure, "INVALID_ARGUMENT", 0},
-		{401, "", `{"error":{"code":401,"status":"UNAUTHENTICATED"}}`, outcome.PermanentFailure, "UNAUTHENTICATED", 0},
-		{429, "7", `{"error":{"code":429,"status":"RESOURCE_EXHAUSTED",` + fmt.Sprintf(fcmDetail, "QUOTA_EXCEEDED") + `}}`, outcome.Retryable, "QUOTA_EXCEEDED", 7 * time.Second},
-		{429, "", ``, outcome.Retryable, "", DefaultQuotaPause},
-		{503, "3", `{"error":{"code":503,"status":"UNAVAILABLE"}}`, outcome.Retryable, "UNAVAILABLE", 3 * time.Second},
-		{500, "", `{"error":{"code":500,"status":"INTERNAL"}}`, outcome.Retryable, "INTERNAL", 0},
-		{408, "", ``, outcome.Retryable, "", 0},
+		{200, "", `{"name":"projects/p/messages/1"}`, provider.Delivered, "", 0},
+		{404, "", `{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND",` + fmt.Sprintf(fcmDetail, "UNREGISTERED") + `}}`, provider.Gone, "UNREGISTERED", 0},
+		{404, "", `{"error":{"code":404,"status":"UNREGISTERED"}}`, provider.Gone, "UNREGISTERED", 0},
+		{404, "", ``, provider.PermanentFailure, "", 0},
+		{404, "", `<html>Not Found</html>`, provider.PermanentFailure, "", 0},
+		{403, "", `{"error":{"code":403,"status":"PERMISSION_DENIED",` + fmt.Sprintf(fcmDetail, "SENDER_ID_MISMATCH") + `}}`, provider.Gone, "SENDER_ID_MISMATCH", 0},
+		{403, "", `{"error":{"code":403,"status":"PERMISSION_DENIED"}}`, provider.PermanentFailure, "PERMISSION_DENIED", 0},
+		{400, "", `{"error":{"code":400,"status":"INVALID_ARGUMENT",` + fmt.Sprintf(fcmDetail, "INVALID_ARGUMENT") + `}}`, provider.PermanentFailure, "INVALID_ARGUMENT", 0},
+		{401, "", `{"error":{"code":401,"status":"UNAUTHENTICATED"}}`, provider.PermanentFailure, "UNAUTHENTICATED", 0},
+		{429, "7", `{"error":{"code":429,"status":"RESOURCE_EXHAUSTED",` + fmt.Sprintf(fcmDetail, "QUOTA_EXCEEDED") + `}}`, provider.Retryable, "QUOTA_EXCEEDED", 7 * time.Second},
+		{429, "", ``, provider.Retryable, "", DefaultQuotaPause},
+		{503, "3", `{"error":{"code":503,"status":"UNAVAILABLE"}}`, provider.Retryable, "UNAVAILABLE", 3 * time.Second},
+		{500, "", `{"error":{"code":500,"status":"INTERNAL"}}`, provider.Retryable, "INTERNAL", 0},
+		{408, "", ``, provider.Retryable, "", 0},
 	} {
 		c, err := New(Config{Credentials: creds, Logger: slog.New(slog.DiscardHandler), Metrics: metrics.NewSet()})
 		if err != nil {
@@ -55,7 +55,7 @@ func TestClassify(t *testing.T) {
 		if out.Kind != tc.kind || out.Status != tc.status || out.RetryAfter != tc.wait {
 			t.Errorf("%d %q: %v %d retry after %s, want %v after %s", tc.status, tc.body, out.Kind, out.Status, out.RetryAfter, tc.kind, tc.wait)
 		}
-		if fe, ok := out.Err.(*Error); tc.kind != outcome.Delivered && (!ok || fe.Code != tc.code) {
+		if fe, ok := out.Err.(*Error); tc.kind != provider.Delivered && (!ok || fe.Code != tc.code) {
 			t.Errorf("%d %q: err %#v, want code %q", tc.status, tc.body, out.Err, tc.code)
 		}
 		if paused := c.PausedFor() > 0; paused != (tc.wait > 0) {

@@ -22,9 +22,8 @@ import (
 
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/h2"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/pushjson"
-	"github.com/notify-dev/notify/services/push/webpush"
 )
 
 // DefaultEndpoint is FCM's API origin.
@@ -43,8 +42,9 @@ const DefaultQuotaPause = time.Minute
 // QUOTA_EXCEEDED with Retry-After).
 var ErrProjectPaused = errors.New("FCM quota exceeded: project paused")
 
-// ErrClosed is wrapped by outcomes of sends after Close.
-var ErrClosed = errors.New("FCM client closed")
+// ErrClosed is wrapped by outcomes of sends after Close: the providers'
+// one provider.ErrClosed.
+var ErrClosed = provider.ErrClosed
 
 // Error is FCM's answer to a message it did not accept.
 type Error struct {
@@ -119,6 +119,10 @@ type Config struct {
 	// Metrics receives the client's metrics. Default: the process-wide
 	// VictoriaMetrics set.
 	Metrics *metrics.Set
+	// Now is the client's clock: the access token's lifetime and the
+	// project's pause are reckoned on it. Default time.Now; tests move it
+	// instead of sleeping.
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -151,6 +155,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -223,9 +230,9 @@ type Client struct {
 	sem    chan struct{}
 	closed atomic.Bool
 	m      clientMetrics
-	// pausedUntil is the project's Retry-After deadline in Unix
-	// nanoseconds: no message is sent before it.
-	pausedUntil atomic.Int64
+	// pause is the project's Retry-After deadline: no message is sent
+	// before it.
+	pause provider.Pause
 	// h1 is set once the endpoint refused HTTP/2 (a stand-in): from then
 	// on sends go through tr over HTTP/1.1.
 	h1 atomic.Bool
@@ -295,6 +302,7 @@ func New(cfg Config) (*Client, error) {
 		client:        hc,
 		refreshBefore: cfg.RefreshBefore,
 		timeout:       cfg.Timeout,
+		now:           cfg.Now,
 		onExchange: func(err error) {
 			if err != nil {
 				c.m.exchangeFailed.Inc()
@@ -361,21 +369,21 @@ func hostPort(u *url.URL) string {
 
 // PausedFor is what remains of the project's pause (zero when none).
 func (c *Client) PausedFor() time.Duration {
-	return max(time.Duration(c.pausedUntil.Load()-time.Now().UnixNano()), 0)
+	return c.pause.Left(c.cfg.Now)
 }
 
 // Send sends one message and reports what happened. It blocks while
 // Config.MaxInFlight requests are in flight. It never retries, with one
 // exception: a 401 renews the access token and sends once more.
-func (c *Client) Send(ctx context.Context, msg Message) outcome.Outcome {
+func (c *Client) Send(ctx context.Context, msg Message) provider.Outcome {
 	out := c.send(ctx, msg)
 	c.m.count(out.Kind)
 	return out
 }
 
-func (c *Client) send(ctx context.Context, msg Message) outcome.Outcome {
+func (c *Client) send(ctx context.Context, msg Message) provider.Outcome {
 	if c.closed.Load() {
-		return outcome.Outcome{Kind: outcome.Retryable, Err: ErrClosed}
+		return provider.Closed()
 	}
 	if msg.Token == "" || len(msg.Token) > MaxTokenLen {
 		return permanent(0, fmt.Errorf("registration token: want 1 to %d characters, got %d", MaxTokenLen, len(msg.Token)))
@@ -393,7 +401,7 @@ func (c *Client) send(ctx context.Context, msg Message) outcome.Outcome {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("waiting for an in-flight slot: %w", ctx.Err())}
+		return provider.Outcome{Kind: provider.Retryable, Err: fmt.Errorf("waiting for an in-flight slot: %w", ctx.Err())}
 	}
 	defer func() { <-c.sem }()
 	c.m.inflight.Inc()
@@ -424,39 +432,30 @@ func (c *Client) send(ctx context.Context, msg Message) outcome.Outcome {
 
 // paused returns the outcome of a send refused because the project is
 // paused.
-func (c *Client) paused() (outcome.Outcome, bool) {
-	until := c.pausedUntil.Load()
-	if until == 0 {
-		return outcome.Outcome{}, false
-	}
-	rem := time.Duration(until - time.Now().UnixNano())
-	if rem <= 0 {
-		return outcome.Outcome{}, false
+func (c *Client) paused() (provider.Outcome, bool) {
+	left := c.pause.Left(c.cfg.Now)
+	if left <= 0 {
+		return provider.Outcome{}, false
 	}
 	c.m.pausedSends.Inc()
-	return outcome.Outcome{Kind: outcome.Retryable, RetryAfter: rem,
-		Err: fmt.Errorf("%w: %s left", ErrProjectPaused, rem.Round(time.Millisecond))}, true
+	c.m.provider.PausedSend()
+	return provider.Refused(left, ErrProjectPaused), true
 }
 
-// pause moves the project's deadline forward (never back).
-func (c *Client) pause(d time.Duration, why string) {
-	until := time.Now().Add(d).UnixNano()
-	for {
-		cur := c.pausedUntil.Load()
-		if cur >= until {
-			return
-		}
-		if c.pausedUntil.CompareAndSwap(cur, until) {
-			c.m.pauses.Inc()
-			if cur < time.Now().UnixNano() { // the start of a pause, not each extension
-				c.cfg.Logger.Warn("FCM asked the project to wait", "project", c.cfg.Credentials.ProjectID, "retry_after", d.String(), "answer", why)
-			}
-			return
-		}
+// pauseFor moves the project's deadline forward (never back).
+func (c *Client) pauseFor(d time.Duration, why string) {
+	moved, began := c.pause.Extend(c.cfg.Now(), d)
+	if !moved {
+		return
+	}
+	c.m.pauses.Inc()
+	c.m.provider.Paused()
+	if began { // the start of a pause, not each extension
+		c.cfg.Logger.Warn("FCM asked the project to wait", "project", c.cfg.Credentials.ProjectID, "retry_after", d.String(), "answer", why)
 	}
 }
 
-func tokenOutcome(err error) outcome.Outcome {
+func tokenOutcome(err error) provider.Outcome {
 	var ee *exchangeError
 	if errors.As(err, &ee) && ee.permanent() {
 		return permanent(0, err)
@@ -464,14 +463,12 @@ func tokenOutcome(err error) outcome.Outcome {
 	if errors.Is(err, endpoint.ErrRefused) {
 		return permanent(0, err)
 	}
-	return outcome.Outcome{Kind: outcome.Retryable, Err: err}
+	return provider.Outcome{Kind: provider.Retryable, Err: err}
 }
 
-func permanent(status int, err error) outcome.Outcome {
-	return outcome.Outcome{Kind: outcome.PermanentFailure, Status: status, Err: err}
-}
+func permanent(status int, err error) provider.Outcome { return provider.Permanent(status, err) }
 
-func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcome.Outcome {
+func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) provider.Outcome {
 	if c.h1.Load() {
 		return c.postHTTP1(ctx, tok, body)
 	}
@@ -482,7 +479,7 @@ func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcom
 	req := h2.Request{Authority: c.sendURL.Host, Path: c.sendPath, IndexPath: true, Fields: fields[:]}
 	started := time.Now()
 	resp, err := c.pool.RoundTrip(ctx, &req, body, c.cfg.Timeout)
-	c.m.latency.UpdateDuration(started)
+	c.m.latency(started)
 	if errors.Is(err, h2.ErrNotHTTP2) {
 		if c.h1.CompareAndSwap(false, true) {
 			c.cfg.Logger.Warn("FCM endpoint answers over HTTP/1.1, not HTTP/2: every request in flight takes a connection", "endpoint", c.cfg.Endpoint)
@@ -492,28 +489,18 @@ func (c *Client) post(ctx context.Context, tok *accessToken, body []byte) outcom
 	if err != nil {
 		return c.sendFailed(ctx, err)
 	}
-	return c.classify(resp.Status, resp.RetryAfter, resp.Body, time.Now())
+	return c.classify(resp.Status, resp.RetryAfter, resp.Body, c.cfg.Now())
 }
 
 // sendFailed is the outcome of a send that got no answer.
-func (c *Client) sendFailed(ctx context.Context, err error) outcome.Outcome {
-	switch {
-	case ctx.Err() != nil:
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}
-	case errors.Is(err, h2.ErrClosed):
-		return outcome.Outcome{Kind: outcome.Retryable, Err: ErrClosed}
-	case errors.Is(err, h2.ErrTimeout):
-		return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("FCM did not answer within %s: %w", c.cfg.Timeout, context.DeadlineExceeded)}
-	case errors.Is(err, endpoint.ErrRefused):
-		// Refused by the dial guard before anything was sent: retrying cannot help.
-		return permanent(0, fmt.Errorf("send to %s: %w", c.cfg.Endpoint, err))
-	}
-	return outcome.Outcome{Kind: outcome.Retryable, Err: fmt.Errorf("send to %s: %w", c.cfg.Endpoint, err)}
+func (c *Client) sendFailed(ctx context.Context, err error) provider.Outcome {
+	out, _ := provider.SendFailed(ctx, err, c.cfg.Endpoint, c.cfg.Timeout)
+	return out
 }
 
 // postHTTP1 sends through net/http, for an endpoint without HTTP/2: one
 // request per connection at a time, at most Config.MaxConnections.
-func (c *Client) postHTTP1(ctx context.Context, tok *accessToken, body []byte) outcome.Outcome {
+func (c *Client) postHTTP1(ctx context.Context, tok *accessToken, body []byte) provider.Outcome {
 	// Built rather than parsed: the URL is the same for every message and
 	// shared read-only, like the header.
 	req := (&http.Request{
@@ -532,7 +519,7 @@ func (c *Client) postHTTP1(ctx context.Context, tok *accessToken, body []byte) o
 	// Transport.ResponseHeaderTimeout bounds the wait; FCM never redirects.
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
-		c.m.latency.UpdateDuration(started)
+		c.m.latency(started)
 		return c.sendFailed(ctx, err)
 	}
 	defer resp.Body.Close()
@@ -542,24 +529,18 @@ func (c *Client) postHTTP1(ctx context.Context, tok *accessToken, body []byte) o
 	} else {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
 	}
-	c.m.latency.UpdateDuration(started)
-	return c.classify(resp.StatusCode, resp.Header.Get("Retry-After"), answer, time.Now())
+	c.m.latency(started)
+	return c.classify(resp.StatusCode, resp.Header.Get("Retry-After"), answer, c.cfg.Now())
 }
 
 // classify maps FCM's answer to an outcome: the one place FCM retry
 // decisions are made.
-func (c *Client) classify(status int, retryAfterHeader string, body []byte, now time.Time) outcome.Outcome {
+func (c *Client) classify(status int, retryAfterHeader string, body []byte, now time.Time) provider.Outcome {
 	if status == http.StatusOK {
-		return outcome.Outcome{Kind: outcome.Delivered, Status: status}
+		return provider.Outcome{Kind: provider.Delivered, Status: status}
 	}
 	fe := parseError(status, body)
-	retryAfter := func() time.Duration {
-		d, ok := webpush.ParseRetryAfter(retryAfterHeader, now)
-		if !ok {
-			return 0
-		}
-		return min(d, c.cfg.MaxRetryAfter)
-	}
+	retryAfter := func() time.Duration { return provider.RetryAfter(retryAfterHeader, now, c.cfg.MaxRetryAfter) }
 	// FCM names the code in details[].errorCode; a stand-in may put it in
 	// status instead. Either way it must be named: a bare 404 (a proxy, a
 	// wrong endpoint) must not delete devices.
@@ -569,20 +550,20 @@ func (c *Client) classify(status int, retryAfterHeader string, body []byte, now 
 	switch {
 	case status == http.StatusNotFound && names("UNREGISTERED"),
 		status == http.StatusForbidden && names("SENDER_ID_MISMATCH"):
-		return outcome.Outcome{Kind: outcome.Gone, Status: status, Err: fe}
+		return provider.Outcome{Kind: provider.Gone, Status: status, Err: fe}
 	case status == http.StatusTooManyRequests:
 		d := retryAfter()
 		if d == 0 {
 			d = c.cfg.QuotaPause
 		}
-		c.pause(d, fe.Error())
-		return outcome.Outcome{Kind: outcome.Retryable, Status: status, RetryAfter: d, Err: fe}
+		c.pauseFor(d, fe.Error())
+		return provider.Outcome{Kind: provider.Retryable, Status: status, RetryAfter: d, Err: fe}
 	case status >= 500, status == http.StatusRequestTimeout:
 		d := retryAfter()
 		if d > 0 {
-			c.pause(d, fe.Error()) // the service itself is struggling
+			c.pauseFor(d, fe.Error()) // the service itself is struggling
 		}
-		return outcome.Outcome{Kind: outcome.Retryable, Status: status, RetryAfter: d, Err: fe}
+		return provider.Outcome{Kind: provider.Retryable, Status: status, RetryAfter: d, Err: fe}
 	}
 	return permanent(status, fe)
 }
@@ -602,10 +583,10 @@ func parseError(status int, body []byte) *Error {
 	}
 	fe := &Error{Status: status}
 	if json.Unmarshal(body, &e) != nil {
-		fe.Message = sanitize(body, 200)
+		fe.Message = provider.Sanitize(body, 200)
 		return fe
 	}
-	fe.Code, fe.Message = e.Error.Status, sanitize([]byte(e.Error.Message), 200)
+	fe.Code, fe.Message = e.Error.Status, provider.Sanitize([]byte(e.Error.Message), 200)
 	for _, d := range e.Error.Details {
 		if d.ErrorCode != "" {
 			fe.Code = d.ErrorCode

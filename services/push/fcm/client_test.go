@@ -13,11 +13,11 @@ import (
 
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
-func fcmErr(t *testing.T, out outcome.Outcome) *fcm.Error {
+func fcmErr(t *testing.T, out provider.Outcome) *fcm.Error {
 	t.Helper()
 	var fe *fcm.Error
 	if !errors.As(out.Err, &fe) {
@@ -30,7 +30,7 @@ func TestSendDelivered(t *testing.T) {
 	m, creds := startMock(t, pushmock.Config{})
 	c := newClient(t, m, creds, nil)
 	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 7)))
-	if out.Kind != outcome.Delivered || out.Status != 200 || out.Err != nil {
+	if out.Kind != provider.Delivered || out.Status != 200 || out.Err != nil {
 		t.Fatalf("got %v %d %v, want delivered", out.Kind, out.Status, out.Err)
 	}
 	st := m.Stats().FCM
@@ -63,15 +63,15 @@ func TestOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		token  string
-		kind   outcome.Kind
+		kind   provider.Kind
 		status int
 		code   string
 	}{
-		{"delivered", pushmock.FCMToken(creds.ProjectID, keptID), outcome.Delivered, 200, ""},
-		{"unregistered", pushmock.FCMToken(creds.ProjectID, goneID), outcome.Gone, 404, "UNREGISTERED"},
-		{"sender id mismatch", pushmock.FCMToken("another-project", keptID), outcome.Gone, 403, "SENDER_ID_MISMATCH"},
-		{"invalid argument", "not-a-registration-token", outcome.PermanentFailure, 400, "INVALID_ARGUMENT"},
-		{"internal", pushmock.FCMToken(creds.ProjectID, always5xxID), outcome.Retryable, 500, "INTERNAL"},
+		{"delivered", pushmock.FCMToken(creds.ProjectID, keptID), provider.Delivered, 200, ""},
+		{"unregistered", pushmock.FCMToken(creds.ProjectID, goneID), provider.Gone, 404, "UNREGISTERED"},
+		{"sender id mismatch", pushmock.FCMToken("another-project", keptID), provider.Gone, 403, "SENDER_ID_MISMATCH"},
+		{"invalid argument", "not-a-registration-token", provider.PermanentFailure, 400, "INVALID_ARGUMENT"},
+		{"internal", pushmock.FCMToken(creds.ProjectID, always5xxID), provider.Retryable, 500, "INTERNAL"},
 	} {
 		out := c.Send(ctx, msg(tc.token))
 		if out.Kind != tc.kind || out.Status != tc.status {
@@ -84,7 +84,7 @@ func TestOutcomes(t *testing.T) {
 			}
 		}
 	}
-	if out := c.Send(ctx, fcm.Message{Title: "x"}); out.Kind != outcome.PermanentFailure || out.Status != 0 {
+	if out := c.Send(ctx, fcm.Message{Title: "x"}); out.Kind != provider.PermanentFailure || out.Status != 0 {
 		t.Errorf("empty token: %v %d, want a permanent failure without a request", out.Kind, out.Status)
 	}
 }
@@ -93,7 +93,7 @@ func TestUnavailableIsRetryable(t *testing.T) {
 	m, creds := startMock(t, pushmock.Config{Rate5xx: 1})
 	c := newClient(t, m, creds, nil)
 	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 1)))
-	if out.Kind != outcome.Retryable || out.Status != 503 || fcmErr(t, out).Code != "UNAVAILABLE" {
+	if out.Kind != provider.Retryable || out.Status != 503 || fcmErr(t, out).Code != "UNAVAILABLE" {
 		t.Fatalf("got %v %d %v, want retryable 503 UNAVAILABLE", out.Kind, out.Status, out.Err)
 	}
 	if out.RetryAfter != 0 || c.PausedFor() != 0 {
@@ -121,7 +121,7 @@ func sendAll(t *testing.T, c *fcm.Client, creds *fcm.Credentials, from, n int64)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, id))); out.Kind != outcome.Delivered {
+			if out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, id))); out.Kind != provider.Delivered {
 				errs <- errors.New(out.Kind.String() + ": " + errString(out.Err))
 			}
 		}()
@@ -146,13 +146,13 @@ func TestTokenExpiresMidRun(t *testing.T) {
 	const lifetime = 3 * time.Second
 	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, Latency: 10 * time.Millisecond})
 	// Renewal as late as possible: the token is used until it expires.
-	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.RefreshBefore = time.Millisecond })
-	start := time.Now()
+	clk := newClock()
+	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.RefreshBefore, cfg.Now = time.Millisecond, clk.now })
 	sendAll(t, c, creds, 1, 200)
 	if n := m.Stats().FCM.TokenExchanges; n != 1 {
 		t.Fatalf("%d exchanges before expiry, want 1", n)
 	}
-	time.Sleep(time.Until(start.Add(lifetime + 300*time.Millisecond)))
+	clk.advance(lifetime + 300*time.Millisecond)
 	sendAll(t, c, creds, 201, 300)
 	st := m.Stats().FCM
 	if st.TokenExchanges != 2 || st.AuthFailures != 0 || st.Unique != 500 {
@@ -166,10 +166,10 @@ func TestTokenExpiresMidRun(t *testing.T) {
 func TestTokenRenewedBeforeExpiry(t *testing.T) {
 	const lifetime = 4 * time.Second // renewal from 2 s on
 	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, Latency: 10 * time.Millisecond})
-	c := newClient(t, m, creds, nil)
-	start := time.Now()
+	clk := newClock()
+	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.Now = clk.now })
 	sendAll(t, c, creds, 1, 200)
-	time.Sleep(time.Until(start.Add(lifetime/2 + 500*time.Millisecond)))
+	clk.advance(lifetime/2 + 500*time.Millisecond)
 	sendAll(t, c, creds, 201, 300)
 	st := m.Stats().FCM
 	if st.TokenExchanges != 2 || st.AuthFailures != 0 || st.Unique != 500 {
@@ -197,7 +197,7 @@ func TestUnauthorizedTwiceIsPermanent(t *testing.T) {
 	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: time.Millisecond}) // every token arrives expired
 	c := newClient(t, m, creds, nil)
 	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 1)))
-	if out.Kind != outcome.PermanentFailure || out.Status != 401 {
+	if out.Kind != provider.PermanentFailure || out.Status != 401 {
 		t.Fatalf("got %v %d %v, want a permanent 401", out.Kind, out.Status, out.Err)
 	}
 	if st := m.Stats().FCM; st.TokenExchanges != 2 || st.AuthFailures != 2 {
@@ -216,7 +216,7 @@ func TestRefusedAssertionIsPermanent(t *testing.T) {
 	other.ProjectID = creds.ProjectID
 	c := newClient(t, m, other, nil)
 	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 1)))
-	if out.Kind != outcome.PermanentFailure || !errors.Is(out.Err, fcm.ErrTokenExchange) || !strings.Contains(out.Err.Error(), "invalid_grant") {
+	if out.Kind != provider.PermanentFailure || !errors.Is(out.Err, fcm.ErrTokenExchange) || !strings.Contains(out.Err.Error(), "invalid_grant") {
 		t.Fatalf("got %v %v, want a permanent token exchange failure", out.Kind, out.Err)
 	}
 	if st := m.Stats().FCM; st.AssertionFailures != 1 || st.Received != 0 {
@@ -240,11 +240,11 @@ func TestQuotaExceededPausesProject(t *testing.T) {
 	c := newClient(t, m, creds, nil)
 	ctx := context.Background()
 	out := c.Send(ctx, msg(pushmock.FCMToken(creds.ProjectID, 1)))
-	if out.Kind != outcome.Retryable || out.Status != 429 || out.RetryAfter < 3*time.Second || fcmErr(t, out).Code != "QUOTA_EXCEEDED" {
+	if out.Kind != provider.Retryable || out.Status != 429 || out.RetryAfter < 3*time.Second || fcmErr(t, out).Code != "QUOTA_EXCEEDED" {
 		t.Fatalf("got %v %d retry after %s (%v), want retryable 429 QUOTA_EXCEEDED after ≥ 3s", out.Kind, out.Status, out.RetryAfter, out.Err)
 	}
 	out = c.Send(ctx, msg(pushmock.FCMToken(creds.ProjectID, 2)))
-	if out.Kind != outcome.Retryable || out.Status != 0 || !errors.Is(out.Err, fcm.ErrProjectPaused) || out.RetryAfter <= 0 || out.RetryAfter > 3*time.Second {
+	if out.Kind != provider.Retryable || out.Status != 0 || !errors.Is(out.Err, fcm.ErrProjectPaused) || out.RetryAfter <= 0 || out.RetryAfter > 3*time.Second {
 		t.Fatalf("during the pause: %v %d retry after %s (%v), want retryable, paused, no request", out.Kind, out.Status, out.RetryAfter, out.Err)
 	}
 	if n := m.Stats().FCM.Received; n != 1 {
@@ -278,8 +278,8 @@ func TestQuotaExceededAllDeliveredNoneEarly(t *testing.T) {
 				time.Sleep(time.Until(p.notAfter))
 				out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, p.id)))
 				switch out.Kind {
-				case outcome.Delivered:
-				case outcome.Retryable:
+				case provider.Delivered:
+				case provider.Retryable:
 					mu.Lock()
 					next = append(next, pending{id: p.id, notAfter: time.Now().Add(max(out.RetryAfter, 10*time.Millisecond))})
 					mu.Unlock()
@@ -308,7 +308,7 @@ func TestDialGuard(t *testing.T) {
 	}
 	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.Dial = prod.Dialer(0) })
 	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 1)))
-	if out.Kind != outcome.PermanentFailure || !errors.Is(out.Err, endpoint.ErrRefused) {
+	if out.Kind != provider.PermanentFailure || !errors.Is(out.Err, endpoint.ErrRefused) {
 		t.Fatalf("got %v %v, want a permanent refusal", out.Kind, out.Err)
 	}
 	if st := m.Stats().FCM; st.TokenExchanges != 0 || st.Received != 0 || st.AssertionFailures != 0 {
@@ -317,7 +317,7 @@ func TestDialGuard(t *testing.T) {
 
 	// The default guard: the operator named 127.0.0.1 (the mock's URL and
 	// token_uri), so it is dialed without dev mode.
-	if out := newClient(t, m, creds, nil).Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 2))); out.Kind != outcome.Delivered {
+	if out := newClient(t, m, creds, nil).Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 2))); out.Kind != provider.Delivered {
 		t.Fatalf("default guard: %v %v", out.Kind, out.Err)
 	}
 	// A host not configured is refused even when it is the same address.
@@ -382,7 +382,7 @@ func TestFailingTokenEndpointOneExchange(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, id)))
-			if out.Kind == outcome.Retryable && errors.Is(out.Err, fcm.ErrTokenExchange) {
+			if out.Kind == provider.Retryable && errors.Is(out.Err, fcm.ErrTokenExchange) {
 				retryable.Add(1)
 			}
 		}()
@@ -390,7 +390,7 @@ func TestFailingTokenEndpointOneExchange(t *testing.T) {
 	wg.Wait()
 	for id := int64(101); id <= 120; id++ { // one after the other, each after the failure
 		out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, id)))
-		if out.Kind == outcome.Retryable && errors.Is(out.Err, fcm.ErrTokenExchange) {
+		if out.Kind == provider.Retryable && errors.Is(out.Err, fcm.ErrTokenExchange) {
 			retryable.Add(1)
 		}
 	}
@@ -438,7 +438,7 @@ func TestTimeout(t *testing.T) {
 	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.Timeout = 300 * time.Millisecond })
 	start := time.Now()
 	out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, 1)))
-	if out.Kind != outcome.Retryable || out.Status != 0 || time.Since(start) > 2*time.Second {
+	if out.Kind != provider.Retryable || out.Status != 0 || time.Since(start) > 2*time.Second {
 		t.Fatalf("got %v %d %v after %s, want retryable without an answer after the timeout", out.Kind, out.Status, out.Err, time.Since(start))
 	}
 }

@@ -28,7 +28,7 @@
 //
 // # Outcomes
 //
-// Send returns an outcome.Outcome, with FCM's errorCode in an *Error:
+// Send returns a provider.Outcome, with FCM's errorCode in an *Error:
 //
 //	200                               Delivered
 //	404 UNREGISTERED                  Gone: delete the token, never retry
@@ -65,7 +65,8 @@
 //
 // # Metrics
 //
-// notify_fcm_sends_total{outcome}, notify_fcm_send_duration_seconds,
+// notify_provider_sends_total{platform="fcm",outcome} and the other
+// notify_provider_* series (package provider),
 // notify_fcm_in_flight, notify_fcm_token_exchanges_total{result},
 // notify_fcm_unauthorized_total, notify_fcm_project_pauses_total and
 // notify_fcm_paused_sends_total, in Config.Metrics.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/internal/benchtest"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/pushmock"
 	"github.com/notify-dev/notify/services/startstop"
@@ -58,7 +58,7 @@ func BenchmarkFCMSend(b *testing.B) {
 		tokens[i] = pushmock.FCMToken(creds.ProjectID, int64(i+1))
 	}
 	// Warm up: the token exchange and the connections.
-	if o := c.Send(context.Background(), msg(tokens[0])); o.Kind != outcome.Delivered {
+	if o := c.Send(context.Background(), msg(tokens[0])); o.Kind != provider.Delivered {
 		b.Fatalf("warm-up: %v %v", o.Kind, o.Err)
 	}
 	// As in the push worker, which hosts the client: its garbage is per
@@ -66,7 +66,7 @@ func BenchmarkFCMSend(b *testing.B) {
 	defer webpush.RaiseGCPercent()()
 	b.ReportAllocs()
 	cpu := benchtest.Parallel(b, benchConcurrency, func(i int64) error {
-		if o := c.Send(context.Background(), msg(tokens[i%int64(len(tokens))])); o.Kind != outcome.Delivered {
+		if o := c.Send(context.Background(), msg(tokens[i%int64(len(tokens))])); o.Kind != provider.Delivered {
 			return fmt.Errorf("%v %v", o.Kind, o.Err)
 		}
 		return nil

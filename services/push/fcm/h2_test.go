@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -55,7 +55,7 @@ func TestSendHeadersOverHTTP2(t *testing.T) {
 	roots.AddCert(ts.Certificate())
 	c := newClientFor(t, ts.URL, m.CertFile(), creds, func(cfg *fcm.Config) { cfg.RootCAs = roots })
 	for i := range 3 {
-		if out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, int64(i+1)))); out.Kind != outcome.Delivered {
+		if out := c.Send(context.Background(), msg(pushmock.FCMToken(creds.ProjectID, int64(i+1)))); out.Kind != provider.Delivered {
 			t.Fatalf("send %d: %v %v", i, out.Kind, out.Err)
 		}
 	}
@@ -99,11 +99,11 @@ func TestLongErrorAnswer(t *testing.T) {
 	roots.AddCert(ts.Certificate())
 	c := newClientFor(t, ts.URL, m.CertFile(), creds, func(cfg *fcm.Config) { cfg.RootCAs = roots })
 	out := c.Send(context.Background(), msg("token-1"))
-	if fe := fcmErr(t, out); out.Kind != outcome.Gone || out.Status != 404 || fe.Code != "UNREGISTERED" {
+	if fe := fcmErr(t, out); out.Kind != provider.Gone || out.Status != 404 || fe.Code != "UNREGISTERED" {
 		t.Fatalf("404 UNREGISTERED after 2,000 bytes: %v %d %v, want gone", out.Kind, out.Status, out.Err)
 	}
 	out = c.Send(context.Background(), msg("token-2"))
-	if fe := fcmErr(t, out); out.Kind != outcome.PermanentFailure || fe.Code != "INVALID_ARGUMENT" || !strings.Contains(fe.Message, "not a valid FCM registration token") {
+	if fe := fcmErr(t, out); out.Kind != provider.PermanentFailure || fe.Code != "INVALID_ARGUMENT" || !strings.Contains(fe.Message, "not a valid FCM registration token") {
 		t.Fatalf("400: %v %v, want a permanent failure with FCM's reason", out.Kind, out.Err)
 	}
 }

@@ -3,7 +3,9 @@ package fcm_test
 import (
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -56,4 +58,24 @@ func newClientFor(t testing.TB, url, certFile string, creds *fcm.Credentials, mo
 
 func msg(token string) fcm.Message {
 	return fcm.Message{Token: token, Title: "New lesson", Body: "Chapter 3 is up", EventID: "0193a5c4-7e1f-7000-8000-000000000001", CourseID: "42", URL: "https://learn.example/c/42"}
+}
+
+// clock is a client clock (Config.Now) a test moves instead of sleeping.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Now()} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }

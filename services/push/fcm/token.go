@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // accessToken is an OAuth 2.0 access token and when to replace it.
@@ -43,6 +45,7 @@ type tokenSource struct {
 	refreshBefore time.Duration
 	timeout       time.Duration
 	onExchange    func(err error)
+	now           func() time.Time // the client's clock
 
 	cur atomic.Pointer[accessToken]
 	mu  sync.Mutex
@@ -88,7 +91,7 @@ func (e *exchangeError) permanent() bool {
 // get returns a token valid now.
 func (ts *tokenSource) get(ctx context.Context) (*accessToken, error) {
 	for {
-		now := time.Now()
+		now := ts.now()
 		if t := ts.cur.Load(); t != nil && now.Before(t.refreshAt) {
 			return t, nil
 		}
@@ -113,7 +116,7 @@ func (ts *tokenSource) get(ctx context.Context) (*accessToken, error) {
 			ts.mu.Unlock()
 			ts.exchange(ctx, r)
 			if r.err != nil {
-				if t != nil && time.Now().Before(t.expires) {
+				if t != nil && ts.now().Before(t.expires) {
 					return t, nil // renewal failed early: the current token still serves
 				}
 				return nil, r.err
@@ -127,7 +130,7 @@ func (ts *tokenSource) get(ctx context.Context) (*accessToken, error) {
 		select {
 		case <-r.done:
 			if r.err != nil {
-				if t != nil && time.Now().Before(t.expires) {
+				if t != nil && ts.now().Before(t.expires) {
 					return t, nil
 				}
 				return nil, r.err
@@ -165,7 +168,7 @@ func (ts *tokenSource) exchange(ctx context.Context, r *refresh) {
 		ts.cur.Store(tok)
 		ts.failedUntil, ts.failErr = time.Time{}, nil
 	} else {
-		ts.failedUntil, ts.failErr = time.Now().Add(exchangeBackoff), err
+		ts.failedUntil, ts.failErr = ts.now().Add(exchangeBackoff), err
 	}
 	r.tok, r.err = tok, err
 	ts.inf = nil
@@ -174,7 +177,7 @@ func (ts *tokenSource) exchange(ctx context.Context, r *refresh) {
 }
 
 func (ts *tokenSource) fetch(ctx context.Context) (*accessToken, error) {
-	now := time.Now()
+	now := ts.now()
 	assertion, err := ts.creds.Assertion(now)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTokenExchange, err)
@@ -199,7 +202,7 @@ func (ts *tokenSource) fetch(ctx context.Context) (*accessToken, error) {
 			Error       string `json:"error"`
 			Description string `json:"error_description"`
 		}
-		msg := sanitize(body, 200)
+		msg := provider.Sanitize(body, 200)
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			msg = e.Error
 			if e.Description != "" {
@@ -237,17 +240,4 @@ func (ts *tokenSource) fetch(ctx context.Context) (*accessToken, error) {
 		expires:    now.Add(life),
 		refreshAt:  now.Add(life - ahead),
 	}, nil
-}
-
-// sanitize keeps an excerpt of an answer printable, on one line and short.
-func sanitize(b []byte, n int) string {
-	if len(b) > n {
-		b = b[:n]
-	}
-	return strings.TrimSpace(strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, string(b)))
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/notify-dev/notify/services/push/fcm"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/pushmock"
 )
 
@@ -54,7 +54,7 @@ func TestMessageTTLOnTheWire(t *testing.T) {
 	} {
 		mm := msg(pushmock.FCMToken(creds.ProjectID, 1))
 		mm.TTL = tc.ttl
-		if out := c.Send(context.Background(), mm); out.Kind != outcome.Delivered {
+		if out := c.Send(context.Background(), mm); out.Kind != provider.Delivered {
 			t.Fatalf("TTL %s: %+v", tc.ttl, out)
 		}
 		if got := <-ttls; got != tc.want {

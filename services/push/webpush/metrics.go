@@ -5,12 +5,17 @@ import (
 	"strconv"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // senderMetrics are the sender's VictoriaMetrics series:
 //
-//	notify_push_sends_total{outcome="delivered|gone|permanent_failure|retryable"}
-//	notify_push_send_duration_seconds   request round trip (histogram)
+//	notify_provider_*{platform="webpush"}   sends by outcome, round trips,
+//	                                    pauses (package provider; also as
+//	                                    notify_push_sends_total{outcome} and
+//	                                    notify_push_send_duration_seconds
+//	                                    for one release)
 //	notify_push_in_flight               requests on the wire
 //	notify_push_origin_limit{origin}    each origin's adaptive limit
 //	notify_push_origin_pauses_total     Retry-After pauses applied
@@ -19,28 +24,22 @@ import (
 //	                                    message waits) and sustained ones
 //	                                    (the origin pauses and backs off)
 type senderMetrics struct {
-	set                                       *metrics.Set
-	delivered, gone, permanentFail, retryable *metrics.Counter
-	pauses                                    *metrics.Counter
-	rateLimitedRecipient, rateLimitedOrigin   *metrics.Counter
-	latency                                   *metrics.Histogram
-	inflight                                  *metrics.Gauge
+	set                                     *metrics.Set
+	provider                                *provider.Metrics
+	pauses                                  *metrics.Counter
+	rateLimitedRecipient, rateLimitedOrigin *metrics.Counter
+	inflight                                *metrics.Gauge
 }
 
 func newSenderMetrics(set *metrics.Set) senderMetrics {
 	m := senderMetrics{set: set}
-	m.delivered = m.counter(`notify_push_sends_total{outcome="delivered"}`)
-	m.gone = m.counter(`notify_push_sends_total{outcome="gone"}`)
-	m.permanentFail = m.counter(`notify_push_sends_total{outcome="permanent_failure"}`)
-	m.retryable = m.counter(`notify_push_sends_total{outcome="retryable"}`)
+	m.provider = provider.NewMetrics(set, provider.WebPush)
 	m.pauses = m.counter(`notify_push_origin_pauses_total`)
 	m.rateLimitedRecipient = m.counter(`notify_push_rate_limited_total{scope="recipient"}`)
 	m.rateLimitedOrigin = m.counter(`notify_push_rate_limited_total{scope="origin"}`)
 	if set != nil {
-		m.latency = set.GetOrCreateHistogram(`notify_push_send_duration_seconds`)
 		m.inflight = set.GetOrCreateGauge(`notify_push_in_flight`, nil)
 	} else {
-		m.latency = metrics.GetOrCreateHistogram(`notify_push_send_duration_seconds`)
 		m.inflight = metrics.GetOrCreateGauge(`notify_push_in_flight`, nil)
 	}
 	return m
@@ -61,15 +60,4 @@ func (m senderMetrics) originLimit(origin string) *metrics.Gauge {
 	return metrics.GetOrCreateGauge(name, nil)
 }
 
-func (m senderMetrics) count(k Kind) {
-	switch k {
-	case Delivered:
-		m.delivered.Inc()
-	case Gone:
-		m.gone.Inc()
-	case PermanentFailure:
-		m.permanentFail.Inc()
-	case Retryable:
-		m.retryable.Inc()
-	}
-}
+func (m senderMetrics) count(k Kind) { m.provider.Count(k) }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +18,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	endpointpolicy "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/h2"
-	"github.com/notify-dev/notify/services/push/outcome"
+	"github.com/notify-dev/notify/services/push/provider"
 )
 
 // Urgency is the RFC 8030 §5.3 Urgency header.
@@ -46,7 +44,7 @@ func ParseUrgency(s string) (Urgency, error) {
 
 // TTLZero asks the push service to deliver only if the browser is reachable
 // right now, and otherwise drop the message (header "TTL: 0").
-const TTLZero time.Duration = -1
+const TTLZero = provider.NowOrNever
 
 // DefaultTTL is the TTL sent when neither the message nor Config sets one.
 const DefaultTTL = 24 * time.Hour
@@ -85,26 +83,28 @@ type Message struct {
 }
 
 // Kind and Outcome are the platform-neutral result of a send (package
-// outcome); the names stay here so Web Push callers read naturally.
+// provider); the names stay here so Web Push callers read naturally.
 type (
-	Kind    = outcome.Kind
-	Outcome = outcome.Outcome
+	Kind    = provider.Kind
+	Outcome = provider.Outcome
 )
 
-// The kinds of Outcome, see package outcome.
+// The kinds of Outcome, see package provider.
 const (
-	Delivered        = outcome.Delivered
-	Gone             = outcome.Gone
-	PermanentFailure = outcome.PermanentFailure
-	Retryable        = outcome.Retryable
+	Delivered        = provider.Delivered
+	Gone             = provider.Gone
+	PermanentFailure = provider.PermanentFailure
+	Retryable        = provider.Retryable
 )
 
 // ErrOriginPaused is wrapped by the Err of a Retryable outcome returned
-// without sending because the origin's Retry-After has not yet passed.
-var ErrOriginPaused = errors.New("push service asked to wait (Retry-After)")
+// without sending because the origin's Retry-After has not yet passed: the
+// providers' one provider.ErrPaused.
+var ErrOriginPaused = provider.ErrPaused
 
-// ErrSenderClosed is wrapped by outcomes of sends after Close.
-var ErrSenderClosed = errors.New("sender closed")
+// ErrSenderClosed is wrapped by outcomes of sends after Close: the
+// providers' one provider.ErrClosed.
+var ErrSenderClosed = provider.ErrClosed
 
 // DefaultDialTimeout bounds connecting to a push service (TCP and TLS).
 // Push services answer a handshake within a round trip or two; an
@@ -232,22 +232,9 @@ func (c Config) validate() error {
 	return nil
 }
 
-// LoadCAFile returns the system roots plus the PEM certificates in path,
-// for push services with a private CA (the mock's self-signed certificate).
-func LoadCAFile(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read CA file: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA file %s holds no PEM certificate", path)
-	}
-	return pool, nil
-}
+// LoadCAFile is provider.LoadCAFile, for the callers that build a
+// Sender.
+func LoadCAFile(path string) (*x509.CertPool, error) { return provider.LoadCAFile(path) }
 
 // Sender sends Web Push messages. It is safe for concurrent use by many
 // goroutines; share one per process.
@@ -272,18 +259,6 @@ type Sender struct {
 
 	defaultTTLSecs int64
 	defaultTTL     string
-}
-
-type origin struct {
-	name  string
-	pool  *h2.Pool
-	limit *adaptiveLimit
-	// answers tells a sparse 429 (the recipient's) from a sustained one
-	// (the origin's).
-	answers *rateWindow
-	// pausedUntil is the Retry-After deadline in Unix nanoseconds; no
-	// request is sent to the origin before it.
-	pausedUntil atomic.Int64
 }
 
 // NewSender validates cfg and returns a Sender.
@@ -327,16 +302,6 @@ func (s *Sender) Close() {
 		v.(*origin).pool.Close()
 		return true
 	})
-}
-
-// OriginLimit reports an origin's current adaptive limit and in-flight
-// count (0, 0 for an origin never sent to). For tests and status pages.
-func (s *Sender) OriginLimit(originURL string) (limit float64, inflight int) {
-	v, ok := s.origins.Load(originURL)
-	if !ok {
-		return 0, 0
-	}
-	return v.(*origin).limit.current()
 }
 
 // endpoint is a push resource URL taken apart.
@@ -398,36 +363,6 @@ func plainPath(p string) bool {
 	return true
 }
 
-func (s *Sender) origin(ep endpoint) (*origin, error) {
-	name := ep.origin
-	if v, ok := s.origins.Load(name); ok {
-		return v.(*origin), nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.origins.Load(name); ok {
-		return v.(*origin), nil
-	}
-	name = strings.Clone(name) // the key must not pin a caller's endpoint string
-	u := &url.URL{Host: ep.host}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-	}
-	pool, err := h2.NewPool(h2.Options{Addr: net.JoinHostPort(u.Hostname(), port), ServerName: u.Hostname(), TLS: s.tls,
-		DialTimeout: s.cfg.DialTimeout, Dial: s.cfg.Dial, MaxErrorBody: maxDetail, Logger: s.cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
-	o := &origin{name: name, pool: pool}
-	limitGauge := s.m.originLimit(name)
-	o.limit = newAdaptiveLimit(s.cfg.OriginInitialLimit, s.cfg.OriginMaxLimit, limitGauge.Set)
-	o.answers = newRateWindow(s.cfg.RateLimitWindow, s.cfg.RateLimitRatio, s.cfg.RateLimitMinAnswers)
-	s.origins.Store(name, o)
-	s.cfg.Logger.Debug("new push service origin", "origin", name)
-	return o, nil
-}
-
 // maxDetail is how much of an error answer's body an outcome quotes.
 const maxDetail = 256
 
@@ -441,7 +376,7 @@ func permanent(status int, err error) Outcome {
 // by Retry-After. It never retries; see Outcome.
 func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 	if s.closed.Load() {
-		return Outcome{Kind: Retryable, Err: ErrSenderClosed}
+		return provider.Closed()
 	}
 	sub := msg.Subscription
 	ep, err := parseEndpoint(sub.Endpoint)
@@ -488,106 +423,6 @@ func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 	return out
 }
 
-// admit passes the Retry-After gate and takes an origin slot and a global
-// slot. On false the returned outcome says why nothing was sent.
-func (s *Sender) admit(ctx context.Context, o *origin) (Outcome, bool) {
-	for {
-		if out, ok := s.waitGate(ctx, o); !ok {
-			return out, false
-		}
-		if err := o.limit.acquire(ctx); err != nil {
-			return Outcome{Kind: Retryable, Err: fmt.Errorf("waiting for the origin's concurrency limit: %w", err)}, false
-		}
-		select {
-		case s.sem <- struct{}{}:
-		default:
-			select {
-			case s.sem <- struct{}{}:
-			case <-ctx.Done():
-				o.limit.release(signalNone, time.Time{})
-				return Outcome{Kind: Retryable, Err: fmt.Errorf("waiting for an in-flight slot: %w", ctx.Err())}, false
-			}
-		}
-		// A 429 may have paused the origin while we queued.
-		if until := o.pausedUntil.Load(); until == 0 || time.Now().UnixNano() >= until {
-			s.m.inflight.Inc()
-			return Outcome{}, true
-		}
-		<-s.sem
-		o.limit.release(signalNone, time.Time{})
-	}
-}
-
-// waitGate returns once the origin's Retry-After has passed, waiting at
-// most Config.RetryAfterWait for it.
-func (s *Sender) waitGate(ctx context.Context, o *origin) (Outcome, bool) {
-	for {
-		until := o.pausedUntil.Load()
-		if until == 0 {
-			return Outcome{}, true
-		}
-		rem := time.Duration(until - time.Now().UnixNano())
-		if rem <= 0 {
-			return Outcome{}, true
-		}
-		if rem > s.cfg.RetryAfterWait {
-			return Outcome{Kind: Retryable, RetryAfter: rem, Err: fmt.Errorf("%w: %s left", ErrOriginPaused, rem.Round(time.Millisecond))}, false
-		}
-		t := time.NewTimer(rem)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return Outcome{Kind: Retryable, RetryAfter: rem, Err: fmt.Errorf("%w: %w", ErrOriginPaused, ctx.Err())}, false
-		}
-	}
-}
-
-// react scopes the origin's reaction to an answer to the evidence (see
-// Config.RateLimitRatio) and returns what the adaptive limit is told. A 5xx
-// with Retry-After pauses the origin: the service itself is struggling. A
-// 429 pauses it and halves its limit only while 429s are sustained; a
-// sparse one leaves the origin alone, and its message waits its
-// Retry-After at the caller. It runs before the slot is released, so a
-// send woken by the release sees the pause.
-func (s *Sender) react(o *origin, out Outcome, sig signal) signal {
-	switch {
-	case out.Status == http.StatusTooManyRequests:
-		if !o.answers.add(time.Now(), true) {
-			s.m.rateLimitedRecipient.Inc()
-			return signalNone
-		}
-		s.m.rateLimitedOrigin.Inc()
-		if out.RetryAfter > 0 {
-			s.pause(o, out.RetryAfter)
-		}
-	case out.Status != 0:
-		o.answers.add(time.Now(), false)
-		if out.Status >= 500 && out.RetryAfter > 0 {
-			s.pause(o, out.RetryAfter)
-		}
-	}
-	return sig
-}
-
-// pause moves the origin's Retry-After deadline forward (never back).
-func (s *Sender) pause(o *origin, d time.Duration) {
-	until := time.Now().Add(d).UnixNano()
-	for {
-		cur := o.pausedUntil.Load()
-		if cur >= until {
-			return
-		}
-		if o.pausedUntil.CompareAndSwap(cur, until) {
-			s.m.pauses.Inc()
-			if cur < time.Now().UnixNano() { // log the start of a pause, not each extension
-				s.cfg.Logger.Warn("push service asked to pause the origin", "origin", o.name, "retry_after", d.String())
-			}
-			return
-		}
-	}
-}
-
 func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Keys, msg Message, ttlSecs int64) (Outcome, signal, time.Time) {
 	auth, err := s.signer.Header(o.name)
 	if err != nil {
@@ -625,21 +460,13 @@ func (s *Sender) roundTrip(ctx context.Context, o *origin, ep endpoint, keys Key
 	req := h2.Request{Authority: ep.host, Path: ep.path, Fields: fields[:n]}
 	started := time.Now()
 	resp, err := o.pool.RoundTrip(ctx, &req, body, s.cfg.Timeout)
-	s.m.latency.UpdateDuration(started)
+	s.m.provider.Latency(started)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			// The caller gave up (shutdown): nothing to learn about the origin.
-			return Outcome{Kind: Retryable, Err: fmt.Errorf("send cancelled: %w", ctx.Err())}, signalNone, started
-		case errors.Is(err, h2.ErrTimeout):
-			return Outcome{Kind: Retryable, Err: fmt.Errorf("push service did not answer within %s: %w", s.cfg.Timeout, context.DeadlineExceeded)}, signalOverload, started
-		case errors.Is(err, h2.ErrClosed):
-			return Outcome{Kind: Retryable, Err: ErrSenderClosed}, signalNone, started
-		case errors.Is(err, endpointpolicy.ErrRefused):
-			// Refused by policy before anything was sent: retrying cannot help.
-			return permanent(0, fmt.Errorf("send to %s: %w", o.name, err)), signalNone, started
+		out, overloaded := provider.SendFailed(ctx, err, o.name, s.cfg.Timeout)
+		if overloaded {
+			return out, signalOverload, started
 		}
-		return Outcome{Kind: Retryable, Err: fmt.Errorf("send to %s: %w", o.name, err)}, signalOverload, started
+		return out, signalNone, started
 	}
 	out, sig := classify(resp.Status, resp.RetryAfter, resp.Body, time.Now(), s.cfg.MaxRetryAfter)
 	return out, sig, started
@@ -658,18 +485,12 @@ func (s *Sender) ttlString(secs int64) string {
 // service are made.
 func classify(status int, retryAfter string, detail []byte, now time.Time, maxRetryAfter time.Duration) (Outcome, signal) {
 	errFor := func(what string) error {
-		if d := strings.TrimSpace(sanitize(detail)); d != "" {
+		if d := strings.TrimSpace(provider.Sanitize(detail, 0)); d != "" {
 			return fmt.Errorf("push service answered %d (%s): %s", status, what, d)
 		}
 		return fmt.Errorf("push service answered %d (%s)", status, what)
 	}
-	retryDelay := func() time.Duration {
-		d, ok := ParseRetryAfter(retryAfter, now)
-		if !ok {
-			return 0
-		}
-		return min(d, maxRetryAfter)
-	}
+	retryDelay := func() time.Duration { return provider.RetryAfter(retryAfter, now, maxRetryAfter) }
 	switch {
 	case status >= 200 && status < 300:
 		return Outcome{Kind: Delivered, Status: status}, signalSuccess
@@ -690,14 +511,4 @@ func classify(status int, retryAfter string, detail []byte, now time.Time, maxRe
 	default:
 		return permanent(status, errFor("unexpected status")), signalNone
 	}
-}
-
-// sanitize keeps a response excerpt printable and on one line.
-func sanitize(b []byte) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, string(b))
 }

@@ -1,8 +1,4 @@
-// Package outcome is what became of one send to one device, whatever its
-// platform: the Web Push sender, the FCM and APNs providers and the push
-// worker that records it all speak this type, so the worker's accounting
-// (delivered, gone, failed, retrying) is written once for every platform.
-package outcome
+package provider
 
 import "time"
 
@@ -53,3 +49,19 @@ type Outcome struct {
 	// Err says why the message was not delivered; nil when delivered.
 	Err error
 }
+
+// Recorded statuses of a delivery (push_deliveries.status). delivered,
+// gone, failed, cancelled and expired are final: nothing ever overwrites
+// them. retrying means a retry command for the row is in the outbox
+// (written in the same transaction). cancelled and expired are written
+// without a request: the event was cancelled, or its expires_at passed,
+// before the device was sent. Readers of the table (eventstatus) take
+// them from here rather than from the worker.
+const (
+	StatusDelivered = "delivered"
+	StatusGone      = "gone"
+	StatusFailed    = "failed"
+	StatusRetrying  = "retrying"
+	StatusCancelled = "cancelled"
+	StatusExpired   = "expired"
+)

@@ -1,4 +1,4 @@
-package webpush
+package provider
 
 import (
 	"net/http"
@@ -35,4 +35,14 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		d = 0
 	}
 	return d, true
+}
+
+// RetryAfter is ParseRetryAfter capped at limit (so a bad value cannot
+// pause an origin for days); zero when absent or malformed.
+func RetryAfter(v string, now time.Time, limit time.Duration) time.Duration {
+	d, ok := ParseRetryAfter(v, now)
+	if !ok {
+		return 0
+	}
+	return min(d, limit)
 }
