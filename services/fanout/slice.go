@@ -392,7 +392,7 @@ func sliceStatement(userList, next, skipExisting bool) string {
 // eventContent is what a push command carries of its event beyond title
 // and url (fanout_runs, read with the range's lock).
 type eventContent struct {
-	typ                  string
+	typ                    string
 	body, data, priority   *string
 	collapseKey            *string
 	locales, defaultLocale *string

@@ -95,10 +95,10 @@ type Server struct {
 	// deliveredTopics is PerTopic's set of (id, Topic) answered 201.
 	topicMu         sync.Mutex
 	deliveredTopics map[topicKey]struct{}
-	notBefore                    sync.Map // id int64 → unix nanos of the Retry-After deadline
-	vapid                        vapidCache
-	bodyPool                     sync.Pool
-	release                      *releaser
+	notBefore       sync.Map // id int64 → unix nanos of the Retry-After deadline
+	vapid           vapidCache
+	bodyPool        sync.Pool
+	release         *releaser
 
 	h2mu      sync.Mutex
 	h2conns   map[*h2conn]struct{}
