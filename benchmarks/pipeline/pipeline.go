@@ -580,7 +580,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	for _, g := range []struct {
 		group   string
 		members int
-	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}} {
+	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}, {streams.GroupPushLane, cfg.PushWorkers}} {
 		name := topics.Group(g.group)
 		if err := benchkit.WaitFor(ctx, "consumer group "+name, 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 			d, err := adm.DescribeGroups(ctx, name)

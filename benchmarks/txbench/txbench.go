@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
@@ -124,9 +125,11 @@ type Result struct {
 	DrainSeconds float64 `json:"drain_seconds"`
 	// Broadcast is the broadcast's own figures when one ran.
 	Broadcast *BroadcastResult `json:"broadcast,omitempty"`
-	LatencyMS float64          `json:"mock_latency_ms"`
-	LoadAvg   string           `json:"load_avg"`
-	LogDir    string           `json:"log_dir"`
+	// CPUSeconds is each service process's CPU over the whole run.
+	CPUSeconds map[string]float64 `json:"cpu_seconds"`
+	LatencyMS  float64            `json:"mock_latency_ms"`
+	LoadAvg    string             `json:"load_avg"`
+	LogDir     string             `json:"log_dir"`
 }
 
 // BroadcastResult is the broadcast's side of a run beside one.
@@ -181,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	pres, err := pipeline.Run(ctx, pc)
 	res.LogDir, res.LatencyMS, res.LoadAvg = pres.LogDir, pres.LatencyMS, pres.LoadAvg
-	res.Duplicates = pres.Duplicates
+	res.Duplicates, res.CPUSeconds = pres.Duplicates, pres.CPUSeconds
 	if cfg.Broadcast {
 		res.Broadcast = &BroadcastResult{Users: pres.Users, Subscriptions: pres.Subscriptions,
 			TotalSeconds: pres.TotalSeconds, Delivered: pres.Delivered, Lost: pres.Lost}
@@ -411,6 +414,14 @@ func Print(w io.Writer, r Result) {
 	fmt.Fprintf(tw, "drain after the last due time\t%.2f s\n", r.DrainSeconds)
 	if b := r.Broadcast; b != nil {
 		fmt.Fprintf(tw, "broadcast beside it\t%d students, %d devices: %.1f s, %d delivered, %d lost\n", b.Users, b.Subscriptions, b.TotalSeconds, b.Delivered, b.Lost)
+	}
+	if len(r.CPUSeconds) > 0 {
+		names := slices.Sorted(maps.Keys(r.CPUSeconds))
+		var parts []string
+		for _, n := range names {
+			parts = append(parts, fmt.Sprintf("%s %.1f", n, r.CPUSeconds[n]))
+		}
+		fmt.Fprintf(tw, "CPU seconds\t%s\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(tw, "mock latency / load at start\t%.0f ms / %s\n", r.LatencyMS, r.LoadAvg)
 	tw.Flush()

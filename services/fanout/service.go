@@ -34,6 +34,10 @@ type Config struct {
 	// RunAhead is the slice worker's SliceConfig.RunAhead. Default
 	// DefaultRunAhead; negative: none.
 	RunAhead int
+	// LaneStudents is the slice worker's SliceConfig.LaneStudents: the
+	// largest one-slice event whose push command goes to the
+	// transactional lane. Default DefaultLaneStudents; negative: no lane.
+	LaneStudents int
 	// DisablePlanner and DisableSlices run only one of the two roles. The
 	// Scheduler (starting scheduled events at their send_at) runs with the
 	// planner.
@@ -126,7 +130,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	if !cfg.DisableSlices {
 		w, err := NewSliceWorker(cfg.Pool, SliceConfig{FanoutPartitions: cfg.Topics.FanoutPartitions,
-			PushPartitions: cfg.Topics.PushPartitions, RunAhead: cfg.RunAhead, Logger: cfg.Logger.With("role", "slices")})
+			PushPartitions: cfg.Topics.PushPartitions, PushLanePartitions: cfg.Topics.LanePartitions(), LaneStudents: cfg.LaneStudents, RunAhead: cfg.RunAhead, Logger: cfg.Logger.With("role", "slices")})
 		if err != nil {
 			return nil, err
 		}

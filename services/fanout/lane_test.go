@@ -1,0 +1,66 @@
+package fanout_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/notifications"
+	"github.com/notify-dev/notify/streams"
+	"github.com/notify-dev/notify/streams/streamstest"
+)
+
+// TestSmallEventsInLane: an event whose whole audience fits its first
+// slice (and the lane's size) has its push command on the transactional
+// lane's topic; a broadcast's commands — every slice of it, the short last
+// one included — stay on the push topic, and so does a user list larger
+// than one slice.
+func TestSmallEventsInLane(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	topics := streamstest.NewTopics(t)
+	course := seedCourse(t, db.Pool, 30, time.Now().Add(-time.Hour))
+	users := createUsers(t, db.Pool, 10)
+	startRelay(t, db.Pool, topics)
+	startService(t, db.Pool, topics, 2, 7)
+
+	small := create(t, db.Pool, notifications.Sender{Service: "grades"}, notifications.Request{
+		Type: "grade.posted", Audience: notifications.Audience{UserIDs: users[:3]}, Title: ptr("Your grade"),
+	})
+	list := create(t, db.Pool, notifications.Sender{Service: "grades"}, notifications.Request{
+		Type: "grade.posted", Audience: notifications.Audience{UserIDs: users}, Title: ptr("Everyone's grade"),
+	})
+	broadcast := publish(t, db.Pool, course, time.Now())
+	for _, ev := range []string{small.EventID.String(), list.EventID.String(), broadcast.EventID} {
+		waitFinished(t, db.Pool, ev, 2*time.Minute)
+	}
+	waitOutboxEmpty(t, db.Pool, topics)
+
+	var lane []streams.PushCommand
+	readTopic(t, topics.PushLane(), func(r *kgo.Record) {
+		cmd, err := streams.DecodePushCommand(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Partition >= topics.LanePartitions() {
+			t.Fatalf("lane partition %d of %d", r.Partition, topics.LanePartitions())
+		}
+		lane = append(lane, cmd)
+	})
+	if len(lane) != 1 || lane[0].EventID != small.EventID.String() || lane[0].Students != 3 {
+		t.Fatalf("lane commands %+v, want the small event's one command of 3 students", lane)
+	}
+	byEvent := map[string]int{}
+	for _, pr := range pushCommands(t, topics) {
+		byEvent[pr.cmd.EventID] += pr.cmd.Students
+	}
+	if byEvent[small.EventID.String()] != 0 || byEvent[list.EventID.String()] != 10 || byEvent[broadcast.EventID] != 30 {
+		t.Fatalf("push topic students by event %v: want the list's 10 and the broadcast's 30 there, none of the small event's", byEvent)
+	}
+	if !slices.Contains(users, lane[0].FirstUser) {
+		t.Fatalf("lane command's first user %s is not one of the event's", lane[0].FirstUser)
+	}
+}
