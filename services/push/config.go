@@ -21,13 +21,13 @@ type Sender = webpush.MessageSender
 
 // Defaults of Config, documented on its fields.
 const (
-	DefaultMaxInFlight   = 8000
+	DefaultMaxInFlight = 8000
 	// DefaultLaneCommands and DefaultLaneInFlight size the transactional
 	// lane's worker (Config.Lane) in `notify run push`: its commands are
 	// one or a few students each, so many at once — each waits out the
 	// push service's latency — with send slots of their own.
-	DefaultLaneCommands = 512
-	DefaultLaneInFlight = 1000
+	DefaultLaneCommands  = 512
+	DefaultLaneInFlight  = 1000
 	DefaultMaxCommands   = 16
 	DefaultMaxAttempts   = 5
 	DefaultBackoffBase   = time.Second
