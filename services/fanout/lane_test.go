@@ -17,7 +17,9 @@ import (
 // slice (and the lane's size) has its push command on the transactional
 // lane's topic; a broadcast's commands — every slice of it, the short last
 // one included — stay on the push topic, and so does a user list larger
-// than one slice.
+// than one slice. A one-range event's first slice runs in the planning
+// transaction: the small event and the user list have no first slice
+// command on the fan-out topic (the list's second slice has one).
 func TestSmallEventsInLane(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
@@ -59,6 +61,23 @@ func TestSmallEventsInLane(t *testing.T) {
 	}
 	if byEvent[small.EventID.String()] != 0 || byEvent[list.EventID.String()] != 10 || byEvent[broadcast.EventID] != 30 {
 		t.Fatalf("push topic students by event %v: want the list's 10 and the broadcast's 30 there, none of the small event's", byEvent)
+	}
+	slicesOf := map[string][]int{}
+	readTopic(t, topics.Fanout(), func(r *kgo.Record) {
+		c, err := streams.DecodeSliceCommand(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slicesOf[c.EventID] = append(slicesOf[c.EventID], c.Seq)
+	})
+	if s := slicesOf[small.EventID.String()]; len(s) != 0 {
+		t.Fatalf("the small event's slice commands %v: its one slice should have run in its plan", s)
+	}
+	if s := slicesOf[list.EventID.String()]; len(s) != 1 || s[0] != 1 {
+		t.Fatalf("the user list's slice commands (seqs) %v, want only its second slice's", s)
+	}
+	if len(slicesOf[broadcast.EventID]) < 2 {
+		t.Fatalf("the broadcast's slice commands %v: its two ranges' chains run on the slice worker", slicesOf[broadcast.EventID])
 	}
 	if !slices.Contains(users, lane[0].FirstUser) {
 		t.Fatalf("lane command's first user %s is not one of the event's", lane[0].FirstUser)

@@ -272,6 +272,16 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" && strings.HasPrefix(pe.TableName, "notifications")
 }
 
+// RunIn runs one slice command in the caller's transaction tx (the
+// planner's, for an event's first slice: PlannerConfig.FirstSlice);
+// skipExisting selects the ON CONFLICT DO NOTHING form of the insert. A
+// unique violation fails tx: the caller rolls back and decides.
+func (w *SliceWorker) RunIn(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, skipExisting bool) (SliceResult, error) {
+	var res SliceResult
+	err := w.run(ctx, tx, cmd, &res, skipExisting)
+	return res, err
+}
+
 // run is one attempt at cmd in tx; skipExisting selects the ON CONFLICT DO
 // NOTHING form of the insert.
 func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, res *SliceResult, skipExisting bool) error {
