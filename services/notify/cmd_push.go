@@ -138,13 +138,22 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			closeAll()
 			return nil, usageError{msg: fmt.Sprintf("--lane-commands %d and --lane-in-flight %d must be ≥ 1: the transactional lane's commands have no other consumer", *laneCommands, *laneInFlight)}
 		}
-		// The lane's commands are small: a few of its connections serve
-		// many of them, one short query after another.
-		pool, err := infra.servicePool(ctx, int32(max(cfg.MaxCommands/2+4, 4)+laneConns))
+		pool, err := infra.servicePool(ctx, int32(max(cfg.MaxCommands/2+4, 4)))
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
+		// The lane has connections of its own, so a broadcast's loads and
+		// recordings never hold a small event's back; its commands are
+		// small, so a few serve many, one short query after another.
+		lanePool, err := infra.servicePool(ctx, laneConns)
+		if err != nil {
+			closeAll()
+			pool.Close()
+			return nil, err
+		}
+		prevClose := closeAll
+		closeAll = func() { prevClose(); lanePool.Close() }
 		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
 		cfg.Logger, cfg.Metrics = log, set
 		cfg.ConsumerOpts = append(cfg.ConsumerOpts, kgo.SessionTimeout(*sessionTimeout))
@@ -158,7 +167,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		lane.Lane, lane.MaxCommands, lane.MaxInFlight, lane.MaxInFlightPerOrigin = true, *laneCommands, *laneInFlight, 0
 		// One lag gauge per process: the broadcast topic's.
 		lane.LagInterval = -1
-		lane.WorkerID = cfg.WorkerID + "-lane"
+		lane.WorkerID, lane.Pool = cfg.WorkerID+"-lane", lanePool
 		lw, err := push.New(lane)
 		if err != nil {
 			closeAll()
