@@ -57,6 +57,22 @@ type Config struct {
 	// Drain bounds the wait for the last outcome after the last send.
 	// Default 2 minutes.
 	Drain time.Duration
+	// WhileBroadcast stops sending once the broadcast's last outcome is
+	// recorded, or after Duration, whichever is first (`notify demo`).
+	WhileBroadcast bool
+	// Live, when set, is called about every second with the
+	// notifications' figures so far (`notify demo`'s progress line).
+	Live func(Trickle)
+}
+
+// Trickle is the small notifications' figures at one moment.
+type Trickle struct {
+	// Sent is the notifications accepted so far; Done those whose every
+	// device is recorded.
+	Sent, Done int
+	// P50MS and P99MS are due → recorded over the last 5 s's finished
+	// ones (0 before the first).
+	P50MS, P99MS float64
 }
 
 func (c *Config) defaults() error {
@@ -123,8 +139,10 @@ type Result struct {
 	// DrainSeconds is from the last notification's due time to the last
 	// outcome recorded.
 	DrainSeconds float64 `json:"drain_seconds"`
-	// Broadcast is the broadcast's own figures when one ran.
+	// Broadcast is the broadcast's own figures when one ran; Pipeline the
+	// whole run's (for its table).
 	Broadcast *BroadcastResult `json:"broadcast,omitempty"`
+	Pipeline  pipeline.Result  `json:"-"`
 	// CPUSeconds is each service process's CPU over the whole run.
 	CPUSeconds map[string]float64 `json:"cpu_seconds"`
 	LatencyMS  float64            `json:"mock_latency_ms"`
@@ -168,23 +186,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	var loadErr error
 	pc.During = func(ctx context.Context, live pipeline.Live) error {
+		ended := make(chan struct{})
 		if live.Progress != nil {
 			// The broadcast's snapshots are not this load's; keep the
 			// channel drained so the watcher never waits on it.
 			go func() {
-				for s := range live.Progress {
-					if pc.Progress != nil {
-						pc.Progress(s)
-					}
+				defer close(ended)
+				for range live.Progress {
 				}
 			}()
 		}
-		loadErr = load(ctx, cfg, live, &res, say)
+		if !cfg.WhileBroadcast {
+			ended = nil // never: send for Duration
+		}
+		loadErr = load(ctx, cfg, live, &res, say, ended)
 		return loadErr
 	}
 	pres, err := pipeline.Run(ctx, pc)
 	res.LogDir, res.LatencyMS, res.LoadAvg = pres.LogDir, pres.LatencyMS, pres.LoadAvg
-	res.Duplicates, res.CPUSeconds = pres.Duplicates, pres.CPUSeconds
+	res.Duplicates, res.CPUSeconds, res.Pipeline = pres.Duplicates, pres.CPUSeconds, pres
 	if cfg.Broadcast {
 		res.Broadcast = &BroadcastResult{Users: pres.Users, Subscriptions: pres.Subscriptions,
 			TotalSeconds: pres.TotalSeconds, Delivered: pres.Delivered, Lost: pres.Lost}
@@ -196,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 }
 
 // load sends the notifications and waits for their outcomes.
-func load(ctx context.Context, cfg Config, live pipeline.Live, res *Result, say func(string)) error {
+func load(ctx context.Context, cfg Config, live pipeline.Live, res *Result, say func(string), ended <-chan struct{}) error {
 	pool, err := pgxpool.New(ctx, live.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -238,7 +258,14 @@ func load(ctx context.Context, cfg Config, live pipeline.Live, res *Result, say 
 					case <-time.After(d):
 					case <-ctx.Done():
 						return
+					case <-ended:
+						continue // the broadcast is over: send no more
 					}
+				}
+				select {
+				case <-ended:
+					continue
+				default:
 				}
 				ids := make([]string, 0, cfg.Recipients)
 				var devs int64
@@ -283,9 +310,30 @@ func load(ctx context.Context, cfg Config, live pipeline.Live, res *Result, say 
 		jobs <- i
 	}
 	close(jobs)
+	if cfg.Live != nil {
+		stopLive := make(chan struct{})
+		liveDone := make(chan struct{})
+		go func() {
+			defer close(liveDone)
+			watchLive(ctx, pool, cfg.Live, stopLive, func() []sent {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Clone(accepted)
+			})
+		}()
+		defer func() { close(stopLive); <-liveDone }()
+	}
 	wg.Wait()
 	sendEnd := time.Now()
-	lastDue := start.Add(time.Duration(total-1) * period)
+	lastDue := start
+	for _, s := range accepted {
+		if s.due.After(lastDue) {
+			lastDue = s.due
+		}
+	}
+	if cfg.WhileBroadcast {
+		res.Duration = lastDue.Sub(start).Seconds() // sent until the broadcast ended
+	}
 	res.Events, res.Refused = int64(len(accepted)), refused.Load()
 	if w := sendEnd.Sub(start); w > 0 {
 		res.EventsPerSecond = float64(res.Events) / w.Seconds()
@@ -357,6 +405,62 @@ func load(ctx context.Context, cfg Config, live pipeline.Live, res *Result, say 
 		return fmt.Errorf("%d of %d outcomes not recorded within %s of the last send (the services' logs are in the run's log directory)", res.Lost, res.Expected, cfg.Drain)
 	}
 	return nil
+}
+
+// watchLive reports the notifications' progress every second until stop.
+func watchLive(ctx context.Context, pool *pgxpool.Pool, report func(Trickle), stop <-chan struct{}, snapshot func() []sent) {
+	type done struct{ at, lat time.Duration }
+	finished := map[string]time.Duration{} // event → due → last recorded
+	var recent []done                      // finished, by when they finished (since start)
+	t0 := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		all := snapshot()
+		var pending []string
+		byID := map[string]sent{}
+		for _, s := range all {
+			if _, ok := finished[s.eventID]; !ok && s.devices > 0 {
+				pending = append(pending, s.eventID)
+				byID[s.eventID] = s
+			}
+		}
+		if len(pending) > 0 {
+			rows, err := pool.Query(ctx, `SELECT event_id::text, count(*), max(updated_at) FROM push_deliveries
+				WHERE event_id = ANY($1::uuid[]) AND status <> 'retrying' GROUP BY 1`, pending)
+			if err == nil {
+				for rows.Next() {
+					var id string
+					var n int64
+					var at time.Time
+					if rows.Scan(&id, &n, &at) == nil && n >= byID[id].devices {
+						lat := max(at.Sub(byID[id].due), 0)
+						finished[id] = lat
+						recent = append(recent, done{at: time.Since(t0), lat: lat})
+					}
+				}
+				rows.Close()
+			}
+		}
+		cut := time.Since(t0) - 5*time.Second
+		var window []time.Duration
+		kept := recent[:0]
+		for _, d := range recent {
+			if d.at >= cut {
+				window = append(window, d.lat)
+				kept = append(kept, d)
+			}
+		}
+		recent = kept
+		report(Trickle{Sent: len(all), Done: len(finished), P50MS: quantile(window, .5), P99MS: quantile(window, .99)})
+	}
 }
 
 // readStudents is the seeded students and how many devices each has.
