@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notifications"
 	"github.com/notify-dev/notify/streams"
@@ -82,4 +83,75 @@ func TestSmallEventsInLane(t *testing.T) {
 	if !slices.Contains(users, lane[0].FirstUser) {
 		t.Fatalf("lane command's first user %s is not one of the event's", lane[0].FirstUser)
 	}
+}
+
+// TestSmallEventsKilled: a stream of small events (one to three students
+// each: first slice in the plan, push command on the lane) while the
+// fan-out process is killed with SIGKILL three times. Afterwards every
+// event is finished with exactly its students notified and exactly one
+// push command on the lane naming them.
+func TestSmallEventsKilled(t *testing.T) {
+	localtest.Short(t, "builds the notify binary and kills it")
+	t.Parallel()
+	const events = 600
+	bin := notifyBinary(t)
+	logDir := t.TempDir()
+	db := schematest.NewDatabase(t)
+	topics := streamstest.NewTopics(t)
+	users := createUsers(t, db.Pool, 900)
+	startConnector(t, db.URL, topics)
+	proc := startFanoutProc(t, bin, db.URL, topics, logDir, 0)
+
+	want := map[string]int{} // event → students
+	var ids []string
+	n := 0
+	for i := range events {
+		k := 1 + i%3
+		c := create(t, db.Pool, notifications.Sender{Service: "grades"}, notifications.Request{
+			Type: "grade.posted", Audience: notifications.Audience{UserIDs: users[(i*k)%890 : (i*k)%890+k]}, Title: ptr("Your grade"),
+		})
+		want[c.EventID.String()] = k
+		ids = append(ids, c.EventID.String())
+		if i > 0 && i%150 == 0 {
+			time.Sleep(time.Duration(randInt(200)) * time.Millisecond)
+			finished := count(t, db.Pool, `SELECT count(*) FROM fanout_runs WHERE finished_at IS NOT NULL`)
+			proc.kill()
+			t.Logf("killed fan-out after %d events created, %d finished", i, finished)
+			n++
+			proc = startFanoutProc(t, bin, db.URL, topics, logDir, n)
+		}
+	}
+	for _, id := range ids {
+		waitFinished(t, db.Pool, id, 3*time.Minute)
+	}
+	if bad := count(t, db.Pool, `SELECT count(*) FROM (SELECT r.event_id FROM fanout_runs r
+		LEFT JOIN notifications n ON n.event_id = r.event_id GROUP BY r.event_id, r.notified HAVING count(n.user_id) <> r.notified) x`); bad != 0 {
+		t.Fatalf("%d events whose notifications differ from their run's count", bad)
+	}
+	for id, k := range want {
+		if got := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, id); got != int64(k) {
+			t.Fatalf("event %s: %d notifications, want %d", id, got, k)
+		}
+	}
+	waitOutboxEmpty(t, db.Pool, topics)
+	onLane := map[string]int{}
+	readTopic(t, topics.PushLane(), func(r *kgo.Record) {
+		c, err := streams.DecodePushCommand(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Students != want[c.EventID] {
+			t.Fatalf("lane command of %s names %d students, want %d", c.EventID, c.Students, want[c.EventID])
+		}
+		onLane[c.EventID]++
+	})
+	for id := range want {
+		if onLane[id] != 1 {
+			t.Fatalf("event %s has %d push commands on the lane, want exactly 1", id, onLane[id])
+		}
+	}
+	if len(onLane) != events {
+		t.Fatalf("%d events on the lane, want %d", len(onLane), events)
+	}
+	proc.terminate(t)
 }
