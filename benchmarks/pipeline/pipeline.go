@@ -195,6 +195,8 @@ type Live struct {
 	APIAddr, DatabaseURL, Binary string
 	// Mock is the run's mock push service.
 	Mock *benchkit.Mock
+	// Metrics is each service's /metrics URL, by service name.
+	Metrics map[string]string
 }
 
 func (c *Config) defaults() error {
@@ -625,7 +627,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			return res, errors.New("pipeline: NoBroadcast needs During")
 		}
 		if err := cfg.During(ctx, Live{Topics: topics, Users: res.Users, Subscriptions: res.Subscriptions,
-			PushWorkers: cfg.PushWorkers, APIAddr: res.APIAddr, DatabaseURL: dbURL, Binary: cfg.Binary, Mock: mock}); err != nil {
+			PushWorkers: cfg.PushWorkers, APIAddr: res.APIAddr, DatabaseURL: dbURL, Binary: cfg.Binary, Mock: mock, Metrics: res.Metrics}); err != nil {
 			return res, err
 		}
 	}

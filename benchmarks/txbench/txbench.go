@@ -15,6 +15,7 @@ package txbench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -139,6 +140,12 @@ type Result struct {
 	// DrainSeconds is from the last notification's due time to the last
 	// outcome recorded.
 	DrainSeconds float64 `json:"drain_seconds"`
+	// CDC is the connector's commit → Kafka acknowledgement and commit →
+	// first message received (the WAL decoding's lag) over the whole run,
+	// every outbox transaction's: where a small event's time goes when
+	// the broadcast's WAL is being decoded.
+	CDCCommitToAck     *Histogram `json:"cdc_commit_to_ack,omitempty"`
+	CDCCommitToReceive *Histogram `json:"cdc_commit_to_receive,omitempty"`
 	// Broadcast is the broadcast's own figures when one ran; Pipeline the
 	// whole run's (for its table).
 	Broadcast *BroadcastResult `json:"broadcast,omitempty"`
@@ -398,6 +405,10 @@ func load(ctx context.Context, cfg Config, live pipeline.Live, res *Result, say 
 			res.DeliveredPerSecond = float64(res.Delivered) / w.Seconds()
 		}
 	}
+	if u := live.Metrics["cdc"]; u != "" {
+		res.CDCCommitToAck, _ = scrapeHistogram(ctx, u, "notify_cdc_commit_to_ack_seconds")
+		res.CDCCommitToReceive, _ = scrapeHistogram(ctx, u, "notify_cdc_commit_to_receive_seconds")
+	}
 	if e, ok := firstErr.Load().(error); ok {
 		return fmt.Errorf("%d notifications refused; the first: %w", res.Refused, e)
 	}
@@ -516,6 +527,14 @@ func Print(w io.Writer, r Result) {
 	fmt.Fprintf(tw, "due → recorded p50 / p90 / p99 / max\t%.0f / %.0f / %.0f / %.0f ms\n", r.LatencyP50MS, r.LatencyP90MS, r.LatencyP99MS, r.LatencyMaxMS)
 	fmt.Fprintf(tw, "API answer p50 / p99\t%.1f / %.1f ms\n", r.APILatencyP50MS, r.APILatencyP99MS)
 	fmt.Fprintf(tw, "drain after the last due time\t%.2f s\n", r.DrainSeconds)
+	for _, h := range []struct {
+		name string
+		h    *Histogram
+	}{{"CDC commit → acked mean / p99", r.CDCCommitToAck}, {"CDC commit → received mean / p99", r.CDCCommitToReceive}} {
+		if h.h != nil && h.h.Count > 0 {
+			fmt.Fprintf(tw, "%s\t%.0f / ≤%.0f ms (%d transactions)\n", h.name, h.h.MeanMS, h.h.P99MS, h.h.Count)
+		}
+	}
 	if b := r.Broadcast; b != nil {
 		fmt.Fprintf(tw, "broadcast beside it\t%d students, %d devices: %.1f s, %d delivered, %d lost\n", b.Users, b.Subscriptions, b.TotalSeconds, b.Delivered, b.Lost)
 	}
@@ -529,4 +548,74 @@ func Print(w io.Writer, r Result) {
 	}
 	fmt.Fprintf(tw, "mock latency / load at start\t%.0f ms / %s\n", r.LatencyMS, r.LoadAvg)
 	tw.Flush()
+}
+
+// Histogram is a VictoriaMetrics histogram read from a service's
+// /metrics: its count, mean and the upper bound of the bucket holding its
+// 99th percentile.
+type Histogram struct {
+	Count  int64   `json:"count"`
+	MeanMS float64 `json:"mean_ms"`
+	P99MS  float64 `json:"p99_ms"`
+}
+
+// scrapeHistogram reads histogram name from the /metrics at url.
+func scrapeHistogram(ctx context.Context, url, name string) (*Histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return parseHistogram(string(b), name), nil
+}
+
+// parseHistogram finds name's vmrange buckets, _sum and _count in a
+// Prometheus text exposition.
+func parseHistogram(text, name string) *Histogram {
+	type bucket struct {
+		hi float64
+		n  int64
+	}
+	var buckets []bucket
+	var sum float64
+	var count int64
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, name+"_bucket{vmrange=\""):
+			rest := strings.TrimPrefix(line, name+"_bucket{vmrange=\"")
+			rng, val, ok := strings.Cut(rest, "\"}")
+			_, hiS, ok2 := strings.Cut(rng, "...")
+			hi, err1 := strconv.ParseFloat(hiS, 64)
+			n, err2 := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+			if ok && ok2 && err1 == nil && err2 == nil {
+				buckets = append(buckets, bucket{hi, n})
+			}
+		case strings.HasPrefix(line, name+"_sum "):
+			sum, _ = strconv.ParseFloat(strings.TrimPrefix(line, name+"_sum "), 64)
+		case strings.HasPrefix(line, name+"_count "):
+			count, _ = strconv.ParseInt(strings.TrimPrefix(line, name+"_count "), 10, 64)
+		}
+	}
+	h := &Histogram{Count: count}
+	if count == 0 {
+		return h
+	}
+	h.MeanMS = 1000 * sum / float64(count)
+	slices.SortFunc(buckets, func(a, b bucket) int { return cmp.Compare(a.hi, b.hi) })
+	var seen int64
+	for _, b := range buckets {
+		if seen += b.n; float64(seen) >= 0.99*float64(count) {
+			h.P99MS = 1000 * b.hi
+			break
+		}
+	}
+	return h
 }

@@ -38,3 +38,19 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestParseHistogram(t *testing.T) {
+	text := `notify_cdc_commit_to_ack_seconds_bucket{vmrange="1.000e-02...1.136e-02"} 90
+notify_cdc_commit_to_ack_seconds_bucket{vmrange="1.000e+00...1.136e+00"} 10
+notify_cdc_commit_to_ack_seconds_sum 11.5
+notify_cdc_commit_to_ack_seconds_count 100
+notify_other_seconds_count 7
+`
+	h := parseHistogram(text, "notify_cdc_commit_to_ack_seconds")
+	if h.Count != 100 || h.MeanMS != 115 || h.P99MS != 1136 {
+		t.Fatalf("%+v, want count 100, mean 115 ms, p99 ≤ 1136 ms", h)
+	}
+	if h := parseHistogram(text, "notify_missing"); h.Count != 0 || h.P99MS != 0 {
+		t.Fatalf("a missing histogram: %+v", h)
+	}
+}
