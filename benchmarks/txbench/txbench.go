@@ -193,18 +193,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	var loadErr error
 	pc.During = func(ctx context.Context, live pipeline.Live) error {
-		ended := make(chan struct{})
+		broadcastDone := make(chan struct{})
 		if live.Progress != nil {
 			// The broadcast's snapshots are not this load's; keep the
 			// channel drained so the watcher never waits on it.
 			go func() {
-				defer close(ended)
+				defer close(broadcastDone)
 				for range live.Progress {
 				}
 			}()
 		}
-		if !cfg.WhileBroadcast {
-			ended = nil // never: send for Duration
+		var ended <-chan struct{} // nil: never, send for Duration
+		if cfg.WhileBroadcast {
+			ended = broadcastDone
 		}
 		loadErr = load(ctx, cfg, live, &res, say, ended)
 		return loadErr
@@ -578,7 +579,8 @@ func scrapeHistogram(ctx context.Context, url, name string) (*Histogram, error) 
 }
 
 // parseHistogram finds name's vmrange buckets, _sum and _count in a
-// Prometheus text exposition.
+// Prometheus text exposition, whatever other labels they carry (summed
+// over them).
 func parseHistogram(text, name string) *Histogram {
 	type bucket struct {
 		hi float64
@@ -588,20 +590,27 @@ func parseHistogram(text, name string) *Histogram {
 	var sum float64
 	var count int64
 	for _, line := range strings.Split(text, "\n") {
-		switch {
-		case strings.HasPrefix(line, name+"_bucket{vmrange=\""):
-			rest := strings.TrimPrefix(line, name+"_bucket{vmrange=\"")
-			rng, val, ok := strings.Cut(rest, "\"}")
-			_, hiS, ok2 := strings.Cut(rng, "...")
+		metric, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		base, labels, _ := strings.Cut(metric, "{")
+		switch base {
+		case name + "_bucket":
+			_, rest, ok := strings.Cut(labels, `vmrange="`)
+			rng, _, ok2 := strings.Cut(rest, `"`)
+			_, hiS, ok3 := strings.Cut(rng, "...")
 			hi, err1 := strconv.ParseFloat(hiS, 64)
-			n, err2 := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
-			if ok && ok2 && err1 == nil && err2 == nil {
+			n, err2 := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			if ok && ok2 && ok3 && err1 == nil && err2 == nil {
 				buckets = append(buckets, bucket{hi, n})
 			}
-		case strings.HasPrefix(line, name+"_sum "):
-			sum, _ = strconv.ParseFloat(strings.TrimPrefix(line, name+"_sum "), 64)
-		case strings.HasPrefix(line, name+"_count "):
-			count, _ = strconv.ParseInt(strings.TrimPrefix(line, name+"_count "), 10, 64)
+		case name + "_sum":
+			v, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			sum += v
+		case name + "_count":
+			v, _ := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			count += v
 		}
 	}
 	h := &Histogram{Count: count}

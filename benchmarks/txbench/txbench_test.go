@@ -40,10 +40,10 @@ func TestConfigDefaultsAndLimits(t *testing.T) {
 }
 
 func TestParseHistogram(t *testing.T) {
-	text := `notify_cdc_commit_to_ack_seconds_bucket{vmrange="1.000e-02...1.136e-02"} 90
-notify_cdc_commit_to_ack_seconds_bucket{vmrange="1.000e+00...1.136e+00"} 10
-notify_cdc_commit_to_ack_seconds_sum 11.5
-notify_cdc_commit_to_ack_seconds_count 100
+	text := `notify_cdc_commit_to_ack_seconds_bucket{slot="s",vmrange="1.000e-02...1.136e-02"} 90
+notify_cdc_commit_to_ack_seconds_bucket{slot="s",vmrange="1.000e+00...1.136e+00"} 10
+notify_cdc_commit_to_ack_seconds_sum{slot="s"} 11.5
+notify_cdc_commit_to_ack_seconds_count{slot="s"} 100
 notify_other_seconds_count 7
 `
 	h := parseHistogram(text, "notify_cdc_commit_to_ack_seconds")

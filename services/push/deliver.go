@@ -196,6 +196,7 @@ func (d *dispatcher) send(q queued) {
 			ttl = w.cfg.TTL // the remaining lifetime, else the configured TTL
 		}
 		del := *d.texts.of(q.rc)
+		del.Expedite = w.cfg.Lane
 		del.Device, del.TTL = q.rc.device(), ttl
 		out := q.p.Send(d.ctx, del)
 		w.origins.release(q.budget)

@@ -47,6 +47,10 @@ type Delivery struct {
 	// android priority HIGH, APNs priority 10. Otherwise each provider's
 	// configured default.
 	High bool
+	// Expedite asks the provider to send it ahead of deliveries waiting
+	// for the same push service's concurrency: the transactional lane's
+	// (push.Config.Lane), beside a broadcast queued at the limit.
+	Expedite bool
 	// Payload is the Web Push payload (JSON, encrypted by the provider);
 	// Topic its Topic header, built from EventID once per command.
 	Payload []byte

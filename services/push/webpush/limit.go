@@ -7,7 +7,9 @@ import (
 )
 
 // adaptiveLimit is one origin's AIMD concurrency limit. Acquire blocks
-// while the in-flight count is at the limit; waiters are served FIFO.
+// while the in-flight count is at the limit; waiters are served FIFO,
+// expedited ones (a small event's, Message.Expedite) before the others, so
+// a broadcast queued at the limit never holds them back.
 type adaptiveLimit struct {
 	min, max float64
 
@@ -15,6 +17,8 @@ type adaptiveLimit struct {
 	limit    float64
 	inflight int
 	waiters  []*limitWaiter
+	// expedited wait ahead of waiters.
+	expedited []*limitWaiter
 	// lastCut is when the limit was last halved; a failure of a request
 	// that started before it does not halve again, so one overload episode
 	// costs one halving, not one per in-flight request.
@@ -39,16 +43,25 @@ func newAdaptiveLimit(initial, max int, onLimit func(float64)) *adaptiveLimit {
 	return l
 }
 
-// acquire takes a slot, waiting for one while the origin is at its limit.
-func (l *adaptiveLimit) acquire(ctx context.Context) error {
+// acquire takes a slot, waiting for one while the origin is at its limit;
+// an expedited acquire waits only behind other expedited ones.
+func (l *adaptiveLimit) acquire(ctx context.Context, expedite bool) error {
 	l.mu.Lock()
-	if len(l.waiters) == 0 && l.inflight < l.cap() {
+	ahead := len(l.expedited)
+	if !expedite {
+		ahead += len(l.waiters)
+	}
+	if ahead == 0 && l.inflight < l.cap() {
 		l.inflight++
 		l.mu.Unlock()
 		return nil
 	}
 	w := &limitWaiter{ready: make(chan struct{})}
-	l.waiters = append(l.waiters, w)
+	queue := &l.waiters
+	if expedite {
+		queue = &l.expedited
+	}
+	*queue = append(*queue, w)
 	l.mu.Unlock()
 
 	select {
@@ -61,9 +74,9 @@ func (l *adaptiveLimit) acquire(ctx context.Context) error {
 			l.inflight--
 			l.wakeLocked()
 		} else {
-			for i, x := range l.waiters {
+			for i, x := range *queue {
 				if x == w {
-					l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+					*queue = append((*queue)[:i], (*queue)[i+1:]...)
 					break
 				}
 			}
@@ -77,13 +90,15 @@ func (l *adaptiveLimit) cap() int { return int(l.limit) }
 
 // wakeLocked grants slots to waiters while there is room.
 func (l *adaptiveLimit) wakeLocked() {
-	for len(l.waiters) > 0 && l.inflight < l.cap() {
-		w := l.waiters[0]
-		l.waiters[0] = nil
-		l.waiters = l.waiters[1:]
-		w.granted = true
-		l.inflight++
-		close(w.ready)
+	for _, queue := range []*[]*limitWaiter{&l.expedited, &l.waiters} {
+		for len(*queue) > 0 && l.inflight < l.cap() {
+			w := (*queue)[0]
+			(*queue)[0] = nil
+			*queue = (*queue)[1:]
+			w.granted = true
+			l.inflight++
+			close(w.ready)
+		}
 	}
 }
 

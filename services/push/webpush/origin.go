@@ -70,12 +70,12 @@ func (s *Sender) origin(ep endpoint) (*origin, error) {
 
 // admit passes the Retry-After gate and takes an origin slot and a global
 // slot. On false the returned outcome says why nothing was sent.
-func (s *Sender) admit(ctx context.Context, o *origin) (Outcome, bool) {
+func (s *Sender) admit(ctx context.Context, o *origin, expedite bool) (Outcome, bool) {
 	for {
 		if out, ok := o.pause.Wait(ctx, s.cfg.RetryAfterWait, ErrOriginPaused); !ok {
 			return out, false
 		}
-		if err := o.limit.acquire(ctx); err != nil {
+		if err := o.limit.acquire(ctx, expedite); err != nil {
 			return Outcome{Kind: Retryable, Err: fmt.Errorf("waiting for the origin's concurrency limit: %w", err)}, false
 		}
 		select {

@@ -43,6 +43,7 @@ func (p *Provider) Send(ctx context.Context, d provider.Delivery) provider.Outco
 		Payload:      d.Payload,
 		TTL:          d.TTL,
 		Urgency:      urgency,
+		Expedite:     d.Expedite,
 		Topic:        d.Topic,
 	})
 }

@@ -80,6 +80,10 @@ type Message struct {
 	// Topic, when set, makes a newer message replace an undelivered one with
 	// the same topic. At most 32 base64url characters.
 	Topic string
+	// Expedite sends the message ahead of others waiting for the same
+	// origin's concurrency limit (a small event's, beside a broadcast
+	// queued at the limit).
+	Expedite bool
 }
 
 // Kind and Outcome are the platform-neutral result of a send (package
@@ -409,7 +413,7 @@ func (s *Sender) Send(ctx context.Context, msg Message) Outcome {
 	if err != nil {
 		return permanent(0, err)
 	}
-	if out, ok := s.admit(ctx, o); !ok {
+	if out, ok := s.admit(ctx, o, msg.Expedite); !ok {
 		s.m.count(out.Kind)
 		return out
 	}

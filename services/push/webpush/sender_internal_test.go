@@ -55,7 +55,7 @@ func TestAdaptiveLimitAIMD(t *testing.T) {
 
 	// Fill the limit, then grow by one per success while in use.
 	for range 4 {
-		if err := l.acquire(ctx); err != nil {
+		if err := l.acquire(ctx, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +76,7 @@ func TestAdaptiveLimitAIMD(t *testing.T) {
 	l.release(signalNone, now)
 	// A request started after the cut halves again, down to the floor of 1.
 	for range 3 {
-		l.acquire(ctx)
+		l.acquire(ctx, false)
 		l.release(signalOverload, time.Now())
 	}
 	if lim, _ := l.current(); lim != 1 {
@@ -89,7 +89,7 @@ func TestAdaptiveLimitAIMD(t *testing.T) {
 	for range 10 {
 		lim, _ := l.current()
 		for range int(lim) {
-			l.acquire(ctx)
+			l.acquire(ctx, false)
 		}
 		for range int(lim) {
 			l.release(signalSuccess, time.Now())
@@ -103,7 +103,7 @@ func TestAdaptiveLimitAIMD(t *testing.T) {
 func TestAdaptiveLimitIdleDoesNotGrow(t *testing.T) {
 	l := newAdaptiveLimit(10, 100, nil)
 	for range 50 {
-		l.acquire(context.Background())
+		l.acquire(context.Background(), false)
 		l.release(signalSuccess, time.Now())
 	}
 	if lim, _ := l.current(); lim != 10 {
@@ -114,12 +114,12 @@ func TestAdaptiveLimitIdleDoesNotGrow(t *testing.T) {
 func TestAdaptiveLimitBlocksAndCancels(t *testing.T) {
 	l := newAdaptiveLimit(1, 1, nil)
 	ctx := context.Background()
-	if err := l.acquire(ctx); err != nil {
+	if err := l.acquire(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error)
-	go func() { errc <- l.acquire(cctx) }()
+	go func() { errc <- l.acquire(cctx, false) }()
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
@@ -128,7 +128,7 @@ func TestAdaptiveLimitBlocksAndCancels(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make(chan struct{})
 	wg.Go(func() {
-		if err := l.acquire(ctx); err != nil {
+		if err := l.acquire(ctx, false); err != nil {
 			t.Error(err)
 		}
 		close(got)
@@ -186,6 +186,54 @@ func TestParseEndpoint(t *testing.T) {
 		}
 		if tc.ok && (ep.origin != tc.origin || ep.host != tc.host || ep.path != tc.path) {
 			t.Errorf("%q: got %+v", tc.in, ep)
+		}
+	}
+}
+
+// TestAdaptiveLimitExpeditesAhead: at the limit, an expedited waiter is
+// granted the next slot before plain waiters that queued earlier; those
+// then go in their own order.
+func TestAdaptiveLimitExpeditesAhead(t *testing.T) {
+	l := newAdaptiveLimit(1, 1, nil)
+	ctx := context.Background()
+	if err := l.acquire(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 3)
+	waiting := func(n int) {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			l.mu.Lock()
+			got := len(l.waiters) + len(l.expedited)
+			l.mu.Unlock()
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiters, want %d", got, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i, w := range []struct {
+		name     string
+		expedite bool
+	}{{"plain-1", false}, {"plain-2", false}, {"expedited", true}} {
+		go func() {
+			if err := l.acquire(ctx, w.expedite); err == nil {
+				order <- w.name
+			}
+		}()
+		waiting(i + 1)
+	}
+	for _, want := range []string{"expedited", "plain-1", "plain-2"} {
+		l.release(signalNone, time.Time{})
+		select {
+		case got := <-order:
+			if got != want {
+				t.Fatalf("granted %s, want %s", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a release granted nobody; want %s", want)
 		}
 	}
 }
