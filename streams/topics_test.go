@@ -22,7 +22,7 @@ func TestEnsureTopicsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 7 { // material, notification, fanout, push, dlq, lifecycle, roster dlq
+	if len(res) != 8 { // material, notification, fanout, push, dlq, lifecycle, roster dlq, intake dlq
 		t.Fatalf("got %d results, want 7", len(res))
 	}
 	for _, r := range res {
