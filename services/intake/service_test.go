@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -186,7 +187,6 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 type fixture struct {
 	db              *schematest.Database
 	course, student uuid.UUID
-	other           uuid.UUID // a course of another instructor
 	topics          streams.Topics
 	topicA, topicB  string
 	cl              *kgo.Client
@@ -195,7 +195,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{db: schematest.NewDatabase(t), course: uuid.New(), student: uuid.New(), other: uuid.New()}
+	f := &fixture{db: schematest.NewDatabase(t), course: uuid.New(), student: uuid.New()}
 	ctx := context.Background()
 	instructor := uuid.New()
 	for _, q := range []struct {
@@ -203,7 +203,7 @@ func newFixture(t *testing.T) *fixture {
 		args []any
 	}{
 		{`INSERT INTO users (id, name) VALUES ($1, 'i'), ($2, 's')`, []any{instructor, f.student}},
-		{`INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'Korean'), ($3, $2, 'Other')`, []any{f.course, instructor, f.other}},
+		{`INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'Korean')`, []any{f.course, instructor}},
 	} {
 		if _, err := f.db.Pool.Exec(ctx, q.sql, q.args...); err != nil {
 			t.Fatal(err)
@@ -444,6 +444,23 @@ func TestIntake(t *testing.T) {
 	check("after replay")
 	// A refused record claims no key: the replay dead-letters it again.
 	checkDLQ(2)
+
+	// The metrics, by rule prefix and CloudEvent type: e1 and e2 created
+	// once; e1 redelivered twice, then replayed with both copies.
+	for _, c := range []struct {
+		name string
+		want uint64
+	}{
+		{`notify_intake_events_total{source="/lms/",type="announcement.posted",outcome="created"}`, 2},
+		{`notify_intake_events_total{source="/grades/",type="grade.posted",outcome="created"}`, 1},
+		{`notify_intake_events_total{source="/grades/",type="grade.posted",outcome="duplicate"}`, 3},
+		{`notify_intake_dead_letters_total{source="",reason="not_cloudevent"}`, 4},
+		{`notify_intake_dead_letters_total{source="/lms/",reason="template_error"}`, 4},
+	} {
+		if got := metrics.GetOrCreateCounter(c.name).Get(); got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, got, c.want)
+		}
+	}
 }
 
 var errRollback = fmt.Errorf("rollback")
