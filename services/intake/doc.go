@@ -39,4 +39,9 @@
 // created or duplicate), notify_intake_dead_letters_total{source,reason},
 // notify_intake_records_total, notify_intake_batch_seconds; source is the
 // matched rule's prefix ("" when none matched), type the CloudEvent's.
+//
+// BenchmarkIntake (go test -run '^$' -bench Intake -benchtime=1x
+// ./services/intake), 5,000 binary events to a course on 3 partitions, on
+// the 2-core reference machine while it was shared (load average 12–14):
+// 845 and 1,532 events/s in two runs, produce to committed offset.
 package intake

@@ -39,7 +39,7 @@ var testNamespace = uuid.MustParse("3f1c9a52-7d2e-4b8a-9c41-5e6f7a8b9c0d")
 
 // sourceTopic creates a topic of CloudEvents under topics' prefix, deleted
 // when t ends.
-func sourceTopic(t *testing.T, topics streams.Topics, name string, partitions int32) string {
+func sourceTopic(t testing.TB, topics streams.Topics, name string, partitions int32) string {
 	t.Helper()
 	adm := streamstest.Admin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -74,7 +74,7 @@ func sourceTopic(t *testing.T, topics streams.Topics, name string, partitions in
 	}
 }
 
-func produce(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
+func produce(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -84,7 +84,7 @@ func produce(t *testing.T, cl *kgo.Client, recs ...*kgo.Record) {
 }
 
 // waitCommitted waits until group has committed every record of topics.
-func waitCommitted(t *testing.T, adm *kadm.Client, group string, topics ...string) {
+func waitCommitted(t testing.TB, adm *kadm.Client, group string, topics ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -116,7 +116,7 @@ func waitCommitted(t *testing.T, adm *kadm.Client, group string, topics ...strin
 	}
 }
 
-func startService(t *testing.T, cfg intake.Config) *intake.Service {
+func startService(t testing.TB, cfg intake.Config) *intake.Service {
 	t.Helper()
 	cfg.Brokers = streamstest.Brokers(t)
 	cfg.IDs = ids.New(testNamespace)
@@ -134,7 +134,7 @@ func startService(t *testing.T, cfg intake.Config) *intake.Service {
 }
 
 // stopService stops s (again: a no-op).
-func stopService(t *testing.T, s *intake.Service) {
+func stopService(t testing.TB, s *intake.Service) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -157,7 +157,7 @@ func structured(topic, source, id, typ string, data any) *kgo.Record {
 }
 
 // readDLQ reads every dead letter on topics' intake DLQ.
-func readDLQ(t *testing.T, topics streams.Topics) []streams.DeadLetter {
+func readDLQ(t testing.TB, topics streams.Topics) []streams.DeadLetter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -175,7 +175,7 @@ func readDLQ(t *testing.T, topics streams.Topics) []streams.DeadLetter {
 	return out
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
@@ -193,7 +193,7 @@ type fixture struct {
 	cfg             intake.Config
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{db: schematest.NewDatabase(t), course: uuid.New(), student: uuid.New()}
 	ctx := context.Background()
