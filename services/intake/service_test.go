@@ -270,7 +270,9 @@ func TestIntake(t *testing.T) {
 			binary(f.topicA, "/lms/x", "x6", "a.b", map[string]any{"audience": course, "title": "t", "titel": "typo"}),                       // unknown field
 			binary(f.topicA, "/lms/x", "x7", "Not A Type", map[string]any{"audience": course, "title": "t"}),                                 // type
 			binary(f.topicA, "/lms/x", "x8", "a.b", map[string]any{"audience": map[string]any{"course_id": uuid.NewString()}, "title": "t"}), // no such course
-			{Topic: f.topicA, Value: nil, Headers: hdrs("ce_specversion", "1.0", "ce_id", "x9", "ce_source", "/lms/x", "ce_type", "a.b")},    // no data
+			{Topic: f.topicA, Value: []byte("{\"audience\":{\"course_id\":\"" + f.course.String() + "\"},\"title\":\"\xff\"}"),
+				Headers: hdrs("ce_specversion", "1.0", "ce_id", "x13", "ce_source", "/lms/x", "ce_type", "a.b")}, // not UTF-8
+			{Topic: f.topicA, Value: nil, Headers: hdrs("ce_specversion", "1.0", "ce_id", "x9", "ce_source", "/lms/x", "ce_type", "a.b")}, // no data
 		},
 		intake.ReasonTemplate: {
 			binary(f.topicA, "/lms/x", "x10", "a.b", map[string]any{"audience": course, "template": "no.such"}),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -127,6 +128,10 @@ func take(ctx context.Context, tx pgx.Tx, sources Sources, m ids.Mapper, rec *kg
 // (type defaulting to the CloudEvent's), checks it against the rule and
 // creates it.
 func create(ctx context.Context, tx pgx.Tx, rule Source, m ids.Mapper, ev Event, eventID uuid.UUID) (*Refusal, error) {
+	if !utf8.Valid(ev.Data) {
+		// encoding/json would store U+FFFD in place of the bytes.
+		return &Refusal{Reason: ReasonInvalidBody, Code: "invalid_encoding", Err: errors.New("the data is not valid UTF-8")}, nil
+	}
 	req, err := notifications.Decode(ev.Data)
 	if err != nil {
 		return refusal(err, false), nil
