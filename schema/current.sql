@@ -695,6 +695,22 @@ CREATE TABLE public.fanout_runs (
 
 
 --
+-- Name: intake_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.intake_events (
+    source text NOT NULL,
+    id text NOT NULL,
+    event_id uuid NOT NULL,
+    ce_type text NOT NULL,
+    topic text NOT NULL,
+    partition integer NOT NULL,
+    kafka_offset bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
 -- Name: materials; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1045,6 +1061,22 @@ ALTER TABLE ONLY public.fanout_ranges
 
 ALTER TABLE ONLY public.fanout_runs
     ADD CONSTRAINT fanout_runs_pkey PRIMARY KEY (event_id);
+
+
+--
+-- Name: intake_events intake_events_event; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.intake_events
+    ADD CONSTRAINT intake_events_event UNIQUE (event_id);
+
+
+--
+-- Name: intake_events intake_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.intake_events
+    ADD CONSTRAINT intake_events_pkey PRIMARY KEY (source, id);
 
 
 --

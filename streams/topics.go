@@ -52,6 +52,9 @@ const (
 	// GroupRoster applies the course platform's change events to the
 	// roster tables (services/roster).
 	GroupRoster = "notify-roster"
+	// GroupIntake turns CloudEvents into notify events
+	// (services/intake).
+	GroupIntake = "notify-intake"
 )
 
 // Topics names every topic notify uses. The zero value is not useful; use
@@ -78,8 +81,8 @@ type Topics struct {
 	// PushLanePartitions is the partition count of outbox.event.push.lane,
 	// the transactional lane. Default 6 (0 means the default).
 	PushLanePartitions int32
-	// DLQPartitions is the partition count of notify.push.dlq and
-	// notify.roster.dlq. Default 1.
+	// DLQPartitions is the partition count of notify.push.dlq,
+	// notify.roster.dlq and notify.intake.dlq. Default 1.
 	DLQPartitions int32
 	// LifecyclePartitions is the partition count of outbox.event.lifecycle.
 	// Default 3. Other teams consume this topic; the key is the event id
@@ -154,6 +157,12 @@ func (t Topics) DLQ() string { return t.Prefix + "notify.push.dlq" }
 // dlq.reason header. It has DLQPartitions partitions.
 func (t Topics) RosterDLQ() string { return t.Prefix + "notify.roster.dlq" }
 
+// IntakeDLQ is the dead-letter topic of the CloudEvents intake
+// (services/intake): records it refused, the reason in the dlq.reason
+// header and a JSON envelope as the value. It has DLQPartitions
+// partitions.
+func (t Topics) IntakeDLQ() string { return t.Prefix + "notify.intake.dlq" }
+
 // Group returns a consumer group name with the prefix applied.
 func (t Topics) Group(name string) string { return t.Prefix + name }
 
@@ -211,6 +220,7 @@ func (t Topics) Specs() []TopicSpec {
 		{t.DLQ(), t.DLQPartitions},
 		{t.Lifecycle(), t.LifecyclePartitions},
 		{t.RosterDLQ(), t.DLQPartitions},
+		{t.IntakeDLQ(), t.DLQPartitions},
 	}
 }
 

@@ -73,7 +73,7 @@ var services = newRegistry[serviceDef]("service")
 func registerService(d serviceDef) { services.add(d.name, d.summary, d) }
 
 func init() {
-	register(command{name: "run", summary: "run a service: " + "api | cdc | fanout | push | pushmock | roster", run: runService})
+	register(command{name: "run", summary: "run a service: " + "api | cdc | fanout | intake | push | pushmock | roster", run: runService})
 }
 
 func runService(ctx context.Context, args []string) error {
