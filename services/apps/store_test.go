@@ -339,7 +339,10 @@ func TestWatch(t *testing.T) {
 	got := make(chan apps.Snapshot, 4)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { store.Watch(wctx, 10*time.Millisecond, snap.Generation, func(s apps.Snapshot) { got <- s }); close(done) }()
+	go func() {
+		store.Watch(wctx, 10*time.Millisecond, snap.Generation, func(s apps.Snapshot) { got <- s })
+		close(done)
+	}()
 	if _, err := store.Add(ctx, apps.Spec{Name: "web", VAPIDSubject: "mailto:a@example.com"}); err != nil {
 		t.Fatal(err)
 	}
