@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/apps/secrets"
 	"github.com/notify-dev/notify/services/push/apns"
@@ -284,4 +286,27 @@ func printApp(a apps.App) {
 		}
 		fmt.Printf("  apns     team %s, key %s, %s, topics %s, endpoint %s\n", p.TeamID, p.KeyID, p.Environment, strings.Join(p.Topics, ","), ep)
 	}
+}
+
+// appsSecretsKey reads NOTIFY_SECRETS_KEY / NOTIFY_SECRETS_KEY_FILE for a
+// service and checks it against what is stored: the API seals with it,
+// so a key other than the workers' would store credentials no worker can
+// open. open also opens every app's credentials, as a push worker must:
+// a missing or wrong key stops it at start, naming the setting, instead
+// of failing every send of that app later.
+func appsSecretsKey(ctx context.Context, pool *pgxpool.Pool, open bool) (*secrets.Key, error) {
+	key, err := secrets.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	store := apps.NewStore(pool, apps.Config{Key: key})
+	if open {
+		_, err = store.Load(ctx)
+	} else {
+		err = store.CheckKey(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("apps' credentials: %w", err)
+	}
+	return key, nil
 }

@@ -116,3 +116,43 @@ func TestAppsCLI(t *testing.T) {
 		t.Fatalf("secrets-key: %s", out)
 	}
 }
+
+// A secrets key that is missing, wrong or in a file others can read stops
+// `notify run push` (and a wrong one `notify run api`) at start, naming
+// the setting.
+func TestServicesRefuseSecretsKey(t *testing.T) {
+	db := schematest.NewDatabase(t)
+	t.Setenv("NOTIFY_DATABASE_URL", db.URL)
+	t.Setenv(envDev, "1")
+	t.Setenv(secrets.EnvKeyFile, "")
+	t.Setenv(secrets.EnvKey, secrets.Generate())
+	var errb bytes.Buffer
+	if code := mainErr([]string{"apps", "add", "web", "--vapid-subject", "mailto:ops@example.com"}, &bytes.Buffer{}, &errb); code != 0 {
+		t.Fatalf("add: exit %d: %s", code, errb.String())
+	}
+	loose := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(loose, []byte(secrets.Generate()), 0o644)
+	for _, c := range []struct {
+		name, service string
+		env           map[string]string
+		want          []string
+	}{
+		{"push without a key", "push", map[string]string{secrets.EnvKey: ""}, []string{secrets.EnvKey, secrets.EnvKeyFile, "app web"}},
+		{"push with another key", "push", map[string]string{secrets.EnvKey: secrets.Generate()}, []string{secrets.EnvKey, "another key"}},
+		{"api with another key", "api", map[string]string{secrets.EnvKey: secrets.Generate()}, []string{secrets.EnvKey, "another key"}},
+		{"push with a readable key file", "push", map[string]string{secrets.EnvKey: "", secrets.EnvKeyFile: loose}, []string{secrets.EnvKeyFile, "chmod 600"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var errb bytes.Buffer
+			code := mainErr([]string{"run", c.service, "--metrics-addr", "off"}, &bytes.Buffer{}, &errb)
+			for _, w := range c.want {
+				if code == 0 || !strings.Contains(errb.String(), w) {
+					t.Errorf("exit %d, stderr %q; want non-zero naming %q", code, errb.String(), w)
+				}
+			}
+		})
+	}
+}

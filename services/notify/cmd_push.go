@@ -134,6 +134,11 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			closeAll()
 			return nil, err
 		}
+		if _, err := appsSecretsKey(ctx, pool, true); err != nil {
+			closeAll()
+			pool.Close()
+			return nil, err
+		}
 		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
 		cfg.Logger, cfg.Metrics = log, set
 		cfg.ConsumerOpts = append(cfg.ConsumerOpts, kgo.SessionTimeout(*sessionTimeout))
