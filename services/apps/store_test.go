@@ -12,10 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/notify-dev/notify/infra/local/localtest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/apps/secrets"
@@ -163,6 +166,18 @@ func TestStorageIsEncrypted(t *testing.T) {
 		}
 		rows.Close()
 	}
+	// And as pg_dump writes the whole database's data (bytea in hex).
+	cmd := exec.Command(findPgDump(t), "--data-only", "--no-owner", "--dbname="+db.URL)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pg_dump: %v: %s", err, stderr.String())
+	}
+	if !bytes.Contains(out, []byte(c.vapid.PublicKey())) {
+		t.Fatalf("pg_dump lacks the app's rows:\n%s", out)
+	}
+	dump.Write(out)
 	if !strings.Contains(dump.String(), c.vapid.PublicKey()) || !strings.Contains(dump.String(), "com.example.ios") {
 		t.Fatalf("the dump lacks the public parts: %s", dump.String())
 	}
@@ -171,6 +186,18 @@ func TestStorageIsEncrypted(t *testing.T) {
 			t.Fatalf("the dump contains key material %q…", secret[:12])
 		}
 	}
+}
+
+// findPgDump finds pg_dump on PATH or where Debian's packages put it.
+func findPgDump(t *testing.T) string {
+	if p, err := exec.LookPath("pg_dump"); err == nil {
+		return p
+	}
+	if ms, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_dump"); len(ms) > 0 {
+		return ms[len(ms)-1]
+	}
+	localtest.Missing(t, "pg_dump (Debian package postgresql-client) is not installed")
+	return ""
 }
 
 func TestWrongOrMissingKeyRefused(t *testing.T) {

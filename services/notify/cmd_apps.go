@@ -17,6 +17,7 @@ import (
 	"github.com/notify-dev/notify/services/apps/secrets"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
+	"github.com/notify-dev/notify/services/push/webpush"
 )
 
 func init() {
@@ -75,7 +76,7 @@ func runApps(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	store := apps.NewStore(pool, apps.Config{Key: key})
+	store := apps.NewStore(pool, apps.Config{Key: key, Default: defaultAppFromEnv()})
 	if sub == "add" || sub == "rotate" {
 		// A key that does not match what is stored would seal this app's
 		// credentials where no worker can open them.
@@ -286,6 +287,29 @@ func printApp(a apps.App) {
 		}
 		fmt.Printf("  apns     team %s, key %s, %s, topics %s, endpoint %s\n", p.TeamID, p.KeyID, p.Environment, strings.Join(p.Topics, ","), ep)
 	}
+}
+
+// defaultAppFromEnv is what this shell's environment says of the default
+// app, public parts only, for list and show: each service reads the same
+// variables (and reports a bad one at its start), so an unset or bad one
+// is simply left out here.
+func defaultAppFromEnv() *apps.App {
+	var a apps.App
+	if k, err := webpush.ParseVAPIDKey(os.Getenv(envVAPIDPrivateKey)); err == nil {
+		a.WebPush = &apps.WebPush{Subject: os.Getenv(envVAPIDSubject), Keys: []apps.VAPIDKey{{PublicKey: k.PublicKey()}}}
+	}
+	if f := os.Getenv(envFCMCredentials); f != "" {
+		if c, err := fcm.LoadCredentials(f); err == nil {
+			a.FCM = &apps.FCM{ProjectID: c.ProjectID, ClientEmail: c.ClientEmail, Endpoint: os.Getenv(envFCMEndpoint)}
+		}
+	}
+	if id, team := os.Getenv(envAPNsKeyID), os.Getenv(envAPNsTeamID); id != "" && team != "" {
+		a.APNs = &apps.APNs{KeyID: id, TeamID: team, Environment: "production", Endpoint: os.Getenv(envAPNsEndpoint)}
+		if t := os.Getenv(envAPNsTopic); t != "" {
+			a.APNs.Topics = []string{t}
+		}
+	}
+	return &a
 }
 
 // appsSecretsKey reads NOTIFY_SECRETS_KEY / NOTIFY_SECRETS_KEY_FILE for a

@@ -27,6 +27,9 @@ func TestAppsCLI(t *testing.T) {
 	t.Setenv("NOTIFY_DATABASE_URL", db.URL)
 	t.Setenv(secrets.EnvKeyFile, "")
 	t.Setenv(secrets.EnvKey, secrets.Generate())
+	envKey, _ := webpush.GenerateVAPIDKey()
+	t.Setenv(envVAPIDPrivateKey, envKey.PrivateKey())
+	t.Setenv(envVAPIDSubject, "mailto:env@example.com")
 
 	vapid, _ := webpush.GenerateVAPIDKey()
 	vapidFile := filepath.Join(dir, "vapid.env")
@@ -39,7 +42,7 @@ func TestAppsCLI(t *testing.T) {
 	apnsFile := filepath.Join(dir, "AuthKey.p8")
 	os.WriteFile(apnsFile, pemb, 0o600)
 	fcred, _ := fcm.ParseCredentials(fcmJSON)
-	leaks := []string{vapid.PrivateKey(), strings.Split(fcred.PrivateKey, "\n")[1], strings.Split(string(pemb), "\n")[1], "PRIVATE KEY"}
+	leaks := []string{vapid.PrivateKey(), envKey.PrivateKey(), strings.Split(fcred.PrivateKey, "\n")[1], strings.Split(string(pemb), "\n")[1], "PRIVATE KEY"}
 
 	run := func(want int, args ...string) string {
 		t.Helper()
@@ -81,7 +84,8 @@ func TestAppsCLI(t *testing.T) {
 
 	var list struct{ Apps []apps.App }
 	if err := json.Unmarshal([]byte(run(0, "list", "--json")), &list); err != nil || len(list.Apps) != 3 ||
-		list.Apps[0].Name != "default" || list.Apps[0].Source != "environment" || list.Apps[1].Name != "ios" || list.Apps[2].Name != "web" {
+		list.Apps[0].Name != "default" || list.Apps[0].Source != "environment" || list.Apps[1].Name != "ios" || list.Apps[2].Name != "web" ||
+		list.Apps[0].WebPush == nil || list.Apps[0].WebPush.Keys[0].PublicKey != envKey.PublicKey() {
 		t.Fatalf("list: %+v, %v", list, err)
 	}
 	if out := run(0, "list"); !strings.Contains(out, "webpush,fcm,apns") {
