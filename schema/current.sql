@@ -967,8 +967,7 @@ CASE platform
     WHEN 'fcm'::text THEN ((token IS NOT NULL) AND (endpoint IS NULL) AND (p256dh IS NULL) AND (auth IS NULL) AND (topic IS NULL) AND (environment IS NULL))
     WHEN 'apns'::text THEN ((token IS NOT NULL) AND (environment IS NOT NULL) AND (endpoint IS NULL) AND (p256dh IS NULL) AND (auth IS NULL))
     ELSE NULL::boolean
-END),
-    CONSTRAINT push_subscriptions_vapid_key CHECK (((vapid_key_id IS NULL) OR (platform = 'webpush'::text)))
+END)
 );
 
 
@@ -1262,6 +1261,14 @@ ALTER TABLE ONLY public.push_subscriptions
 
 
 --
+-- Name: push_subscriptions push_subscriptions_vapid_key; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_vapid_key CHECK (((vapid_key_id IS NULL) OR (platform = 'webpush'::text))) NOT VALID;
+
+
+--
 -- Name: roster_counters roster_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1547,7 +1554,7 @@ ALTER TABLE ONLY public.materials
 --
 
 ALTER TABLE ONLY public.push_subscriptions
-    ADD CONSTRAINT push_subscriptions_app_fkey FOREIGN KEY (app) REFERENCES public.apps(name);
+    ADD CONSTRAINT push_subscriptions_app_fkey FOREIGN KEY (app) REFERENCES public.apps(name) NOT VALID;
 
 
 --
@@ -1555,7 +1562,7 @@ ALTER TABLE ONLY public.push_subscriptions
 --
 
 ALTER TABLE ONLY public.push_subscriptions
-    ADD CONSTRAINT push_subscriptions_vapid_key_id_fkey FOREIGN KEY (vapid_key_id) REFERENCES public.app_vapid_keys(id);
+    ADD CONSTRAINT push_subscriptions_vapid_key_id_fkey FOREIGN KEY (vapid_key_id) REFERENCES public.app_vapid_keys(id) NOT VALID;
 
 
 --

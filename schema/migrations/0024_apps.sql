@@ -82,6 +82,14 @@ INSERT INTO apps (name) VALUES ('default');
 -- index on either column: they are read with the row, and only removing
 -- an app (refused while it has devices) looks a device up by them.
 ALTER TABLE push_subscriptions
-    ADD COLUMN app text NOT NULL DEFAULT 'default' REFERENCES apps (name),
-    ADD COLUMN vapid_key_id bigint REFERENCES app_vapid_keys (id),
-    ADD CONSTRAINT push_subscriptions_vapid_key CHECK (vapid_key_id IS NULL OR platform = 'webpush');
+    ADD COLUMN app text NOT NULL DEFAULT 'default',
+    ADD COLUMN vapid_key_id bigint;
+-- Every existing row now holds 'default' and NULL, valid by construction,
+-- so the constraints are added NOT VALID: checking them would scan every
+-- device under this migration's exclusive lock (7.6 s for a million, in
+-- which no one can subscribe and no push worker can read its devices).
+-- Rows written from now on are checked, and so is removing an app.
+ALTER TABLE push_subscriptions
+    ADD CONSTRAINT push_subscriptions_app_fkey FOREIGN KEY (app) REFERENCES apps (name) NOT VALID,
+    ADD CONSTRAINT push_subscriptions_vapid_key_id_fkey FOREIGN KEY (vapid_key_id) REFERENCES app_vapid_keys (id) NOT VALID,
+    ADD CONSTRAINT push_subscriptions_vapid_key CHECK (vapid_key_id IS NULL OR platform = 'webpush') NOT VALID;
