@@ -23,6 +23,10 @@ const (
 	AggregateNotification = "notification"
 	AggregateFanout       = "fanout"
 	AggregatePush         = "push"
+	// AggregatePushLane carries the push commands of small events (the
+	// transactional lane, outbox.event.push.lane): a consumer of its own
+	// in every push worker, so a running broadcast never fills it.
+	AggregatePushLane = "push.lane"
 	// AggregateLifecycle carries the lifecycle events other teams consume
 	// (services/lifecycle): one topic, outbox.event.lifecycle, that no
 	// notify consumer reads.
@@ -43,6 +47,8 @@ const (
 	GroupFanoutPlanner = "notify-fanout-planner"
 	GroupFanout        = "notify-fanout"
 	GroupPush          = "notify-push"
+	// GroupPushLane consumes the transactional lane's push commands.
+	GroupPushLane = "notify-push-lane"
 	// GroupRoster applies the course platform's change events to the
 	// roster tables (services/roster).
 	GroupRoster = "notify-roster"
@@ -69,6 +75,9 @@ type Topics struct {
 	// PushPartitions is the partition count of outbox.event.push. Default 24:
 	// divisible by 1, 2, 3, 4, 6, 8 and 12 workers so each gets an equal share.
 	PushPartitions int32
+	// PushLanePartitions is the partition count of outbox.event.push.lane,
+	// the transactional lane. Default 6 (0 means the default).
+	PushLanePartitions int32
 	// DLQPartitions is the partition count of notify.push.dlq and
 	// notify.roster.dlq. Default 1.
 	DLQPartitions int32
@@ -94,7 +103,19 @@ type Topics struct {
 // DefaultTopics returns the production topic layout with the documented
 // default partition counts.
 func DefaultTopics() Topics {
-	return Topics{MaterialPartitions: 3, NotificationPartitions: 3, FanoutPartitions: 16, PushPartitions: 24, DLQPartitions: 1, LifecyclePartitions: 3}
+	return Topics{MaterialPartitions: 3, NotificationPartitions: 3, FanoutPartitions: 16, PushPartitions: 24,
+		PushLanePartitions: DefaultPushLanePartitions, DLQPartitions: 1, LifecyclePartitions: 3}
+}
+
+// DefaultPushLanePartitions is Topics.PushLanePartitions' default.
+const DefaultPushLanePartitions = 6
+
+// LanePartitions is PushLanePartitions, or its default when unset.
+func (t Topics) LanePartitions() int32 {
+	if t.PushLanePartitions == 0 {
+		return DefaultPushLanePartitions
+	}
+	return t.PushLanePartitions
 }
 
 // WithPrefix returns a copy whose topic and group names all start with p.
@@ -117,6 +138,9 @@ func (t Topics) Fanout() string { return t.Outbox(AggregateFanout) }
 
 // Push is the topic of push commands.
 func (t Topics) Push() string { return t.Outbox(AggregatePush) }
+
+// PushLane is the topic of the transactional lane's push commands.
+func (t Topics) PushLane() string { return t.Outbox(AggregatePushLane) }
 
 // Lifecycle is the topic of lifecycle events (FanoutStarted, …, DeviceGone;
 // see services/lifecycle).
@@ -147,6 +171,7 @@ func (t Topics) Validate() error {
 		{"notification partitions", t.NotificationPartitions},
 		{"fanout partitions", t.FanoutPartitions},
 		{"push partitions", t.PushPartitions},
+		{"push lane partitions", t.LanePartitions()},
 		{"dlq partitions", t.DLQPartitions},
 		{"lifecycle partitions", t.LifecyclePartitions},
 	} {
@@ -182,6 +207,7 @@ func (t Topics) Specs() []TopicSpec {
 		{t.Notification(), t.NotificationPartitions},
 		{t.Fanout(), t.FanoutPartitions},
 		{t.Push(), t.PushPartitions},
+		{t.PushLane(), t.LanePartitions()},
 		{t.DLQ(), t.DLQPartitions},
 		{t.Lifecycle(), t.LifecyclePartitions},
 		{t.RosterDLQ(), t.DLQPartitions},

@@ -22,8 +22,8 @@ func TestEnsureTopicsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 7 { // material, notification, fanout, push, dlq, lifecycle, roster dlq
-		t.Fatalf("got %d results, want 7", len(res))
+	if len(res) != 8 { // material, notification, fanout, push, push lane, dlq, lifecycle, roster dlq
+		t.Fatalf("got %d results, want 8", len(res))
 	}
 	for _, r := range res {
 		if r.Created {

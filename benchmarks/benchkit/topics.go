@@ -45,6 +45,6 @@ func (t *Topics) Delete() {
 		names = append(names, s.Name)
 	}
 	_, _ = t.Admin.DeleteTopics(ctx, names...)
-	_, _ = t.Admin.DeleteGroups(ctx, t.Group(streams.GroupFanoutPlanner), t.Group(streams.GroupFanout), t.Group(streams.GroupPush))
+	_, _ = t.Admin.DeleteGroups(ctx, t.Group(streams.GroupFanoutPlanner), t.Group(streams.GroupFanout), t.Group(streams.GroupPush), t.Group(streams.GroupPushLane))
 	t.client.Close()
 }

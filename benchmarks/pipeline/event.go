@@ -182,7 +182,7 @@ func publishEvent(ctx context.Context, cfg Config, er eventRun, i int, res *Resu
 		duringErr := make(chan error, 1)
 		go func() {
 			duringErr <- cfg.During(ctx, Live{Topics: er.topics, Users: res.Users, Subscriptions: res.Subscriptions,
-				PushWorkers: cfg.PushWorkers, Progress: progress})
+				PushWorkers: cfg.PushWorkers, Progress: progress, APIAddr: res.APIAddr, DatabaseURL: er.dbURL, Binary: cfg.Binary, Mock: er.mock, Metrics: res.Metrics})
 		}()
 		werr := watch(ctx, cfg, er.pool, er.mock, er.procs, res, t0, er.pushed, progress)
 		close(progress)

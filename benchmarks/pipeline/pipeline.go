@@ -64,6 +64,9 @@ type Config struct {
 	// answer until every push is recorded (its ctx then ends; Run waits for
 	// it to return): a poller measuring the run while it runs.
 	Published func(ctx context.Context, p Published)
+	// MockFlags are further flags of the mock push service (e.g.
+	// "--per-topic" for runs of many events).
+	MockFlags []string
 	// ExtraEnv is added to every child's environment (e.g. tuning knobs).
 	ExtraEnv []string
 	// ServiceFlags are further flags of a service, by its name (cdc,
@@ -97,6 +100,10 @@ type Config struct {
 	// EventDone, when set, is called with each event's figures as it
 	// ends.
 	EventDone func(EventResult)
+	// NoBroadcast publishes nothing: once every service is ready, Run
+	// calls During alone (Live.Progress is nil) and returns when it has.
+	// For load that is not one broadcast (`notify bench transactional`).
+	NoBroadcast bool
 	// Scratch seeds a fresh database of the run's own, dropped when the
 	// run ends, instead of the one per size that runs reuse: for runs that
 	// leave a history behind (many events' notifications and outcomes).
@@ -181,8 +188,15 @@ type Live struct {
 	PushWorkers int
 	// Progress receives the snapshots (every 250 ms; one is dropped when
 	// During does not keep up). It is closed when the last outcome is
-	// recorded or the run fails.
+	// recorded or the run fails; nil with NoBroadcast.
 	Progress <-chan Snapshot
+	// APIAddr is the API's host:port, DatabaseURL the run's own database
+	// and Binary the notify executable (to mint tokens).
+	APIAddr, DatabaseURL, Binary string
+	// Mock is the run's mock push service.
+	Mock *benchkit.Mock
+	// Metrics is each service's /metrics URL, by service name.
+	Metrics map[string]string
 }
 
 func (c *Config) defaults() error {
@@ -500,7 +514,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		wsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	}
 	mock, err := benchkit.StartMock(ctx, benchkit.MockConfig{Binary: cfg.Binary, Dir: cfg.LogDir, Port: cfg.PushPort,
-		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: env, WebSocketAddr: wsAddr})
+		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: env, WebSocketAddr: wsAddr, Flags: cfg.MockFlags})
 	if err != nil {
 		return res, err
 	}
@@ -568,7 +582,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	for _, g := range []struct {
 		group   string
 		members int
-	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}} {
+	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}, {streams.GroupPushLane, cfg.PushWorkers}} {
 		name := topics.Group(g.group)
 		if err := benchkit.WaitFor(ctx, "consumer group "+name, 60*time.Second, procs, func(ctx context.Context) (bool, error) {
 			d, err := adm.DescribeGroups(ctx, name)
@@ -608,8 +622,20 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, fmt.Errorf("mint token: %w", err)
 	}
 	probe := newCPUProbe(ctx, pool, cfg.Brokers, procs)
+	if cfg.NoBroadcast {
+		if cfg.During == nil {
+			return res, errors.New("pipeline: NoBroadcast needs During")
+		}
+		if err := cfg.During(ctx, Live{Topics: topics, Users: res.Users, Subscriptions: res.Subscriptions,
+			PushWorkers: cfg.PushWorkers, APIAddr: res.APIAddr, DatabaseURL: dbURL, Binary: cfg.Binary, Mock: mock, Metrics: res.Metrics}); err != nil {
+			return res, err
+		}
+	}
 	var pushed int64 // the mock's requests before the event
 	for i := range cfg.Events {
+		if cfg.NoBroadcast {
+			break
+		}
 		if cfg.Events > 1 {
 			cfg.Say(fmt.Sprintf("event %d of %d", i+1, cfg.Events))
 		}

@@ -48,6 +48,15 @@ const (
 	DefaultRateLimitUsers = 100_000
 )
 
+// Defaults of Config.ServiceRateLimit and ServiceRateBurst: a team's
+// backend sends for all of its students at once, so its budget is a
+// sending service's (OneSignal takes 6,000 requests per second per app),
+// not a person's.
+const (
+	DefaultServiceRateLimit = 5_000
+	DefaultServiceRateBurst = 10_000
+)
+
 // DefaultUserRecheck is the default of Config.UserRecheck.
 const DefaultUserRecheck = auth.DefaultRecheck
 
@@ -167,6 +176,11 @@ type Config struct {
 	// once (about 100 bytes each); past it an idle user is forgotten
 	// first. Default 100,000.
 	RateLimitUsers int
+	// ServiceRateLimit and ServiceRateBurst are RateLimit and RateBurst for
+	// service credentials, each service its own bucket. Default 5,000 per
+	// second, bursts of 10,000; negative disables the services' limit.
+	ServiceRateLimit float64
+	ServiceRateBurst int
 
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
@@ -271,6 +285,12 @@ func (c Config) withDefaults() Config {
 	if c.RateLimitUsers == 0 {
 		c.RateLimitUsers = DefaultRateLimitUsers
 	}
+	if c.ServiceRateLimit == 0 {
+		c.ServiceRateLimit = DefaultServiceRateLimit
+	}
+	if c.ServiceRateBurst == 0 {
+		c.ServiceRateBurst = DefaultServiceRateBurst
+	}
 	if c.UnknownEventTTL == 0 {
 		c.UnknownEventTTL = DefaultUnknownEventTTL
 	}
@@ -325,6 +345,9 @@ func (c Config) validate() error {
 	}
 	if math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) {
 		return fmt.Errorf("invalid api rate limit %v", c.RateLimit)
+	}
+	if math.IsNaN(c.ServiceRateLimit) || math.IsInf(c.ServiceRateLimit, 0) || (c.ServiceRateLimit > 0 && c.ServiceRateBurst < 1) {
+		return fmt.Errorf("invalid api service rate limit %v (burst %d): the burst must be ≥ 1", c.ServiceRateLimit, c.ServiceRateBurst)
 	}
 	if math.IsNaN(c.AuthRateLimit) || math.IsInf(c.AuthRateLimit, 0) || c.AuthRateLimit > 0 && c.AuthRateBurst < 1 {
 		return fmt.Errorf("invalid api auth rate limit %v (burst %d must be ≥ 1)", c.AuthRateLimit, c.AuthRateBurst)

@@ -133,7 +133,10 @@
 // and Config.RateLimit per second after that (default 10), counted
 // together over every authenticated route (a token bucket per user or
 // service, in a bounded map). Beyond that the answer is 429 rate_limited with
-// Retry-After in whole seconds; the request does nothing.
+// Retry-After in whole seconds; the request does nothing. A service
+// credential has a sending service's budget instead, its own bucket of
+// Config.ServiceRateBurst (default 10,000) and Config.ServiceRateLimit per
+// second (default 5,000).
 //
 // The access log has one line per request with method, route pattern,
 // status, duration, the caller (a user id or service:NAME, once

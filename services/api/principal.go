@@ -135,13 +135,17 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (principal, boo
 	if sw, ok := w.(*statusWriter); ok {
 		sw.who = p.String()
 	}
-	if s.limiter != nil {
-		if ok, wait := s.limiter.allow(p.key(), s.cfg.Now()); !ok {
+	lim, rate, burst, who := s.limiter, s.cfg.RateLimit, s.cfg.RateBurst, "user"
+	if p.IsService() {
+		lim, rate, burst, who = s.serviceLimiter, s.cfg.ServiceRateLimit, s.cfg.ServiceRateBurst, "service"
+	}
+	if lim != nil {
+		if ok, wait := lim.allow(p.key(), s.cfg.Now()); !ok {
 			s.m.rateLimited.Inc()
 			secs := retryAfterSeconds(wait)
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			writeError(w, newError(http.StatusTooManyRequests, errRateLimited,
-				"too many requests: at most %g per second per user (bursts of %d); retry after %d s", s.cfg.RateLimit, s.cfg.RateBurst, secs))
+				"too many requests: at most %g per second per %s (bursts of %d); retry after %d s", rate, who, burst, secs))
 			return principal{}, false
 		}
 	}

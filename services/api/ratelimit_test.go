@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/notify-dev/notify/services/auth"
 )
 
 // A user past the burst gets 429 rate_limited with Retry-After until the
@@ -58,6 +60,34 @@ func TestRateLimit(t *testing.T) {
 	rec := e.srv.m.rateLimited.Get()
 	if rec != 3 {
 		t.Fatalf("notify_api_rate_limited_total %d, want 3", rec)
+	}
+}
+
+// TestServiceRateLimit: a service credential has a sending service's
+// budget, its own bucket beside the users' — a team's backend sending
+// for many students is not held to a person's 10 per second.
+func TestServiceRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	now := time.Now()
+	e.srv = newTestServer(t, e.db.Pool, Config{RateLimit: 0.5, RateBurst: 1, ServiceRateLimit: 0.5, ServiceRateBurst: 4, Now: func() time.Time { return now }})
+	grades := e.serviceToken("grades", auth.ScopeNotificationsSend)
+	notes := e.serviceToken("notes", auth.ScopeNotificationsSend)
+	send := func(tok string) resp {
+		return e.do(req{method: "POST", path: "/v1/notifications", token: tok,
+			body: `{"type":"grade.posted","title":"t","audience":{"user_ids":["` + e.student.String() + `"]}}`})
+	}
+	for i := range 4 {
+		if r := send(grades); r.status != http.StatusCreated {
+			t.Fatalf("service request %d within its burst of 4 (a user's is 1): %d %s", i, r.status, r.body)
+		}
+	}
+	r := send(grades)
+	if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "per service") {
+		t.Fatalf("past the service's burst: %d %s", r.status, r.body)
+	}
+	if r := send(notes); r.status != http.StatusCreated {
+		t.Fatalf("another service shares the first one's bucket: %d %s", r.status, r.body)
 	}
 }
 

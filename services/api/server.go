@@ -40,6 +40,9 @@ type Server struct {
 	vapid   string // base64url public key
 	tokens  *auth.Cache
 	limiter *rateLimiter // nil when Config.RateLimit < 0
+	// serviceLimiter is the services' (Config.ServiceRateLimit); nil when
+	// that is negative.
+	serviceLimiter *rateLimiter
 	// authLimiter bounds, per client address, the tokens not in the cache
 	// (each costs a verify and a user lookup); nil when AuthRateLimit < 0.
 	authLimiter *rateLimiter
@@ -155,6 +158,10 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	}
 	if cfg.RateLimit > 0 {
 		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst, cfg.RateLimitUsers)
+	}
+	if cfg.ServiceRateLimit > 0 {
+		// Services are few (one per token's service name): a small map.
+		s.serviceLimiter = newRateLimiter(cfg.ServiceRateLimit, cfg.ServiceRateBurst, 1024)
 	}
 	if cfg.AuthRateLimit > 0 {
 		s.authLimiter = newRateLimiter(cfg.AuthRateLimit, cfg.AuthRateBurst, authRateClients)

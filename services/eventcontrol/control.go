@@ -219,12 +219,13 @@ func (c *Controller) apply(ctx context.Context, eventID string, a Action) (res R
 		if err := tx.QueryRow(ctx, sqlSetState, eventID, res.Previous, res.State).Scan(&res.ChangedAt); err != nil {
 			return fmt.Errorf("set state: %w", err)
 		}
-		var only *string
+		var only []string // nil: every parked command
 		switch a {
 		case Resume:
 		case Cancel:
-			p := streams.AggregatePush
-			only = &p
+			// Push commands of either topic go back to be recorded
+			// cancelled by a push worker; slice commands are dropped.
+			only = []string{streams.AggregatePush, streams.AggregatePushLane}
 		default:
 			return nil
 		}
@@ -260,7 +261,7 @@ type Querier interface {
 // Parked is a command to park: the outbox row that will carry it again.
 type Parked struct {
 	EventID       string
-	AggregateType string // streams.AggregateFanout or streams.AggregatePush
+	AggregateType string // streams.AggregateFanout, AggregatePush or AggregatePushLane
 	Type          string // streams.TypeSliceCommand or streams.TypePushCommand
 	Payload       []byte // the command's JSON
 	Partition     int32

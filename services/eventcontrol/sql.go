@@ -31,7 +31,7 @@ RETURNING state_changed_at`
 const sqlRelease = `
 WITH moved AS (
     DELETE FROM parked_commands
-    WHERE event_id = $1 AND ($2::text IS NULL OR aggregatetype = $2)
+    WHERE event_id = $1 AND ($2::text[] IS NULL OR aggregatetype = ANY ($2::text[]))
     RETURNING id, aggregatetype, type, payload, kafka_partition
 )
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)

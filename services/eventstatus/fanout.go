@@ -29,7 +29,7 @@ const (
 type Fanout struct {
 	EventID string `json:"event_id"`
 	// stored is fanout_runs.state (see state.go); "" before planning.
-	stored      string
+	stored string
 	// Type is the event's type (material.published for a material).
 	Type string `json:"type"`
 	// CourseID is the audience's course, MaterialID the published

@@ -19,6 +19,9 @@ var (
 	// Slices run straight after the one before, without waiting for their
 	// command (SliceWorker.Handle); each also counts as done.
 	metricSlicesRunAhead = metrics.GetOrCreateCounter(`notify_fanout_slices_run_ahead_total`)
+	// metricSlicesInline counts first slices run in the planning
+	// transaction (PlannerConfig.FirstSlice).
+	metricSlicesInline = metrics.GetOrCreateCounter(`notify_fanout_slices_inline_total`)
 	// Slices whose plain insert met an existing notification and ran
 	// again skipping it (see sliceInsert): expected to stay 0.
 	metricSliceConflicts = metrics.GetOrCreateCounter(`notify_fanout_slice_conflicts_total`)

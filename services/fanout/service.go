@@ -34,6 +34,10 @@ type Config struct {
 	// RunAhead is the slice worker's SliceConfig.RunAhead. Default
 	// DefaultRunAhead; negative: none.
 	RunAhead int
+	// LaneStudents is the slice worker's SliceConfig.LaneStudents: the
+	// largest one-slice event whose push command goes to the
+	// transactional lane. Default DefaultLaneStudents; negative: no lane.
+	LaneStudents int
 	// DisablePlanner and DisableSlices run only one of the two roles. The
 	// Scheduler (starting scheduled events at their send_at) runs with the
 	// planner.
@@ -70,6 +74,11 @@ func (c Config) withDefaults() Config {
 // DefaultSliceInFlight is SliceInFlight's default for a given Ranges.
 func DefaultSliceInFlight(ranges int) int { return ranges }
 
+// plannerInFlight is how many events the planner plans at once: each is a
+// short transaction (small events' first slice included), so many small
+// events in a row overlap their commits instead of queueing behind one.
+const plannerInFlight = 32
+
 // Service runs the planner and/or the slice worker. Its lifecycle is
 // startstop's: a second Start fails with startstop.ErrAlreadyStarted; the
 // end of Start's context, like Stop, makes both consumers stop taking
@@ -100,6 +109,13 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("fanout: slice in-flight must be positive, got %d", cfg.SliceInFlight)
 	}
 	s := &Service{cfg: cfg, failed: make(chan error, 2)}
+	// The slice worker's SQL serves the planner too: it runs a one-range
+	// event's first slice in the planning transaction.
+	slices, err := NewSliceWorker(cfg.Pool, SliceConfig{FanoutPartitions: cfg.Topics.FanoutPartitions,
+		PushPartitions: cfg.Topics.PushPartitions, PushLanePartitions: cfg.Topics.LanePartitions(), LaneStudents: cfg.LaneStudents, RunAhead: cfg.RunAhead, Logger: cfg.Logger.With("role", "slices")})
+	if err != nil {
+		return nil, err
+	}
 	if !cfg.DisablePlanner {
 		sch, err := NewScheduler(cfg.Pool, SchedulerConfig{FanoutPartitions: cfg.Topics.FanoutPartitions,
 			PollInterval: cfg.SchedulePoll, Logger: cfg.Logger.With("role", "scheduler")})
@@ -109,14 +125,14 @@ func New(cfg Config) (*Service, error) {
 		s.scheduler = sch
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner"),
-			Scheduled: sch.Wake})
+			Scheduled: sch.Wake, FirstSlice: slices.RunIn})
 		if err != nil {
 			return nil, err
 		}
 		c, err := streams.NewConsumer(streams.ConsumerConfig{
 			Brokers: cfg.Brokers, Group: cfg.Topics.Group(streams.GroupFanoutPlanner),
 			Topics: []string{cfg.Topics.Material(), cfg.Topics.Notification()}, Component: "fanout-planner",
-			Handler: p.Handle, MaxInFlight: 4, DLQTopic: cfg.Topics.DLQ(),
+			Handler: p.Handle, MaxInFlight: plannerInFlight, DLQTopic: cfg.Topics.DLQ(),
 			Logger: cfg.Logger.With("role", "planner"), ClientOpts: cfg.ClientOpts,
 		})
 		if err != nil {
@@ -125,11 +141,7 @@ func New(cfg Config) (*Service, error) {
 		s.consumers = append(s.consumers, c)
 	}
 	if !cfg.DisableSlices {
-		w, err := NewSliceWorker(cfg.Pool, SliceConfig{FanoutPartitions: cfg.Topics.FanoutPartitions,
-			PushPartitions: cfg.Topics.PushPartitions, RunAhead: cfg.RunAhead, Logger: cfg.Logger.With("role", "slices")})
-		if err != nil {
-			return nil, err
-		}
+		w := slices
 		s.slices = w
 		c, err := streams.NewConsumer(streams.ConsumerConfig{
 			Brokers: cfg.Brokers, Group: cfg.Topics.Group(streams.GroupFanout),

@@ -31,6 +31,16 @@ type SliceConfig struct {
 	// push commands are spread evenly (see PushPartition). Default
 	// streams.DefaultTopics().PushPartitions.
 	PushPartitions int32
+	// PushLanePartitions is the partition count of the transactional
+	// lane's push topic. Default streams.DefaultPushLanePartitions.
+	PushLanePartitions int32
+	// LaneStudents is the largest slice of a one-range event whose push
+	// command goes to the transactional lane (streams.AggregatePushLane)
+	// instead of the broadcast's push topic: a small event's pushes are
+	// then sent by a consumer a broadcast cannot fill. Default
+	// DefaultLaneStudents; negative: no lane, every command on the push
+	// topic.
+	LaneStudents int
 	// RunAhead is how many further slices of a range Handle runs itself
 	// after a command's own slice, instead of waiting for each next command
 	// to come back through the outbox, the connector and Kafka (see
@@ -49,6 +59,12 @@ func (c SliceConfig) withDefaults() SliceConfig {
 	}
 	if c.PushPartitions == 0 {
 		c.PushPartitions = d.PushPartitions
+	}
+	if c.PushLanePartitions == 0 {
+		c.PushLanePartitions = streams.DefaultPushLanePartitions
+	}
+	if c.LaneStudents == 0 {
+		c.LaneStudents = DefaultLaneStudents
 	}
 	if c.RunAhead == 0 {
 		c.RunAhead = DefaultRunAhead
@@ -256,6 +272,16 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" && strings.HasPrefix(pe.TableName, "notifications")
 }
 
+// RunIn runs one slice command in the caller's transaction tx (the
+// planner's, for an event's first slice: PlannerConfig.FirstSlice);
+// skipExisting selects the ON CONFLICT DO NOTHING form of the insert. A
+// unique violation fails tx: the caller rolls back and decides.
+func (w *SliceWorker) RunIn(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, skipExisting bool) (SliceResult, error) {
+	var res SliceResult
+	err := w.run(ctx, tx, cmd, &res, skipExisting)
+	return res, err
+}
+
 // run is one attempt at cmd in tx; skipExisting selects the ON CONFLICT DO
 // NOTHING form of the insert.
 func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, res *SliceResult, skipExisting bool) error {
@@ -321,8 +347,11 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		if err != nil {
 			return fmt.Errorf("encode push command: %w", err)
 		}
-		part := PushPartition(cmd.EventID, cmd.RangeIndex, cmd.Seq, ranges, w.cfg.PushPartitions)
-		if _, err := tx.Exec(ctx, sqlInsertOutbox, streams.AggregatePush, cmd.EventID, streams.TypePushCommand, string(b), part); err != nil {
+		agg, part := streams.AggregatePush, PushPartition(cmd.EventID, cmd.RangeIndex, cmd.Seq, ranges, w.cfg.PushPartitions)
+		if w.inLane(cmd, res.Students) {
+			agg, part = streams.AggregatePushLane, PushPartition(cmd.EventID, 0, 0, 1, w.cfg.PushLanePartitions)
+		}
+		if _, err := tx.Exec(ctx, sqlInsertOutbox, agg, cmd.EventID, streams.TypePushCommand, string(b), part); err != nil {
 			return fmt.Errorf("insert push command: %w", err)
 		}
 	}
@@ -392,7 +421,7 @@ func sliceStatement(userList, next, skipExisting bool) string {
 // eventContent is what a push command carries of its event beyond title
 // and url (fanout_runs, read with the range's lock).
 type eventContent struct {
-	typ                  string
+	typ                    string
 	body, data, priority   *string
 	collapseKey            *string
 	locales, defaultLocale *string
@@ -438,4 +467,19 @@ func PushPartition(eventID string, rangeIndex, seq, ranges int, partitions int32
 	_, _ = h.Write([]byte(eventID))
 	n := uint64(h.Sum32()) + uint64(seq)*uint64(ranges) + uint64(rangeIndex)
 	return int32(n % uint64(partitions))
+}
+
+// DefaultLaneStudents is SliceConfig.LaneStudents' default: an audience
+// that fits one slice of this size is a transactional notification (a
+// grade, a reply), not a broadcast.
+const DefaultLaneStudents = 100
+
+// inLane reports whether the push command of a slice of students goes to
+// the transactional lane: the event has one range (its audience is small,
+// see planRanges) and this first slice is its whole audience (fewer than
+// a slice: the range ends here) and small. A broadcast's slices never do,
+// not even its last, short one: the lane's capacity is the small events'.
+func (w *SliceWorker) inLane(cmd streams.SliceCommand, students int64) bool {
+	return w.cfg.LaneStudents > 0 && max(cmd.Ranges, 1) == 1 && cmd.Seq == 0 &&
+		students < int64(cmd.SliceSize) && students <= int64(w.cfg.LaneStudents)
 }

@@ -40,6 +40,8 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 	idemSweep := fs.Duration("idempotency-sweep-interval", api.DefaultIdempotencySweepInterval, "how often expired Idempotency-Keys are deleted (negative: never)")
 	rateLimit := fs.Float64("rate-limit", api.DefaultRateLimit, "requests per second each user may send to the authenticated routes, sustained (0: no limit); beyond it 429 with Retry-After")
 	rateBurst := fs.Int("rate-burst", api.DefaultRateBurst, "requests a user may send at once before --rate-limit applies")
+	serviceRate := fs.Float64("service-rate-limit", api.DefaultServiceRateLimit, "requests per second each service credential may send, sustained (0: no limit)")
+	serviceBurst := fs.Int("service-rate-burst", api.DefaultServiceRateBurst, "requests a service may send at once before --service-rate-limit applies")
 	authRate := fs.Float64("auth-rate-limit", api.DefaultAuthRateLimit, "new (not yet cached) tokens each client address may present per second, checked before the signature and the user lookup (0: no limit); clients behind one proxy share it")
 	authBurst := fs.Int("auth-rate-burst", api.DefaultAuthRateBurst, "new tokens a client address may present at once before --auth-rate-limit applies")
 	metricsAddr := fs.String("metrics-addr", envOr("NOTIFY_API_METRICS_ADDR", defaultAPIMetricsAddr), `serve Prometheus metrics on this address at /metrics, never on --addr ("off" disables; NOTIFY_API_METRICS_ADDR)`)
@@ -49,6 +51,12 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		}
 		if *rateLimit == 0 {
 			*rateLimit = -1 // api.Config: negative disables
+		}
+		if *serviceRate < 0 || *serviceBurst < 1 {
+			return nil, usageError{msg: fmt.Sprintf("--service-rate-limit %g must be ≥ 0 and --service-rate-burst %d ≥ 1", *serviceRate, *serviceBurst)}
+		}
+		if *serviceRate == 0 {
+			*serviceRate = -1
 		}
 		if *authRate < 0 || *authBurst < 1 {
 			return nil, usageError{msg: fmt.Sprintf("--auth-rate-limit %g must be ≥ 0 and --auth-rate-burst %d ≥ 1", *authRate, *authBurst)}
@@ -121,7 +129,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep,
-			RateLimit: *rateLimit, RateBurst: *rateBurst}, pool)
+			RateLimit: *rateLimit, RateBurst: *rateBurst, ServiceRateLimit: *serviceRate, ServiceRateBurst: *serviceBurst}, pool)
 		if err != nil {
 			pool.Close()
 			return nil, err

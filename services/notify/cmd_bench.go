@@ -17,7 +17,7 @@ var benches = newRegistry[benchDef]("benchmark")
 func registerBench(d benchDef) { benches.add(d.name, d.summary, d) }
 
 func init() {
-	register(command{name: "bench", summary: "measure a stage or the whole pipeline (publish | cdc | fanout | push | e2e | history | pause | roster | status | triggers)", run: runBench})
+	register(command{name: "bench", summary: "measure a stage or the whole pipeline (publish | cdc | fanout | push | e2e | history | pause | roster | status | transactional | triggers)", run: runBench})
 }
 
 func runBench(ctx context.Context, args []string) error {

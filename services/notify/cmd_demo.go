@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -17,6 +18,7 @@ import (
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/benchmarks/brokerfault"
 	"github.com/notify-dev/notify/benchmarks/pipeline"
+	"github.com/notify-dev/notify/benchmarks/txbench"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/progress"
 	"github.com/notify-dev/notify/services/push"
@@ -116,6 +118,7 @@ func runDemo(ctx context.Context, args []string) error {
 	promAddr := fs.String("prometheus-addr", "127.0.0.1:9090", "Prometheus' listen address with --prometheus")
 	pauseAt := fs.String("pause-at", "", "pause the event through the API once this share of the devices is pushed (e.g. 30%), hold it --pause-for, then resume")
 	pauseFor := fs.Duration("pause-for", 5*time.Second, "how long --pause-at holds the pause")
+	trickle := fs.Int("trickle", 20, "beside the broadcast, send this many single-student notifications per second through POST /v1/notifications (the transactional lane) and show their live latency (0: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -158,8 +161,12 @@ func runDemo(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "!! Apache Kafka is not reachable at %s: this demo runs on an IN-PROCESS Kafka-protocol broker (franz-go kfake) at %s.\n!! Numbers from it are not comparable with a real broker; start Kafka with: bash infra/local/up.sh kafka\n",
 			strings.Join(p.cfg.Brokers, ","), strings.Join(cl.ListenAddrs(), ","))
 	}
+	if *trickle < 0 {
+		return usageError{msg: "--trickle must be ≥ 0"}
+	}
 	p.cfg.Say = func(s string) { fmt.Fprintf(out, "• %s\n", s) }
-	p.cfg.Progress = runProgressPrinter(out)
+	var live atomic.Value // the trickle's progress text
+	p.cfg.Progress = runProgressPrinterWith(out, func() string { s, _ := live.Load().(string); return s })
 	if pauseFrac > 0 {
 		p.cfg.Published = demoPause(pauseFrac, *pauseFor, out)
 	}
@@ -168,12 +175,27 @@ func runDemo(ctx context.Context, args []string) error {
 		mix = *p.cfg.Mix
 	}
 	fmt.Fprintf(out, "notify demo: %d students (devices %s), push service latency %s, %d push worker(s)\n", p.cfg.Users, mix, p.cfg.Latency, p.cfg.PushWorkers)
-	res, err := pipeline.Run(ctx, p.cfg)
+	var res pipeline.Result
+	var tx *txbench.Result
+	if *trickle > 0 {
+		fmt.Fprintf(out, "beside it: %d single-student notifications per second (the transactional lane) until its last push\n", *trickle)
+		r, terr := txbench.Run(ctx, txbench.Config{Pipeline: p.cfg, Broadcast: true, WhileBroadcast: true, Rate: *trickle,
+			Duration: p.cfg.Timeout, Live: func(t txbench.Trickle) {
+				live.Store(fmt.Sprintf("| small %d sent %d done p50 %.0fms p99 %.0fms", t.Sent, t.Done, t.P50MS, t.P99MS))
+			}})
+		res, tx, err = r.Pipeline, &r, terr
+	} else {
+		res, err = pipeline.Run(ctx, p.cfg)
+	}
 	fmt.Fprintln(out)
 	if err != nil {
 		return err
 	}
 	pipeline.Print(out, res)
+	if tx != nil {
+		fmt.Fprintln(out, "\nsmall notifications beside the broadcast:")
+		txbench.Print(out, *tx)
+	}
 	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     notify status %s --verify --database-url %s\n  metrics                   each service serves /metrics while it runs (notify run … --metrics-addr)\n",
 		res.LogDir, res.EventID, strings.Replace(p.inf.databaseURL, "/notify?", "/"+res.Database+"?", 1))
 	if err := benchkit.WriteJSON(p.jsonPath, res); err != nil {
@@ -252,12 +274,21 @@ func runBenchE2E(ctx context.Context, args []string) error {
 // students, and recorded pushes against the devices of every platform as
 // the count, with the pushes each platform's mock received when the run
 // has phones.
-func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) {
+func runProgressPrinter(w io.Writer) func(pipeline.Snapshot) { return runProgressPrinterWith(w, nil) }
+
+// runProgressPrinterWith is runProgressPrinter with extra's text at the
+// end of every line (the demo's small notifications).
+func runProgressPrinterWith(w io.Writer, extra func() string) func(pipeline.Snapshot) {
 	p := progress.New(w, 0)
 	return func(s pipeline.Snapshot) {
 		var after string
 		if b := s.PushedByPlatform; b[pipeline.PlatformFCM]+b[pipeline.PlatformAPNs] > 0 {
 			after = fmt.Sprintf("sent web %d fcm %d apns %d", b[pipeline.PlatformWebPush], b[pipeline.PlatformFCM], b[pipeline.PlatformAPNs])
+		}
+		if extra != nil {
+			if e := extra(); e != "" {
+				after = strings.TrimSpace(after + "  " + e)
+			}
 		}
 		p.Print(progress.Step{Done: s.Recorded, Total: s.Subscriptions, Elapsed: s.Elapsed,
 			Before: fmt.Sprintf("published ✓  notified %9d/%d (%3.0f%%)  pushed", s.Notified, s.Users, progress.Percent(s.Notified, s.Users)), After: after})

@@ -41,6 +41,7 @@ func runMigrate(ctx context.Context, args []string) error {
 	partFlag(&t.MaterialPartitions, "material-partitions", "outbox.event.material")
 	partFlag(&t.FanoutPartitions, "fanout-partitions", "outbox.event.fanout")
 	partFlag(&t.PushPartitions, "push-partitions", "outbox.event.push")
+	partFlag(&t.PushLanePartitions, "push-lane-partitions", "outbox.event.push.lane")
 	partFlag(&t.DLQPartitions, "dlq-partitions", "notify.push.dlq")
 	partFlag(&t.NotificationPartitions, "notification-partitions", "outbox.event.notification")
 	partFlag(&t.LifecyclePartitions, "lifecycle-partitions", "outbox.event.lifecycle")

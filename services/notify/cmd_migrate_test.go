@@ -106,7 +106,7 @@ func TestMigrateReplicationFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("migrate --json printed %q: %v", stdout, err)
 	}
-	if len(res.Topics) != 7 { // material, notification, fanout, push, dlq, lifecycle, roster dlq
+	if len(res.Topics) != 8 { // material, notification, fanout, push, push lane, dlq, lifecycle, roster dlq
 		t.Fatalf("topics: %+v", res.Topics)
 	}
 	for _, r := range res.Topics {

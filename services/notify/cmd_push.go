@@ -16,6 +16,7 @@ import (
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/startstop"
 )
 
 // defaultPushMetricsAddr is where a push worker serves /metrics. Several
@@ -37,6 +38,8 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	var snd push.SenderSettings
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", push.DefaultMaxInFlight, "sends started but not yet recorded, over all commands: the most a crash can repeat")
 	fs.IntVar(&cfg.MaxCommands, "max-commands", push.DefaultMaxCommands, "push commands handled at once across assigned partitions (half may send, half hold early retries)")
+	laneCommands := fs.Int("lane-commands", push.DefaultLaneCommands, "transactional lane: its push commands (small events') handled at once, beside and apart from --max-commands")
+	laneInFlight := fs.Int("lane-in-flight", push.DefaultLaneInFlight, "transactional lane: its own send slots, which a broadcast's sends never take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", push.DefaultMaxAttempts, "send attempts per subscription before it is recorded failed and dead-lettered")
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", push.DefaultBackoffBase, "first retry waits about this long; doubles per attempt (jittered), never below Retry-After")
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", push.DefaultBackoffMax, "cap of the retry backoff")
@@ -95,7 +98,9 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		}
 		snd.VAPID = vapid
 		snd.TTL = cfg.TTL
-		snd.MaxInFlight = cfg.MaxInFlight
+		// The senders are shared by both workers: room for both's slots,
+		// so the lane's sends never queue behind a broadcast's inside one.
+		snd.MaxInFlight = cfg.MaxInFlight + *laneInFlight
 		set := metrics.NewSet()
 		sender, err := push.NewWebPushSender(snd, log, set)
 		if err != nil {
@@ -110,7 +115,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		if fcmConfigured(devMode) {
 			c, _, _, err := fcmClientFromEnv(log, devMode, fcmClientSettings{CAFile: snd.CAFile,
 				Timeout: snd.Timeout, DialTimeout: snd.ConnectTimeout, TTL: appTTL(cfg.TTL, 28*24*time.Hour),
-				MaxInFlight: cfg.MaxInFlight, Metrics: set})
+				MaxInFlight: cfg.MaxInFlight + *laneInFlight, Metrics: set})
 			if err != nil {
 				closeAll()
 				return nil, err
@@ -129,6 +134,10 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		}
 		// Commands that send load and record on their own connection;
 		// holders need none.
+		if *laneCommands < 1 || *laneInFlight < 1 {
+			closeAll()
+			return nil, usageError{msg: fmt.Sprintf("--lane-commands %d and --lane-in-flight %d must be ≥ 1: the transactional lane's commands have no other consumer", *laneCommands, *laneInFlight)}
+		}
 		pool, err := infra.servicePool(ctx, int32(max(cfg.MaxCommands/2+4, 4)))
 		if err != nil {
 			closeAll()
@@ -139,6 +148,17 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			pool.Close()
 			return nil, err
 		}
+		// The lane has connections of its own, so a broadcast's loads and
+		// recordings never hold a small event's back; its commands are
+		// small, so a few serve many, one short query after another.
+		lanePool, err := infra.servicePool(ctx, laneConns)
+		if err != nil {
+			closeAll()
+			pool.Close()
+			return nil, err
+		}
+		prevClose := closeAll
+		closeAll = func() { prevClose(); lanePool.Close() }
 		cfg.Brokers, cfg.Topics, cfg.Pool, cfg.Sender = brokers, infra.topics(), pool, sender
 		cfg.Logger, cfg.Metrics = log, set
 		cfg.ConsumerOpts = append(cfg.ConsumerOpts, kgo.SessionTimeout(*sessionTimeout))
@@ -148,11 +168,26 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
+		lane := cfg
+		lane.Lane, lane.MaxCommands, lane.MaxInFlight, lane.MaxInFlightPerOrigin = true, *laneCommands, *laneInFlight, 0
+		// One lag gauge per process: the broadcast topic's.
+		lane.LagInterval = -1
+		lane.WorkerID, lane.Pool = cfg.WorkerID+"-lane", lanePool
+		lw, err := push.New(lane)
+		if err != nil {
+			closeAll()
+			pool.Close()
+			return nil, usageError{msg: "transactional lane: " + err.Error()}
+		}
 		metrics.RegisterSet(set)
-		return &hosted{svc: w, infra: &infra, db: true, kafka: true, pool: pool,
+		return &hosted{svc: startstop.NewGroup(w, lw), infra: &infra, db: true, kafka: true, pool: pool,
 			metricsAddr: *metricsAddr, release: closeAll}, nil
 	}
 }
+
+// laneConns are the connections the transactional lane's worker adds to
+// the push process's pool.
+const laneConns = 8
 
 // appTTL is the FCM/APNs client default from the worker's --ttl: the same
 // keep-for-offline time, within the platform's limit (most > 0), or the

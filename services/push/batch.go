@@ -321,7 +321,7 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 			c := cmd
 			nb := now.Add(max(streams.Backoff(w.cfg.BackoffBase, w.cfg.BackoffMax, cmd.Attempt), b.retryWait))
 			c.Attempt, c.NotBefore, c.SubscriptionIDs = cmd.Attempt+1, &nb, b.retry
-			cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
+			cmds = append(cmds, outboxCommand{cmd: c, aggregate: w.aggregate(), partition: w.spread()})
 		}
 		if len(b.deferred) > 0 {
 			// Never sent: same attempt again once the push service's
@@ -331,7 +331,7 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 			d := b.deferredWait
 			nb := now.Add(d + time.Duration(rand.Int64N(int64(d/10)+int64(50*time.Millisecond))))
 			c.NotBefore, c.SubscriptionIDs = &nb, b.deferred
-			cmds = append(cmds, outboxCommand{cmd: c, partition: w.spread()})
+			cmds = append(cmds, outboxCommand{cmd: c, aggregate: w.aggregate(), partition: w.spread()})
 		}
 		rows = append(rows[:len(rows):len(rows)], b.later...)
 	}
@@ -366,4 +366,9 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 
 // spread picks a partition for a retry command, uniformly, so retries load
 // every worker evenly.
-func (w *Worker) spread() int32 { return rand.Int32N(w.cfg.Topics.PushPartitions) }
+func (w *Worker) spread() int32 {
+	if w.cfg.Lane {
+		return rand.Int32N(w.cfg.Topics.LanePartitions())
+	}
+	return rand.Int32N(w.cfg.Topics.PushPartitions)
+}

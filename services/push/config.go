@@ -21,7 +21,13 @@ type Sender = webpush.MessageSender
 
 // Defaults of Config, documented on its fields.
 const (
-	DefaultMaxInFlight   = 8000
+	DefaultMaxInFlight = 8000
+	// DefaultLaneCommands and DefaultLaneInFlight size the transactional
+	// lane's worker (Config.Lane) in `notify run push`: its commands are
+	// one or a few students each, so many at once — each waits out the
+	// push service's latency — with send slots of their own.
+	DefaultLaneCommands  = 512
+	DefaultLaneInFlight  = 1000
 	DefaultMaxCommands   = 16
 	DefaultMaxAttempts   = 5
 	DefaultBackoffBase   = time.Second
@@ -44,6 +50,13 @@ type Config struct {
 	// (Topics.Group(streams.GroupPush)); PushPartitions spreads retry
 	// commands. Required (use streams.DefaultTopics()).
 	Topics streams.Topics
+	// Lane makes this worker the transactional lane's: it consumes
+	// outbox.event.push.lane (Topics.PushLane) in group
+	// notify-push-lane, and its retries and parked commands go back to
+	// that topic. A `notify run push` process runs one of each, each with
+	// its own command slots and send slots, so a broadcast's commands
+	// never hold back a small event's. Default false.
+	Lane bool
 	// Pool is the Postgres pool: recipients are read and outcomes recorded
 	// through it. Required. Size it ≥ MaxCommands/2 + 2.
 	Pool *pgxpool.Pool

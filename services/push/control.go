@@ -70,7 +70,7 @@ func (w *Worker) control(ctx context.Context, r *kgo.Record, cmd streams.PushCom
 			return false, fmt.Errorf("encode push command: %w", err)
 		}
 		state, err = eventcontrol.Park(ctx, w.cfg.Pool, eventcontrol.Parked{
-			EventID: cmd.EventID, AggregateType: streams.AggregatePush, Type: streams.TypePushCommand,
+			EventID: cmd.EventID, AggregateType: w.aggregate(), Type: streams.TypePushCommand,
 			Payload: b, Partition: r.Partition,
 		})
 		if err != nil {

@@ -210,8 +210,26 @@ func (f *fixture) produceCommands(cmds []streams.PushCommand) {
 
 func (f *fixture) produceRaw(value []byte, partition int32) {
 	f.t.Helper()
+	f.produceTo(f.topics.Push(), value, partition)
+}
+
+// produceLane writes commands to the transactional lane's topic, command
+// i on partition i mod its partitions.
+func (f *fixture) produceLane(cmds []streams.PushCommand) {
+	f.t.Helper()
+	for i, c := range cmds {
+		b, err := json.Marshal(c)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		f.produceTo(f.topics.PushLane(), b, int32(i)%f.topics.LanePartitions())
+	}
+}
+
+func (f *fixture) produceTo(topic string, value []byte, partition int32) {
+	f.t.Helper()
 	r := &kgo.Record{
-		Topic: f.topics.Push(), Partition: partition,
+		Topic: topic, Partition: partition,
 		Key:   []byte(strconv.Quote(f.eventID)),
 		Value: value,
 		Headers: []kgo.RecordHeader{
@@ -546,7 +564,14 @@ func (p *proc) stop(t testing.TB) push.Stats {
 	return p.stats(t)
 }
 
-func (p *proc) stats(t testing.TB) push.Stats {
+// stats is the broadcast worker's final stats from the log; laneStats the
+// transactional lane's (the process runs both, the lane's named
+// WORKER-lane).
+func (p *proc) stats(t testing.TB) push.Stats { t.Helper(); return p.workerStats(t, false) }
+
+func (p *proc) laneStats(t testing.TB) push.Stats { t.Helper(); return p.workerStats(t, true) }
+
+func (p *proc) workerStats(t testing.TB, lane bool) push.Stats {
 	t.Helper()
 	fh, err := os.Open(p.log)
 	if err != nil {
@@ -557,10 +582,11 @@ func (p *proc) stats(t testing.TB) push.Stats {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var line struct {
-			Msg string `json:"msg"`
+			Msg    string `json:"msg"`
+			Worker string `json:"worker"`
 			push.Stats
 		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "push worker stopped" {
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "push worker stopped" && strings.HasSuffix(line.Worker, "-lane") == lane {
 			return line.Stats
 		}
 	}

@@ -2,7 +2,6 @@ package push
 
 import (
 	"context"
-	"github.com/notify-dev/notify/streams"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"time"
 )
@@ -14,7 +13,7 @@ func (w *Worker) lagLoop(ctx context.Context) {
 		return
 	}
 	adm := kadm.NewClient(w.consumer.Client())
-	group, topic := w.cfg.Topics.Group(streams.GroupPush), w.cfg.Topics.Push()
+	group, topic := w.group(), w.topic()
 	t := time.NewTicker(w.cfg.LagInterval)
 	defer t.Stop()
 	for {

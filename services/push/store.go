@@ -117,7 +117,10 @@ type row struct {
 
 // outboxCommand is one push command to queue.
 type outboxCommand struct {
-	cmd       streams.PushCommand
+	cmd streams.PushCommand
+	// aggregate is the outbox aggregatetype: the topic it goes to
+	// (streams.AggregatePush or AggregatePushLane).
+	aggregate string
 	partition int32
 }
 
@@ -189,7 +192,7 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 		if err != nil {
 			return 0, err
 		}
-		b.Queue(insertOutboxSQL, newUUID(), streams.AggregatePush, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
+		b.Queue(insertOutboxSQL, newUUID(), c.aggregate, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
 	}
 	if b.Len() == 0 {
 		return 0, nil

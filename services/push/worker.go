@@ -129,8 +129,8 @@ func New(cfg Config) (*Worker, error) {
 	}
 	c, err := streams.NewConsumer(streams.ConsumerConfig{
 		Brokers:       cfg.Brokers,
-		Group:         cfg.Topics.Group(streams.GroupPush),
-		Topics:        []string{cfg.Topics.Push()},
+		Group:         w.group(),
+		Topics:        []string{w.topic()},
 		Component:     "push",
 		Handler:       w.handle,
 		MaxInFlight:   cfg.MaxCommands,
@@ -245,7 +245,7 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 				return err
 			}
 			if !due {
-				if err := queueCommand(ctx, w.cfg.Pool, outboxCommand{cmd: cmd, partition: r.Partition}); err != nil {
+				if err := queueCommand(ctx, w.cfg.Pool, outboxCommand{cmd: cmd, aggregate: w.aggregate(), partition: r.Partition}); err != nil {
 					return fmt.Errorf("re-queue early retry: %w", err)
 				}
 				w.m.requeued.Inc()
@@ -360,4 +360,28 @@ func (w *Worker) lockCommand(ctx context.Context, cmd streams.PushCommand) (unlo
 			return nil, errStopping
 		}
 	}
+}
+
+// topic, group and aggregate are the worker's topic, consumer group and
+// outbox aggregatetype: the broadcast's push topic, or the transactional
+// lane's (Config.Lane).
+func (w *Worker) topic() string {
+	if w.cfg.Lane {
+		return w.cfg.Topics.PushLane()
+	}
+	return w.cfg.Topics.Push()
+}
+
+func (w *Worker) group() string {
+	if w.cfg.Lane {
+		return w.cfg.Topics.Group(streams.GroupPushLane)
+	}
+	return w.cfg.Topics.Group(streams.GroupPush)
+}
+
+func (w *Worker) aggregate() string {
+	if w.cfg.Lane {
+		return streams.AggregatePushLane
+	}
+	return streams.AggregatePush
 }

@@ -27,6 +27,12 @@ type Config struct {
 	// Jitter spreads the latency uniformly over Latency ± Jitter (never
 	// below zero). Default 0.
 	Jitter time.Duration
+	// PerTopic counts a Web Push delivery once per (subscription, Topic)
+	// instead of once per subscription: Unique and Duplicates then stay
+	// exact over many events to the same subscriptions (each event its
+	// own Topic), at the cost of a map entry per delivery. Default false:
+	// the one-broadcast runs' bitmap.
+	PerTopic bool
 	// Rate429 is the fraction of otherwise good requests answered 429 with
 	// a Retry-After of RetryAfter. Default 0.
 	Rate429 float64

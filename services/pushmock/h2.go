@@ -384,7 +384,7 @@ func (c *h2conn) finish(st *h2stream) {
 			body = (*st.bufp)[:st.n]
 		}
 		s.observeWebPush(&st.h, id, body)
-		status, retryAfter = s.judgeBody(id, body, st.start)
+		status, retryAfter = s.judgeBody(id, st.h.topic, body, st.start)
 	}
 	if st.bufp != nil {
 		s.bodyPool.Put(st.bufp)

@@ -302,3 +302,33 @@ func TestIDSetsAreDeterministicAndSized(t *testing.T) {
 		t.Fatalf("first gone ids at 0.05 = %v, want %v (the id hash changed)", first, want)
 	}
 }
+
+// TestPerTopic: with PerTopic a subscription's pushes of different events
+// (Topics) are each unique, and only a repeat of one Topic a duplicate;
+// without it every repeat of the subscription is.
+func TestPerTopic(t *testing.T) {
+	t.Parallel()
+	for _, perTopic := range []bool{false, true} {
+		m := startMock(t, pushmock.Config{PerTopic: perTopic, Latency: pushmock.NoLatency})
+		s := newSender(t, m, nil)
+		for _, topic := range []string{"eventA", "eventB", "eventA"} {
+			msg := message(t, m, 7)
+			msg.Topic = topic
+			if out := s.Send(context.Background(), msg); out.Kind != webpush.Delivered {
+				t.Fatalf("per-topic %v, topic %s: %+v", perTopic, topic, out)
+			}
+		}
+		st := m.Stats()
+		wantUnique, wantDup := int64(1), int64(2)
+		if perTopic {
+			wantUnique, wantDup = 2, 1
+		}
+		if st.Unique != wantUnique || st.Duplicates != wantDup {
+			t.Fatalf("per-topic %v: unique %d duplicates %d, want %d and %d", perTopic, st.Unique, st.Duplicates, wantUnique, wantDup)
+		}
+		m.ResetStats()
+		if s.Send(context.Background(), message(t, m, 7)); m.Stats().Duplicates != 0 {
+			t.Fatalf("per-topic %v: a duplicate after ResetStats", perTopic)
+		}
+	}
+}

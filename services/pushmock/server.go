@@ -92,10 +92,13 @@ type Server struct {
 	inflight, maxInflight, conns atomic.Int64
 	byStatus                     [600]atomic.Int64
 	delivered                    idSet
-	notBefore                    sync.Map // id int64 → unix nanos of the Retry-After deadline
-	vapid                        vapidCache
-	bodyPool                     sync.Pool
-	release                      *releaser
+	// deliveredTopics is PerTopic's set of (id, Topic) answered 201.
+	topicMu         sync.Mutex
+	deliveredTopics map[topicKey]struct{}
+	notBefore       sync.Map // id int64 → unix nanos of the Retry-After deadline
+	vapid           vapidCache
+	bodyPool        sync.Pool
+	release         *releaser
 
 	h2mu      sync.Mutex
 	h2conns   map[*h2conn]struct{}
@@ -323,6 +326,9 @@ func (s *Server) ResetStats() {
 		s.byStatus[i].Store(0)
 	}
 	s.delivered.reset()
+	s.topicMu.Lock()
+	s.deliveredTopics = nil
+	s.topicMu.Unlock()
 	s.notBefore.Clear()
 	if s.apns != nil {
 		s.apns.reset()
@@ -463,7 +469,7 @@ func (s *Server) judge(r *http.Request, idText string, now time.Time) (status in
 		return http.StatusBadRequest, ""
 	}
 	s.observeWebPush(&h, id, (*bufp)[:n])
-	return s.judgeBody(id, (*bufp)[:n], now)
+	return s.judgeBody(id, h.topic, (*bufp)[:n], now)
 }
 
 // observeWebPush hands a Web Push request to Config.Observe, with its
@@ -518,7 +524,7 @@ func (s *Server) judgeHeaders(h *pushHeaders, now time.Time) (id int64, status i
 
 // judgeBody decides the answer to a request whose headers passed, given
 // its body (at most maxBody bytes).
-func (s *Server) judgeBody(id int64, body []byte, now time.Time) (status int, retryAfter string) {
+func (s *Server) judgeBody(id int64, topic string, body []byte, now time.Time) (status int, retryAfter string) {
 	if s.cfg.Rate429 > 0 { // only 429s record deadlines
 		if v, ok := s.notBefore.Load(id); ok {
 			if now.UnixNano() < v.(int64) {
@@ -541,12 +547,37 @@ func (s *Server) judgeBody(id int64, body []byte, now time.Time) (status int, re
 	if Sampled(id, s.cfg.DecryptSample) {
 		s.checkDecrypts(id, body)
 	}
-	if s.delivered.add(id) {
+	if s.firstDelivery(id, topic) {
 		s.unique.Add(1)
 	} else {
 		s.duplicates.Add(1)
 	}
 	return http.StatusCreated, ""
+}
+
+// topicKey is one (subscription, Topic) delivery of Config.PerTopic.
+type topicKey struct {
+	id    int64
+	topic string
+}
+
+// firstDelivery records a 201 for id (and topic, with PerTopic) and
+// reports whether it is the first.
+func (s *Server) firstDelivery(id int64, topic string) bool {
+	if !s.cfg.PerTopic {
+		return s.delivered.add(id)
+	}
+	k := topicKey{id, topic}
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
+	if _, dup := s.deliveredTopics[k]; dup {
+		return false
+	}
+	if s.deliveredTopics == nil {
+		s.deliveredTopics = map[topicKey]struct{}{}
+	}
+	s.deliveredTopics[k] = struct{}{}
+	return true
 }
 
 // giveRetryAfter records id's deadline and renders the header so that a
