@@ -29,6 +29,22 @@ CREATE TYPE public.event_outcome_move AS (
 
 
 --
+-- Name: apps_changed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.apps_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g bigint;
+BEGIN
+    UPDATE apps_generation SET generation = generation + 1, changed_at = now() RETURNING generation INTO g;
+    PERFORM pg_notify('notify_apps', g::text);
+    RETURN NULL;
+END $$;
+
+
+--
 -- Name: event_counters_notified(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -560,6 +576,73 @@ CREATE TABLE public.api_idempotency (
 
 
 --
+-- Name: app_vapid_keys; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.app_vapid_keys (
+    id bigint NOT NULL,
+    app text NOT NULL,
+    public_key text NOT NULL,
+    private_key bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    retired_at timestamp with time zone
+);
+
+
+--
+-- Name: app_vapid_keys_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.app_vapid_keys ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.app_vapid_keys_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: apps; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.apps (
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    version bigint DEFAULT 1 NOT NULL,
+    vapid_subject text,
+    fcm_project_id text,
+    fcm_client_email text,
+    fcm_credentials bytea,
+    fcm_endpoint text,
+    apns_team_id text,
+    apns_key_id text,
+    apns_key bytea,
+    apns_topics text[],
+    apns_environment text,
+    apns_endpoint text,
+    CONSTRAINT apps_apns CHECK ((((apns_key IS NULL) = (apns_key_id IS NULL)) AND ((apns_key IS NULL) = (apns_team_id IS NULL)) AND ((apns_key IS NULL) = (apns_environment IS NULL)) AND ((apns_key IS NULL) = ((cardinality(apns_topics) IS NULL) OR (cardinality(apns_topics) = 0))))),
+    CONSTRAINT apps_apns_environment CHECK ((apns_environment = ANY (ARRAY['sandbox'::text, 'production'::text]))),
+    CONSTRAINT apps_fcm CHECK ((((fcm_credentials IS NULL) = (fcm_project_id IS NULL)) AND ((fcm_credentials IS NULL) = (fcm_client_email IS NULL)))),
+    CONSTRAINT apps_name CHECK ((name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'::text))
+);
+
+
+--
+-- Name: apps_generation; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.apps_generation (
+    only_row boolean DEFAULT true NOT NULL,
+    generation bigint DEFAULT 0 NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT apps_generation_only_row_check CHECK (only_row)
+);
+
+
+--
 -- Name: courses; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -888,6 +971,8 @@ CREATE TABLE public.push_subscriptions (
     token text,
     topic text,
     environment text,
+    app text DEFAULT 'default'::text NOT NULL,
+    vapid_key_id bigint,
     CONSTRAINT push_subscriptions_auth_check CHECK ((length(auth) = 16)),
     CONSTRAINT push_subscriptions_environment_check CHECK ((environment = ANY (ARRAY['sandbox'::text, 'production'::text]))),
     CONSTRAINT push_subscriptions_p256dh_check CHECK ((length(p256dh) = 65)),
@@ -1005,6 +1090,38 @@ ALTER TABLE ONLY public.parked_commands ALTER COLUMN id SET DEFAULT nextval('pub
 
 ALTER TABLE ONLY public.api_idempotency
     ADD CONSTRAINT api_idempotency_pkey PRIMARY KEY (user_id, key);
+
+
+--
+-- Name: app_vapid_keys app_vapid_keys_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.app_vapid_keys
+    ADD CONSTRAINT app_vapid_keys_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: app_vapid_keys app_vapid_keys_public_key_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.app_vapid_keys
+    ADD CONSTRAINT app_vapid_keys_public_key_key UNIQUE (public_key);
+
+
+--
+-- Name: apps_generation apps_generation_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.apps_generation
+    ADD CONSTRAINT apps_generation_pkey PRIMARY KEY (only_row);
+
+
+--
+-- Name: apps apps_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.apps
+    ADD CONSTRAINT apps_pkey PRIMARY KEY (name);
 
 
 --
@@ -1176,6 +1293,14 @@ ALTER TABLE ONLY public.push_subscriptions
 
 
 --
+-- Name: push_subscriptions push_subscriptions_vapid_key; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_vapid_key CHECK (((vapid_key_id IS NULL) OR (platform = 'webpush'::text))) NOT VALID;
+
+
+--
 -- Name: roster_counters roster_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1220,6 +1345,13 @@ ALTER TABLE ONLY public.users
 --
 
 CREATE INDEX api_idempotency_created_at_idx ON public.api_idempotency USING btree (created_at);
+
+
+--
+-- Name: app_vapid_keys_current; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX app_vapid_keys_current ON public.app_vapid_keys USING btree (app) WHERE (retired_at IS NULL);
 
 
 --
@@ -1328,6 +1460,20 @@ ALTER INDEX public.push_deliveries_pkey ATTACH PARTITION public.push_deliveries_
 
 
 --
+-- Name: app_vapid_keys app_vapid_keys_changed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER app_vapid_keys_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.app_vapid_keys FOR EACH STATEMENT EXECUTE FUNCTION public.apps_changed();
+
+
+--
+-- Name: apps apps_changed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER apps_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.apps FOR EACH STATEMENT EXECUTE FUNCTION public.apps_changed();
+
+
+--
 -- Name: notifications event_counters_notified; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1412,6 +1558,14 @@ CREATE TRIGGER push_subscriptions_platform_fixed BEFORE UPDATE OF platform ON pu
 
 
 --
+-- Name: app_vapid_keys app_vapid_keys_app_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.app_vapid_keys
+    ADD CONSTRAINT app_vapid_keys_app_fkey FOREIGN KEY (app) REFERENCES public.apps(name) ON DELETE CASCADE;
+
+
+--
 -- Name: fanout_ranges fanout_ranges_event_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1425,6 +1579,22 @@ ALTER TABLE ONLY public.fanout_ranges
 
 ALTER TABLE ONLY public.materials
     ADD CONSTRAINT materials_course_id_fkey FOREIGN KEY (course_id) REFERENCES public.courses(id);
+
+
+--
+-- Name: push_subscriptions push_subscriptions_app_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_app_fkey FOREIGN KEY (app) REFERENCES public.apps(name) NOT VALID;
+
+
+--
+-- Name: push_subscriptions push_subscriptions_vapid_key_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_subscriptions
+    ADD CONSTRAINT push_subscriptions_vapid_key_id_fkey FOREIGN KEY (vapid_key_id) REFERENCES public.app_vapid_keys(id) NOT VALID;
 
 
 --

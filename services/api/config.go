@@ -11,6 +11,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/notify-dev/notify/services/apps/secrets"
 	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/push/endpoint"
@@ -184,6 +185,11 @@ type Config struct {
 	// VAPIDPublicKey is the application server key served by
 	// GET /v1/vapid-public-key. Required.
 	VAPIDPublicKey *ecdh.PublicKey
+	// SecretsKey seals the credentials POST /v1/apps and rotate are given
+	// (package apps/secrets); it must be the push workers' key. Default:
+	// none, and those routes answer 503 secrets_key_not_configured while
+	// every other route works.
+	SecretsKey *secrets.Key
 	// PushEndpoints decides which subscription endpoints are accepted (see
 	// package endpoint). Default: the public push services only
 	// (endpoint.DefaultAllowedHosts), no dev hosts.

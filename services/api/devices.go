@@ -51,8 +51,9 @@ const (
 type DeviceRequest struct {
 	Platform    string
 	Token       string
-	Topic       string // apns only; empty: the worker's NOTIFY_APNS_TOPIC
-	Environment string // apns only
+	Topic       string // apns only; empty: the app's first bundle id (the default app's: the worker's NOTIFY_APNS_TOPIC)
+	Environment string // apns only; empty: the app's (the default app's: production)
+	App         string // "": the default app
 }
 
 type deviceWire struct {
@@ -60,6 +61,7 @@ type deviceWire struct {
 	Token       *string `json:"token"`
 	Topic       *string `json:"topic"`
 	Environment *string `json:"environment"`
+	App         *string `json:"app"`
 }
 
 // DecodeDeviceRequest parses and validates a device body. Unknown fields
@@ -73,6 +75,12 @@ func DecodeDeviceRequest(b []byte) (DeviceRequest, *Error) {
 		return DeviceRequest{}, newError(http.StatusBadRequest, errInvalidPlatform, "platform is required: fcm or apns")
 	}
 	req := DeviceRequest{Platform: *w.Platform}
+	if w.App != nil {
+		if *w.App == "" {
+			return DeviceRequest{}, newError(http.StatusBadRequest, errUnknownApp, "app must not be empty; leave it out for the default app")
+		}
+		req.App = *w.App
+	}
 	if w.Token == nil || *w.Token == "" {
 		return DeviceRequest{}, newError(http.StatusBadRequest, errInvalidDeviceToken, "token is required")
 	}
@@ -102,7 +110,6 @@ func DecodeDeviceRequest(b []byte) (DeviceRequest, *Error) {
 			}
 			req.Topic = *w.Topic
 		}
-		req.Environment = APNsProduction
 		if w.Environment != nil {
 			if *w.Environment != APNsSandbox && *w.Environment != APNsProduction {
 				return DeviceRequest{}, newError(http.StatusBadRequest, errInvalidEnvironment, "environment must be sandbox or production")
@@ -147,6 +154,7 @@ type DeviceResponse struct {
 type Device struct {
 	ID          int64      `json:"id"`
 	Platform    string     `json:"platform"`
+	App         string     `json:"app"`
 	Endpoint    string     `json:"endpoint,omitempty"`
 	Token       string     `json:"token,omitempty"`
 	Topic       string     `json:"topic,omitempty"`
@@ -166,15 +174,15 @@ const (
 	sqlCountDevices = `SELECT count(*), coalesce(bool_or(platform = $2 AND token = $3), false) FROM push_subscriptions WHERE user_id = $1`
 	// Upsert by (platform, token), only for its owner (no row: 409), as
 	// sqlUpsertSubscription does by endpoint.
-	sqlUpsertDevice = `INSERT INTO push_subscriptions (user_id, platform, token, topic, environment)
-		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''))
+	sqlUpsertDevice = `INSERT INTO push_subscriptions (user_id, platform, token, topic, environment, app)
+		VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), $6)
 		ON CONFLICT (platform, token) DO UPDATE
-		SET topic = EXCLUDED.topic, environment = EXCLUDED.environment, updated_at = now(),
+		SET topic = EXCLUDED.topic, environment = EXCLUDED.environment, app = EXCLUDED.app, updated_at = now(),
 		    -- The app registered again: it vouches for the token.
 		    consecutive_failures = 0, disabled_at = NULL
 		WHERE push_subscriptions.user_id = EXCLUDED.user_id
 		RETURNING id, created_at, updated_at, xmax = 0`
-	sqlListDevices = `SELECT id, platform, coalesce(endpoint, ''), coalesce(token, ''), coalesce(topic, ''),
+	sqlListDevices = `SELECT id, platform, app, coalesce(endpoint, ''), coalesce(token, ''), coalesce(topic, ''),
 		coalesce(environment, ''), disabled_at, created_at, updated_at
 		FROM push_subscriptions WHERE user_id = $1 ORDER BY id`
 	sqlDeleteDevice = `DELETE FROM push_subscriptions WHERE id = $1 AND user_id = $2`
@@ -194,11 +202,27 @@ func (s *Server) handleRegisterDevice(w http.ResponseWriter, r *http.Request, us
 	resp := DeviceResponse{Platform: req.Platform}
 	var inserted bool
 	err := pgx.BeginFunc(r.Context(), s.pool, func(tx pgx.Tx) (err error) {
+		app, refused, err := s.deviceApp(r.Context(), req.App, req.Platform)
+		if refused != nil || err != nil {
+			e = refused
+			return err
+		}
+		if req.Platform == PlatformAPNs {
+			if e = checkAPNsTopic(app, req.Topic); e != nil {
+				return nil
+			}
+			if req.Environment == "" {
+				req.Environment = APNsProduction
+				if app.APNs != nil && app.APNs.Environment != "" {
+					req.Environment = app.APNs.Environment
+				}
+			}
+		}
 		e, err = s.underCap(r.Context(), tx, user, sqlCountDevices, req.Platform, req.Token)
 		if e != nil || err != nil {
 			return err
 		}
-		err = tx.QueryRow(r.Context(), sqlUpsertDevice, user, req.Platform, req.Token, req.Topic, req.Environment).
+		err = tx.QueryRow(r.Context(), sqlUpsertDevice, user, req.Platform, req.Token, req.Topic, req.Environment, app.Name).
 			Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			e = newError(http.StatusConflict, errTokenOwned,
@@ -241,7 +265,7 @@ func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request, user 
 	list := DeviceList{Devices: []Device{}}
 	for rows.Next() {
 		var d Device
-		if err := rows.Scan(&d.ID, &d.Platform, &d.Endpoint, &d.Token, &d.Topic, &d.Environment, &d.DisabledAt, &d.CreatedAt, &d.UpdatedAt); err != nil {
+		if err := rows.Scan(&d.ID, &d.Platform, &d.App, &d.Endpoint, &d.Token, &d.Topic, &d.Environment, &d.DisabledAt, &d.CreatedAt, &d.UpdatedAt); err != nil {
 			rows.Close()
 			s.internalError(w, r, "list devices", err)
 			return

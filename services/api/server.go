@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/services/api/webapp"
+	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/eventcontrol"
 	"github.com/notify-dev/notify/services/roster"
@@ -48,6 +49,7 @@ type Server struct {
 	ready       readiness
 	batch       *publishBatcher
 	control     *eventcontrol.Controller // the control routes' transitions; shared: it holds only the pool
+	apps        *apps.Store              // the apps routes and devices' apps
 	sweeper     *idempotencySweeper      // nil until Start, or when disabled
 	m           serverMetrics
 
@@ -164,6 +166,10 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	if cfg.AuthRateLimit > 0 {
 		s.authLimiter = newRateLimiter(cfg.AuthRateLimit, cfg.AuthRateBurst, authRateClients)
 	}
+	// The default app is the environment's: its one VAPID key is the one
+	// GET /v1/vapid-public-key serves.
+	s.apps = apps.NewStore(pool, apps.Config{Key: cfg.SecretsKey, Logger: cfg.Logger,
+		Default: &apps.App{WebPush: &apps.WebPush{Keys: []apps.VAPIDKey{{PublicKey: s.vapid}}}}})
 	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
 	s.routes()
 	return s, nil
@@ -186,6 +192,12 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/me/devices", s.authed(s.handleListDevices))
 	m.HandleFunc("DELETE /v1/me/devices/{id}", s.authed(s.handleDeleteDevice))
 	m.HandleFunc("GET /v1/vapid-public-key", s.handleVAPIDKey)
+	m.HandleFunc("GET /v1/apps", s.handleListApps)
+	m.HandleFunc("POST /v1/apps", s.handleAddApp)
+	m.HandleFunc("GET /v1/apps/{app}", s.handleGetApp)
+	m.HandleFunc("POST /v1/apps/{app}/rotate", s.handleRotateApp)
+	m.HandleFunc("DELETE /v1/apps/{app}", s.handleRemoveApp)
+	m.HandleFunc("GET /v1/apps/{app}/vapid-public-key", s.handleAppVAPIDKey)
 	m.HandleFunc("GET /v1/me/notifications", s.authed(s.handleInbox))
 	m.HandleFunc("POST /v1/me/notifications/{event_id}/read", s.authed(s.handleMarkRead))
 	m.HandleFunc("GET /v1/events/{event_id}", s.withPrincipal(s.handleEvent))

@@ -22,6 +22,12 @@ type SubscriptionRequest struct {
 	Endpoint string
 	P256DH   []byte
 	Auth     []byte
+	// App is the app the page subscribed for ("" is the default app), and
+	// VAPIDKeyID the key it subscribed with, as
+	// GET /v1/apps/{app}/vapid-public-key answered it (nil: the app's
+	// current key). Both sit beside the browser's own fields.
+	App        string
+	VAPIDKeyID *int64
 }
 
 // subscriptionWire is PushSubscription.toJSON(). Unknown fields are ignored
@@ -29,6 +35,8 @@ type SubscriptionRequest struct {
 type subscriptionWire struct {
 	Endpoint       *string  `json:"endpoint"`
 	ExpirationTime *float64 `json:"expirationTime"`
+	App            *string  `json:"app"`
+	VAPIDKeyID     *int64   `json:"vapid_key_id"`
 	Keys           *struct {
 		P256DH *string `json:"p256dh"`
 		Auth   *string `json:"auth"`
@@ -78,7 +86,14 @@ func DecodeSubscriptionRequest(b []byte, policy *endpoint.Policy) (SubscriptionR
 	if e != nil {
 		return SubscriptionRequest{}, e
 	}
-	return SubscriptionRequest{Endpoint: canon, P256DH: p, Auth: a}, nil
+	req := SubscriptionRequest{Endpoint: canon, P256DH: p, Auth: a, VAPIDKeyID: w.VAPIDKeyID}
+	if w.App != nil {
+		if *w.App == "" {
+			return SubscriptionRequest{}, newError(http.StatusBadRequest, errUnknownApp, "app must not be empty; leave it out for the default app")
+		}
+		req.App = *w.App
+	}
+	return req, nil
 }
 
 // ParseSubscriptionKeys decodes a subscription's keys: p256dh must be a

@@ -38,10 +38,11 @@ const (
 	// returns no row (409) instead of silently changing owner, which would
 	// let anyone who learns an endpoint take a browser's notifications.
 	// xmax = 0 tells a fresh insert from an update.
-	sqlUpsertSubscription = `INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth)
-		VALUES ($1, $2, $3, $4)
+	sqlUpsertSubscription = `INSERT INTO push_subscriptions (user_id, endpoint, p256dh, auth, app, vapid_key_id)
+		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (endpoint) DO UPDATE
 		SET p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, updated_at = now(),
+		    app = EXCLUDED.app, vapid_key_id = EXCLUDED.vapid_key_id,
 		    -- The browser subscribed again: whatever made the push worker
 		    -- disable this endpoint, its owner now vouches for it.
 		    consecutive_failures = 0, disabled_at = NULL
@@ -93,10 +94,18 @@ func (s *Server) answerSaved(w http.ResponseWriter, r *http.Request, what string
 // subscription. A refusal comes back as a non-nil *Error with a nil error:
 // nothing was written.
 func (s *Server) saveSubscription(ctx context.Context, tx pgx.Tx, user UUID, req SubscriptionRequest) (resp SubscriptionResponse, inserted bool, refused *Error, err error) {
+	app, refused, err := s.deviceApp(ctx, req.App, PlatformWebPush)
+	if refused != nil || err != nil {
+		return resp, false, refused, err
+	}
+	keyID, refused := subscriptionVAPIDKey(app, req.VAPIDKeyID)
+	if refused != nil {
+		return resp, false, refused, nil
+	}
 	if refused, err := s.underCap(ctx, tx, user, sqlCountSubscriptions, req.Endpoint); refused != nil || err != nil {
 		return resp, false, refused, err
 	}
-	err = tx.QueryRow(ctx, sqlUpsertSubscription, user, req.Endpoint, req.P256DH, req.Auth).
+	err = tx.QueryRow(ctx, sqlUpsertSubscription, user, req.Endpoint, req.P256DH, req.Auth, app.Name, keyID).
 		Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return resp, false, newError(http.StatusConflict, errEndpointOwned,

@@ -28,10 +28,13 @@ const (
 	// ScopeTemplatesWrite: write and delete the templates of any
 	// notification type (notifications:send may too, as it may send them).
 	ScopeTemplatesWrite Scope = "templates:write"
+	// ScopeAppsAdmin: add, rotate and remove apps and their push
+	// credentials (/v1/apps).
+	ScopeAppsAdmin Scope = "apps:admin"
 )
 
 // Scopes lists every known scope.
-var Scopes = []Scope{ScopeRosterWrite, ScopeNotificationsSend, ScopeEventsRead, ScopeEventsControl, ScopeTemplatesWrite}
+var Scopes = []Scope{ScopeRosterWrite, ScopeNotificationsSend, ScopeEventsRead, ScopeEventsControl, ScopeTemplatesWrite, ScopeAppsAdmin}
 
 // ServicePrefix starts the subject of a service credential: "service:NAME".
 // A platform user id never starts with it (ids are uuids or the

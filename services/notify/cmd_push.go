@@ -143,6 +143,11 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			closeAll()
 			return nil, err
 		}
+		if _, err := appsSecretsKey(ctx, pool, true); err != nil {
+			closeAll()
+			pool.Close()
+			return nil, err
+		}
 		// The lane has connections of its own, so a broadcast's loads and
 		// recordings never hold a small event's back; its commands are
 		// small, so a few serve many, one short query after another.
