@@ -261,8 +261,11 @@ func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request, user 
 }
 
 func (s *Server) handleDeleteDevice(w http.ResponseWriter, r *http.Request, user UUID) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id < 1 {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	// Only the id's canonical decimal names it: ParseInt also takes "+7"
+	// and "007", and one device must not answer to many spellings.
+	if err != nil || id < 1 || strconv.FormatInt(id, 10) != raw {
 		writeError(w, newError(http.StatusNotFound, errDeviceNotFound, "no such device"))
 		return
 	}
