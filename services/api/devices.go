@@ -51,7 +51,7 @@ const (
 type DeviceRequest struct {
 	Platform    string
 	Token       string
-	Topic       string // apns only; empty: the worker's NOTIFY_APNS_TOPIC
+	Topic       string // apns only; empty: the worker's NOTIFY_APNS_TOPIC; see Config.APNsTopics
 	Environment string // apns only
 }
 
@@ -187,6 +187,9 @@ func (s *Server) handleRegisterDevice(w http.ResponseWriter, r *http.Request, us
 		return
 	}
 	req, e := DecodeDeviceRequest(body)
+	if e == nil {
+		e = s.checkAPNsTopic(req)
+	}
 	if e != nil {
 		writeError(w, e)
 		return
@@ -201,6 +204,7 @@ func (s *Server) handleRegisterDevice(w http.ResponseWriter, r *http.Request, us
 		err = tx.QueryRow(r.Context(), sqlUpsertDevice, user, req.Platform, req.Token, req.Topic, req.Environment).
 			Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
+			s.tokenOwnedElsewhere(r, user, req)
 			e = newError(http.StatusConflict, errTokenOwned,
 				"this %s token is registered by another user; the app must register again after that user signs out", req.Platform)
 			return nil

@@ -101,6 +101,10 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
+		apnsTopics, anyAPNsTopic, err := apnsTopicsFromEnv(log, devMode)
+		if err != nil {
+			return nil, err
+		}
 		if *maxConns < 1 {
 			return nil, usageError{msg: fmt.Sprintf("--db-max-conns %d must be at least 1", *maxConns)}
 		}
@@ -112,6 +116,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			return nil, err
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, JWKS: jwks, IDs: idMap, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
+			APNsTopics: apnsTopics, AnyAPNsTopic: anyAPNsTopic,
 			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep,
