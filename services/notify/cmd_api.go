@@ -89,11 +89,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
-		vapidCfg, err := vapidFromEnv(log, devMode, false)
-		if err != nil {
-			return nil, err
-		}
-		vapid, err := vapidPublicKey(vapidCfg)
+		vapid, err := apiVAPIDPublicKey(log, devMode)
 		if err != nil {
 			return nil, err
 		}
