@@ -529,7 +529,7 @@ func TestSecretsHoldNoValues(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if !slices.Equal(names, []string{"notify-push-providers", "notify-secrets"}) {
+	if !slices.Equal(names, []string{"notify-db-api", "notify-db-cdc", "notify-db-fanout", "notify-db-migrate", "notify-db-push", "notify-push-providers", "notify-secrets"}) {
 		t.Errorf("Secrets %v", names)
 	}
 }

@@ -125,3 +125,46 @@ func TestNetworkPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestEachServiceItsOwnRole: every Deployment and the migrate Job take NOTIFY_DATABASE_URL
+// from a Secret of their own, annotated with the Postgres role of infra/roles.sql it logs
+// in as — never one URL (one role) for all.
+func TestEachServiceItsOwnRole(t *testing.T) {
+	_, m := load(t)
+	roles, err := os.ReadFile("../roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]corev1.PodSpec{"migrate": m.jobs["notify-migrate"].Spec.Template.Spec}
+	for name, d := range m.deployments {
+		pods[strings.TrimPrefix(name, "notify-")] = d.Spec.Template.Spec
+	}
+	seen := map[string]string{}
+	for svc, pod := range pods {
+		var ref *corev1.SecretKeySelector
+		for _, e := range pod.Containers[0].Env {
+			if e.Name == "NOTIFY_DATABASE_URL" && e.ValueFrom != nil {
+				ref = e.ValueFrom.SecretKeyRef
+			}
+		}
+		if ref == nil {
+			t.Errorf("%s: NOTIFY_DATABASE_URL is not from a Secret", svc)
+			continue
+		}
+		if other, ok := seen[ref.Name]; ok {
+			t.Errorf("%s and %s share the database Secret %s: one role for both", svc, other, ref.Name)
+		}
+		seen[ref.Name] = svc
+		s := m.secrets[ref.Name]
+		if s == nil {
+			continue // checkPod reports it
+		}
+		role := s.Annotations["notify.dev/postgres-role"]
+		if role != "notify_"+svc {
+			t.Errorf("%s: Secret %s is for role %q, want notify_%s", svc, ref.Name, role, svc)
+		}
+		if !regexp.MustCompile(`(?m)^ALTER ROLE ` + role + ` +LOGIN\b`).Match(roles) {
+			t.Errorf("%s: roles.sql makes no login role %s", svc, role)
+		}
+	}
+}
