@@ -37,8 +37,11 @@ func ParseBrokers(s string) ([]string, error) {
 // ClientOpts returns the options every notify Kafka client starts from:
 // the seed brokers and a client id naming the component, so broker logs and
 // quotas can tell components apart.
+// It carries the process's Security (UseSecurity): this is the one place
+// every client is built from, so none connects without TLS or SASL the
+// deployment asked for.
 func ClientOpts(brokers []string, component string) []kgo.Opt {
-	return []kgo.Opt{
+	return append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("notify-" + component),
 		// franz-go answers metadata lookups from a cache younger than this
@@ -47,5 +50,5 @@ func ClientOpts(brokers []string, component string) []kgo.Opt {
 		// recovery contract allows, at the cost of a few more metadata
 		// requests while something is wrong.
 		kgo.MetadataMinAge(250 * time.Millisecond),
-	}
+	}, securityOpts()...)
 }

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 )
 
 // Dead letters on Topics.DLQ() follow the Kafka Connect convention: the key
@@ -341,8 +343,9 @@ func listedErr(l kadm.ListedOffsets, topic string) error {
 	return nil
 }
 
-// clientSeeds rebuilds the seed-broker and client-id options of cl, so a
-// helper can open a second client on the same cluster.
+// clientSeeds rebuilds the seed-broker and client-id options of cl, and
+// its TLS and SASL, so a helper can open a second client on the same
+// cluster.
 func clientSeeds(cl *kgo.Client) []kgo.Opt {
 	seeds := cl.OptValues(kgo.SeedBrokers)
 	var out []kgo.Opt
@@ -355,6 +358,12 @@ func clientSeeds(cl *kgo.Client) []kgo.Opt {
 		if s, ok := id.(string); ok {
 			out = append(out, kgo.ClientID(s))
 		}
+	}
+	if c, ok := cl.OptValue(kgo.DialTLSConfig).(*tls.Config); ok && c != nil {
+		out = append(out, kgo.DialTLSConfig(c.Clone()))
+	}
+	if ms, ok := cl.OptValue(kgo.SASL).([]sasl.Mechanism); ok && len(ms) > 0 {
+		out = append(out, kgo.SASL(ms...))
 	}
 	return out
 }

@@ -193,8 +193,28 @@ func cycle(ctx context.Context, cfg Config, p pipeline.Published) ([]Pause, erro
 var client = &http.Client{Timeout: 30 * time.Second}
 
 // Control asks the run's API, as the course's instructor, to pause, resume
-// or cancel the run's event.
+// or cancel the run's event, asking again while the event is not planned
+// yet.
 func Control(ctx context.Context, p pipeline.Published, action string) error {
+	for {
+		err := control(ctx, p, action)
+		var se *StatusError
+		if !errors.As(err, &se) || se.Code != "event_not_planned" {
+			return err
+		}
+		// Asked a moment after the publish: the API answers at once and
+		// says when to ask again (Retry-After: 1).
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func control(ctx context.Context, p pipeline.Published, action string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.APIAddr+"/v1/events/"+p.EventID+"/"+action, nil)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -59,6 +60,7 @@ var kinds = map[string]func() any{
 	"batch/v1/Job":                           func() any { return new(batchv1.Job) },
 	"policy/v1/PodDisruptionBudget":          func() any { return new(policyv1.PodDisruptionBudget) },
 	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
+	"networking.k8s.io/v1/NetworkPolicy":     func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // manifests is every decoded document, by file.
@@ -68,6 +70,7 @@ type manifests struct {
 	services    map[string]*corev1.Service
 	pdbs        []*policyv1.PodDisruptionBudget
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
+	policies    []*networkingv1.NetworkPolicy
 	secrets     map[string]*corev1.Secret
 	configMaps  map[string]*corev1.ConfigMap
 	namespaces  []string
@@ -142,6 +145,8 @@ func loadFile(t *testing.T, m *manifests, file string) {
 			m.pdbs = append(m.pdbs, x)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			m.hpas = append(m.hpas, x)
+		case *networkingv1.NetworkPolicy:
+			m.policies = append(m.policies, x)
 		case *corev1.Secret:
 			m.secrets[x.Name] = x
 		case *corev1.ConfigMap:
@@ -245,7 +250,7 @@ type service struct {
 
 var components = []service{
 	{"notify-api", []string{"run", "api", "--addr", ":8080", "--metrics-addr", ":9104"}, "/healthz", "/readyz", 8080, 9104,
-		[]string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PRIVATE_KEY"}, true},
+		[]string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY"}, true},
 	{"notify-cdc", []string{"run", "cdc", "--metrics-addr", ":9101"}, "/metrics", "/metrics", 9101, 9101,
 		[]string{"NOTIFY_KAFKA_BROKERS"}, false},
 	{"notify-fanout", []string{"run", "fanout", "--metrics-addr", ":9102"}, "/metrics", "/metrics", 9102, 9102,
@@ -524,7 +529,7 @@ func TestSecretsHoldNoValues(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	if !slices.Equal(names, []string{"notify-push-providers", "notify-secrets"}) {
+	if !slices.Equal(names, []string{"notify-db-api", "notify-db-cdc", "notify-db-fanout", "notify-db-migrate", "notify-db-push", "notify-push-providers", "notify-secrets"}) {
 		t.Errorf("Secrets %v", names)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/notify-dev/notify/services/apps/secrets"
 	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/ids"
+	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
 )
 
@@ -194,6 +195,18 @@ type Config struct {
 	// package endpoint). Default: the public push services only
 	// (endpoint.DefaultAllowedHosts), no dev hosts.
 	PushEndpoints *endpoint.Policy
+	// APNsTopics are the topics (bundle ids, exactly as the push worker
+	// may send them: "org.example.app", not a prefix) an APNs device may
+	// name when it registers; any other is 400 invalid_topic, so a
+	// registration cannot route pushes to another app's topic (its
+	// ".voip" one, say) under this server's APNs key. A device that names
+	// none is sent with the worker's NOTIFY_APNS_TOPIC. Default: none — a
+	// registration naming a topic is refused — unless AnyAPNsTopic.
+	// `notify run api` fills it from NOTIFY_APNS_TOPICS.
+	APNsTopics []string
+	// AnyAPNsTopic accepts any well-formed topic (dev mode, where no bundle
+	// id is configured). Default false.
+	AnyAPNsTopic bool
 	// MaxSubscriptionsPerUser caps a user's push subscriptions; a new one
 	// beyond it is refused with 409 too_many_subscriptions (re-subscribing
 	// an endpoint the user already has is always allowed). Default
@@ -351,6 +364,14 @@ func (c Config) validate() error {
 	}
 	if math.IsNaN(c.AuthRateLimit) || math.IsInf(c.AuthRateLimit, 0) || c.AuthRateLimit > 0 && c.AuthRateBurst < 1 {
 		return fmt.Errorf("invalid api auth rate limit %v (burst %d must be ≥ 1)", c.AuthRateLimit, c.AuthRateBurst)
+	}
+	for _, t := range c.APNsTopics {
+		if t == "" {
+			return errors.New("invalid api APNs topic: empty")
+		}
+		if err := apns.ValidateTopic(t); err != nil {
+			return fmt.Errorf("invalid api APNs topic: %w", err)
+		}
 	}
 	if c.Key == nil {
 		return errors.New("api config: Key (token secret) is required")

@@ -39,7 +39,12 @@ func (s *Server) handleControl(a eventcontrol.Action) func(http.ResponseWriter, 
 		case errors.Is(err, eventcontrol.ErrWrongState):
 			writeError(w, newError(http.StatusConflict, errInvalidState, "%s", err.Error()))
 		case errors.Is(err, eventcontrol.ErrNotPlanned):
-			writeError(w, newError(http.StatusConflict, errEventNotPlanned, "the event is published but its fan-out is not planned yet; try again in a moment"))
+			// At once: the planner writes the run within moments, and a
+			// request held polling for it would cost a transaction per
+			// poll for every caller that asks too early.
+			e := newError(http.StatusConflict, errEventNotPlanned, "the event is published but its fan-out is not planned yet; try again in a moment")
+			e.RetryAfter = 1
+			writeError(w, e)
 		default:
 			s.internalError(w, r, "event control", err)
 		}

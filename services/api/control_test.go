@@ -21,6 +21,13 @@ func TestEventControl(t *testing.T) {
 	var pr PublishResponse
 	r.decode(t, &pr)
 	ev := mustUUID(t, pr.EventID)
+
+	// Published, not planned yet: 409 at once, with when to try again.
+	early := e.do(req{method: "POST", path: "/v1/events/" + pr.EventID + "/pause", token: e.token(e.instructor)})
+	if early.status != http.StatusConflict || early.errCode() != errEventNotPlanned || early.header.Get("Retry-After") != "1" {
+		t.Fatalf("control before planning: %d %v %s, want 409 event_not_planned with Retry-After 1", early.status, early.header, early.body)
+	}
+
 	e.exec(`INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size)
 		VALUES ($1, $2, $3, 'Exam', $4, 1, 5000)`, ev, e.course, mustUUID(t, pr.MaterialID), pr.PublishedAt)
 	e.exec(`INSERT INTO fanout_ranges (event_id, range_index, lo, hi) VALUES

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
 )
@@ -51,7 +52,7 @@ const (
 type DeviceRequest struct {
 	Platform    string
 	Token       string
-	Topic       string // apns only; empty: the app's first bundle id (the default app's: the worker's NOTIFY_APNS_TOPIC)
+	Topic       string // apns only; empty: the app's first bundle id (the default app's: the worker's NOTIFY_APNS_TOPIC); see Config.APNsTopics
 	Environment string // apns only; empty: the app's (the default app's: production)
 	App         string // "": the default app
 }
@@ -208,7 +209,14 @@ func (s *Server) handleRegisterDevice(w http.ResponseWriter, r *http.Request, us
 			return err
 		}
 		if req.Platform == PlatformAPNs {
-			if e = checkAPNsTopic(app, req.Topic); e != nil {
+			// The default app's topics are the deployment's
+			// (NOTIFY_APNS_TOPICS); another app's, its bundle ids.
+			if app.Name == apps.Default {
+				e = s.checkAPNsTopic(req)
+			} else {
+				e = checkAPNsTopic(app, req.Topic)
+			}
+			if e != nil {
 				return nil
 			}
 			if req.Environment == "" {
@@ -225,6 +233,7 @@ func (s *Server) handleRegisterDevice(w http.ResponseWriter, r *http.Request, us
 		err = tx.QueryRow(r.Context(), sqlUpsertDevice, user, req.Platform, req.Token, req.Topic, req.Environment, app.Name).
 			Scan(&resp.ID, &resp.CreatedAt, &resp.UpdatedAt, &inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
+			s.tokenOwnedElsewhere(r, user, req)
 			e = newError(http.StatusConflict, errTokenOwned,
 				"this %s token is registered by another user; the app must register again after that user signs out", req.Platform)
 			return nil
@@ -285,8 +294,11 @@ func (s *Server) handleListDevices(w http.ResponseWriter, r *http.Request, user 
 }
 
 func (s *Server) handleDeleteDevice(w http.ResponseWriter, r *http.Request, user UUID) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id < 1 {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	// Only the id's canonical decimal names it: ParseInt also takes "+7"
+	// and "007", and one device must not answer to many spellings.
+	if err != nil || id < 1 || strconv.FormatInt(id, 10) != raw {
 		writeError(w, newError(http.StatusNotFound, errDeviceNotFound, "no such device"))
 		return
 	}

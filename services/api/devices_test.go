@@ -110,7 +110,11 @@ func TestDevices(t *testing.T) {
 			t.Fatalf("delete %d: %d %s", id, r.status, r.body)
 		}
 	}
-	for _, path := range []string{"/v1/me/devices/" + strconv.FormatInt(f.ID, 10), "/v1/me/devices/x", "/v1/me/devices/0", "/v1/me/devices/-1"} {
+	// Another spelling of an id is not that id: only its canonical decimal
+	// names a device (the APNs one, still there, is not deleted by these).
+	aID := strconv.FormatInt(a.ID, 10)
+	for _, path := range []string{"/v1/me/devices/" + strconv.FormatInt(f.ID, 10), "/v1/me/devices/x", "/v1/me/devices/0", "/v1/me/devices/-1",
+		"/v1/me/devices/+" + aID, "/v1/me/devices/0" + aID, "/v1/me/devices/%2B" + aID, "/v1/me/devices/" + aID + "%20"} {
 		if r := e.do(req{method: "DELETE", path: path, token: student}); r.status != http.StatusNotFound || r.errCode() != errDeviceNotFound {
 			t.Fatalf("delete %s: %d %s", path, r.status, r.body)
 		}

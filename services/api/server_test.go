@@ -74,6 +74,9 @@ func newTestServer(t testing.TB, pool *pgxpool.Pool, cfg Config) *Server {
 	}
 	cfg.Key = mustKey(t, string(testSecret))
 	cfg.VAPIDPublicKey = vapid.PublicKey()
+	if cfg.APNsTopics == nil {
+		cfg.AnyAPNsTopic = true // as in dev mode; TestDeviceTopics sets its own
+	}
 	if cfg.AuthRateLimit == 0 {
 		cfg.AuthRateLimit = -1 // tests mint many tokens from one address; TestAuthRateLimit sets its own
 	}

@@ -71,7 +71,8 @@ var (
 	// ErrUnknownEvent: neither published nor planned (or not a uuid).
 	ErrUnknownEvent = errors.New("unknown event")
 	// ErrNotPlanned: published, but the planner has not written its run
-	// within Config.PlanWait; nothing to control yet.
+	// yet (nor within Config.PlanWait, when one is set); nothing to
+	// control yet.
 	ErrNotPlanned = errors.New("event not planned yet")
 	// ErrFinal: the event is cancelled or finished.
 	ErrFinal = errors.New("event already final")
@@ -125,14 +126,17 @@ type Result struct {
 type Config struct {
 	// PlanWait is how long a transition of an event that is published but
 	// not planned yet (the planner writes its run within moments of the
-	// publish) waits for the run before answering ErrNotPlanned. Default
-	// 5s; negative: do not wait.
+	// publish) polls for the run before answering ErrNotPlanned. Default
+	// 0 (and any negative value): answer ErrNotPlanned at once. A server
+	// leaves it 0 — a poll holds the request and a transaction every few
+	// hundred milliseconds while the caller can retry as well as it can; a
+	// one-off command line may wait.
 	PlanWait time.Duration
 }
 
 func (c Config) withDefaults() Config {
-	if c.PlanWait == 0 {
-		c.PlanWait = 5 * time.Second
+	if c.PlanWait < 0 {
+		c.PlanWait = 0
 	}
 	return c
 }
@@ -176,7 +180,7 @@ func (c *Controller) Apply(ctx context.Context, eventID string, a Action) (Resul
 		if !published {
 			return Result{}, fmt.Errorf("%w: %s", ErrUnknownEvent, eventID)
 		}
-		if time.Now().After(deadline) {
+		if c.cfg.PlanWait == 0 || time.Now().After(deadline) {
 			return Result{}, fmt.Errorf("%w: event %s is published but has no fan-out run yet; try again in a moment", ErrNotPlanned, eventID)
 		}
 		t := time.NewTimer(wait)

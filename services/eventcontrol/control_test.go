@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventcontrol"
@@ -103,12 +105,23 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+// queryCounter counts the statements a pool sends.
+type queryCounter struct{ n atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
 // TestUnknownAndUnplanned: an unknown id (or not a uuid) is ErrUnknownEvent;
-// a published event without its run yet waits PlanWait, then
-// ErrNotPlanned; a run that appears meanwhile is controlled.
+// a published event without its run yet is ErrNotPlanned at once by
+// default — one attempt, not a poll of the database — and, with PlanWait,
+// a run that appears meanwhile is controlled.
 func TestUnknownAndUnplanned(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, eventcontrol.Config{PlanWait: 300 * time.Millisecond})
+	e := newEnv(t, eventcontrol.Config{})
 	for _, id := range []string{uuid.NewString(), "nope"} {
 		if _, err := e.ctl.Apply(context.Background(), id, eventcontrol.Pause); !errors.Is(err, eventcontrol.ErrUnknownEvent) {
 			t.Fatalf("%s: %v", id, err)
@@ -117,15 +130,40 @@ func TestUnknownAndUnplanned(t *testing.T) {
 	ev := uuid.NewString()
 	e.exec(`INSERT INTO materials (id, course_id, author_id, title, body, published_at, event_id)
 		VALUES (gen_random_uuid(), $1, '00000000-0000-4000-8000-000000000001', 't', 'b', now(), $2)`, e.course, ev)
-	if _, err := e.ctl.Apply(context.Background(), ev, eventcontrol.Cancel); !errors.Is(err, eventcontrol.ErrNotPlanned) {
+
+	pc, err := pgxpool.ParseConfig(e.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queries queryCounter
+	pc.ConnConfig.Tracer = &queries
+	counted, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counted.Close()
+	ctl, err := eventcontrol.New(counted, eventcontrol.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.Apply(context.Background(), ev, eventcontrol.Cancel); !errors.Is(err, eventcontrol.ErrNotPlanned) {
 		t.Fatalf("unplanned: %v", err)
 	}
+	// begin, lock the run (none), commit, is it published: one attempt.
+	if n := queries.n.Load(); n > 4 {
+		t.Fatalf("an unplanned event took %d statements, want one attempt (<= 4)", n)
+	}
+
+	waiting := newEnv(t, eventcontrol.Config{PlanWait: time.Minute})
+	ev = uuid.NewString()
+	waiting.exec(`INSERT INTO materials (id, course_id, author_id, title, body, published_at, event_id)
+		VALUES (gen_random_uuid(), $1, '00000000-0000-4000-8000-000000000001', 't', 'b', now(), $2)`, waiting.course, ev)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		e.exec(`INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size)
-			VALUES ($1, $2, gen_random_uuid(), 't', now(), 1, 5000)`, ev, e.course)
+		waiting.exec(`INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size)
+			VALUES ($1, $2, gen_random_uuid(), 't', now(), 1, 5000)`, ev, waiting.course)
 	}()
-	if res, err := e.ctl.Apply(context.Background(), ev, eventcontrol.Cancel); err != nil || res.State != eventcontrol.StateCancelled {
+	if res, err := waiting.ctl.Apply(context.Background(), ev, eventcontrol.Cancel); err != nil || res.State != eventcontrol.StateCancelled {
 		t.Fatalf("planned meanwhile: %+v %v", res, err)
 	}
 }

@@ -97,15 +97,15 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
-		vapidCfg, err := vapidFromEnv(log, devMode, false)
-		if err != nil {
-			return nil, err
-		}
-		vapid, err := vapidPublicKey(vapidCfg)
+		vapid, err := apiVAPIDPublicKey(log, devMode)
 		if err != nil {
 			return nil, err
 		}
 		endpoints, err := endpoint.FromEnv(os.Getenv, devMode)
+		if err != nil {
+			return nil, err
+		}
+		apnsTopics, anyAPNsTopic, err := apnsTopicsFromEnv(log, devMode)
 		if err != nil {
 			return nil, err
 		}
@@ -126,6 +126,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, JWKS: jwks, IDs: idMap, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
 			SecretsKey:    secretsKey,
+			APNsTopics: apnsTopics, AnyAPNsTopic: anyAPNsTopic,
 			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep,

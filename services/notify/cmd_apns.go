@@ -206,6 +206,11 @@ func apnsConfigFromEnv(log *slog.Logger, dev bool) (apns.Config, error) {
 	case teamID == "":
 		return cfg, fmt.Errorf("%s is not set: the developer team id the key belongs to", envAPNsTeamID)
 	}
+	if keyFile != "" && os.Getenv(envAPNsKeyFile) != "" {
+		if err := checkKeyFile(envAPNsKeyFile, keyFile); err != nil {
+			return cfg, err
+		}
+	}
 	key, err := apns.LoadPrivateKey(keyFile)
 	if err != nil {
 		return cfg, fmt.Errorf("invalid %s: %w", envAPNsKeyFile, err)

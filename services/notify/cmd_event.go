@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/notify-dev/notify/services/eventcontrol"
 )
@@ -56,7 +57,9 @@ func runEvent(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	ctl, err := eventcontrol.New(pool, eventcontrol.Config{})
+	// An operator who runs this right after a publish would rather wait a
+	// moment for the planner than retry by hand.
+	ctl, err := eventcontrol.New(pool, eventcontrol.Config{PlanWait: 5 * time.Second})
 	if err != nil {
 		return err
 	}

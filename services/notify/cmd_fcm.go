@@ -177,6 +177,11 @@ func fcmCredentialsFromEnv(log *slog.Logger, dev bool) (*fcm.Credentials, error)
 		path = devFCMCredentialsFile
 		log.Warn("dev mode: "+envFCMCredentials+" is not set, using the mock's DEV FCM credentials; they work with the local mock only", "file", path)
 	}
+	if path != devFCMCredentialsFile {
+		if err := checkKeyFile(envFCMCredentials, path); err != nil {
+			return nil, err
+		}
+	}
 	creds, err := fcm.LoadCredentials(path)
 	if err != nil {
 		return nil, fmt.Errorf("invalid %s: %w", envFCMCredentials, err)

@@ -116,9 +116,12 @@ func runService(ctx context.Context, args []string) error {
 	}
 	var ms *http.Server
 	if h.metricsHandler != nil {
-		ms = serveMetricsHandler(h.metricsAddr, log, h.metricsHandler)
+		ms, err = serveMetricsHandler(h.metricsAddr, log, h.metricsHandler)
 	} else {
-		ms = serveMetrics(h.metricsAddr, log, h.metricSets...)
+		ms, err = serveMetrics(h.metricsAddr, log, h.metricSets...)
+	}
+	if err != nil {
+		return err
 	}
 	if ms != nil {
 		defer ms.Close()

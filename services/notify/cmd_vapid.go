@@ -15,6 +15,7 @@ import (
 )
 
 const (
+	envVAPIDPublicKey  = "NOTIFY_VAPID_PUBLIC_KEY"
 	envVAPIDPrivateKey = "NOTIFY_VAPID_PRIVATE_KEY"
 	envVAPIDSubject    = "NOTIFY_VAPID_SUBJECT"
 	envVAPIDLifetime   = "NOTIFY_VAPID_TOKEN_LIFETIME"
@@ -47,7 +48,7 @@ func runVAPID(ctx context.Context, args []string) error {
 		})
 	}
 	fmt.Printf("# the public key is the applicationServerKey browsers subscribe with\n")
-	fmt.Printf("NOTIFY_VAPID_PUBLIC_KEY=%s\n", key.PublicKey())
+	fmt.Printf("%s=%s\n", envVAPIDPublicKey, key.PublicKey())
 	fmt.Printf("# keep the private key secret; push workers read it from the environment\n")
 	fmt.Printf("%s=%s\n", envVAPIDPrivateKey, key.PrivateKey())
 	return nil
@@ -101,6 +102,61 @@ func vapidFromEnv(log *slog.Logger, dev, needSubject bool) (webpush.VAPIDConfig,
 		return cfg, fmt.Errorf("invalid %s: %w", envVAPIDSubject, err)
 	}
 	return cfg, nil
+}
+
+// apiVAPIDPublicKey is the applicationServerKey the API serves:
+// NOTIFY_VAPID_PUBLIC_KEY, all the API needs — it never signs, so it
+// should not hold the private key. A deployment that still gives the API
+// only NOTIFY_VAPID_PRIVATE_KEY has its public half served, with a
+// warning; given both, they must be one pair. Dev mode with neither serves
+// the dev key's public half; outside dev mode the dev key is refused.
+func apiVAPIDPublicKey(log *slog.Logger, dev bool) (*ecdh.PublicKey, error) {
+	raw := strings.TrimSpace(os.Getenv(envVAPIDPublicKey))
+	devKey, _ := webpush.ParseVAPIDKey(api.DevVAPIDPrivateKey)
+	if raw == "" {
+		if strings.TrimSpace(os.Getenv(envVAPIDPrivateKey)) == "" && !dev {
+			return nil, fmt.Errorf("%s is not set: give the API the public key of `notify vapid generate` (the push workers hold the private one), or run in dev mode (--dev or %s=1) on a local machine", envVAPIDPublicKey, envDev)
+		}
+		cfg, err := vapidFromEnv(log, dev, false)
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(os.Getenv(envVAPIDPrivateKey)) != "" {
+			log.Warn(envVAPIDPrivateKey + " is set for the API, which only needs " + envVAPIDPublicKey + ": give it the public key and keep the private one with the push workers")
+		}
+		return vapidPublicKey(cfg)
+	}
+	pub, err := parseVAPIDPublicKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid %s: %w", envVAPIDPublicKey, err)
+	}
+	if devPub, _ := parseVAPIDPublicKey(devKey.PublicKey()); !dev && pub.Equal(devPub) {
+		return nil, fmt.Errorf("%s is the public dev key: make a key pair with `notify vapid generate`, or run in dev mode (--dev or %s=1) on a local machine", envVAPIDPublicKey, envDev)
+	}
+	if priv := strings.TrimSpace(os.Getenv(envVAPIDPrivateKey)); priv != "" {
+		k, err := webpush.ParseVAPIDKey(priv)
+		if err != nil {
+			return nil, fmt.Errorf("invalid %s: %w", envVAPIDPrivateKey, err)
+		}
+		if half, _ := parseVAPIDPublicKey(k.PublicKey()); !pub.Equal(half) {
+			return nil, fmt.Errorf("%s is not the public half of %s: browsers would subscribe with a key the push workers do not sign with", envVAPIDPublicKey, envVAPIDPrivateKey)
+		}
+	}
+	return pub, nil
+}
+
+// parseVAPIDPublicKey decodes an applicationServerKey: base64url of the
+// 65-byte uncompressed P-256 point.
+func parseVAPIDPublicKey(s string) (*ecdh.PublicKey, error) {
+	b, err := webpush.DecodeBase64URL(s)
+	if err != nil {
+		return nil, fmt.Errorf("not base64url: %w", err)
+	}
+	pub, err := ecdh.P256().NewPublicKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("want the 65-byte uncompressed P-256 point, got %d bytes: %w", len(b), err)
+	}
+	return pub, nil
 }
 
 // vapidPublicKey is the applicationServerKey the API serves, from the key

@@ -81,12 +81,20 @@ func (f *infraFlags) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	return p, nil
 }
 
-// brokerList validates the broker setting.
+// brokerList validates the broker setting, and the NOTIFY_KAFKA_TLS_* and
+// NOTIFY_KAFKA_SASL_* ones, which from then on apply to every Kafka client
+// of the process (streams.UseSecurity): every path to Kafka passes here
+// first, so a bad one fails the start naming the setting.
 func (f *infraFlags) brokerList() ([]string, error) {
 	b, err := streams.ParseBrokers(f.brokers)
 	if err != nil {
 		return nil, fmt.Errorf("invalid %s / --kafka-brokers: %w", envKafkaBrokers, err)
 	}
+	sec, err := streams.SecurityFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	streams.UseSecurity(sec)
 	return b, nil
 }
 

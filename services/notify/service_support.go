@@ -159,12 +159,12 @@ func (f *infraFlags) servicePool(ctx context.Context, maxConns int32) (*pgxpool.
 
 // serveMetrics serves the process's metrics (VictoriaMetrics' default set
 // plus extra sets) at http://addr/metrics. An empty addr serves nothing.
-// When addr is taken — a second worker or a standby connector on the same
-// host — it falls back to a free loopback port and logs where: metrics are
-// not worth refusing to run for, and the log says where to find them.
-func serveMetrics(addr string, log *slog.Logger, extra ...*metrics.Set) *http.Server {
+// An addr that cannot be listened on fails the start (see
+// serveMetricsHandler): a second worker on one host gives its own
+// --metrics-addr.
+func serveMetrics(addr string, log *slog.Logger, extra ...*metrics.Set) (*http.Server, error) {
 	if addr == "" {
-		return nil
+		return nil, nil
 	}
 	for _, s := range extra {
 		metrics.RegisterSet(s)
@@ -173,17 +173,16 @@ func serveMetrics(addr string, log *slog.Logger, extra ...*metrics.Set) *http.Se
 }
 
 // serveMetricsHandler serves h at http://addr/metrics, like serveMetrics.
-func serveMetricsHandler(addr string, log *slog.Logger, h http.Handler) *http.Server {
+// It listens exactly where configured or fails: metrics served on some
+// other port would be out of reach of the scraper, and of the network
+// policy written for the configured one.
+func serveMetricsHandler(addr string, log *slog.Logger, h http.Handler) (*http.Server, error) {
 	if addr == "" {
-		return nil
+		return nil, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Warn("metrics address taken; serving on a free port instead (set --metrics-addr)", "addr", addr, "err", err)
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			log.Error("metrics endpoint disabled", "err", err)
-			return nil
-		}
+		return nil, fmt.Errorf("--metrics-addr %s: %w (another process listens there? give each one its own, or \"off\")", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h)
@@ -194,5 +193,5 @@ func serveMetricsHandler(addr string, log *slog.Logger, h http.Handler) *http.Se
 		}
 	}()
 	log.Info("metrics", "addr", ln.Addr().String())
-	return srv
+	return srv, nil
 }

@@ -122,7 +122,7 @@ func New(cfg Config) (*Retainer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	ctl, err := eventcontrol.New(cfg.Pool, eventcontrol.Config{PlanWait: -1})
+	ctl, err := eventcontrol.New(cfg.Pool, eventcontrol.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
 	}
