@@ -27,7 +27,8 @@ func TestServicesRefuseDevSecretsOutsideDevMode(t *testing.T) {
 	}{
 		{"api without secret", map[string]string{auth.EnvSecret: "", envVAPIDPrivateKey: realVAPIDKey}, []string{"run", "api"}, auth.EnvSecret},
 		{"api with the dev secret", map[string]string{auth.EnvSecret: auth.DevSecret, envVAPIDPrivateKey: realVAPIDKey}, []string{"run", "api"}, auth.EnvSecret},
-		{"api without VAPID key", map[string]string{auth.EnvSecret: testSecret, envVAPIDPrivateKey: ""}, []string{"run", "api"}, envVAPIDPrivateKey},
+		// The API serves the public key; it needs no private one.
+		{"api without VAPID key", map[string]string{auth.EnvSecret: testSecret, envVAPIDPrivateKey: "", envVAPIDPublicKey: ""}, []string{"run", "api"}, envVAPIDPublicKey},
 		{"api with the dev VAPID key", map[string]string{auth.EnvSecret: testSecret, envVAPIDPrivateKey: api.DevVAPIDPrivateKey + "="}, []string{"run", "api"}, envVAPIDPrivateKey},
 		{"push without VAPID key", map[string]string{envVAPIDPrivateKey: "", envVAPIDSubject: "mailto:ops@example.com"}, []string{"run", "push"}, envVAPIDPrivateKey},
 		{"push with the dev VAPID key", map[string]string{envVAPIDPrivateKey: api.DevVAPIDPrivateKey, envVAPIDSubject: "mailto:ops@example.com"}, []string{"run", "push"}, envVAPIDPrivateKey},
@@ -43,7 +44,7 @@ func TestServicesRefuseDevSecretsOutsideDevMode(t *testing.T) {
 		{"bad allow-list", map[string]string{envDev: "1", "NOTIFY_PUSH_ALLOWED_HOSTS": "a/b"}, []string{"run", "api"}, "NOTIFY_PUSH_ALLOWED_HOSTS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			for _, k := range []string{envDev, auth.EnvSecret, envVAPIDPrivateKey, envVAPIDSubject, "NOTIFY_PUSH_ALLOWED_HOSTS"} {
+			for _, k := range []string{envDev, auth.EnvSecret, envVAPIDPrivateKey, envVAPIDPublicKey, envVAPIDSubject, "NOTIFY_PUSH_ALLOWED_HOSTS"} {
 				t.Setenv(k, "")
 			}
 			for k, v := range c.env {
