@@ -67,12 +67,8 @@ func (s *Server) handleNotification(w http.ResponseWriter, r *http.Request, p pr
 		writeError(w, e)
 		return
 	}
-	// The API's own strictness first (UTF-8, repeated names, names in the
-	// wrong case), then the one definition of the request.
-	if e := checkJSON(body, &notifications.Request{}); e != nil {
-		writeError(w, e)
-		return
-	}
+	// The one definition of the request, strictness included (UTF-8,
+	// repeated names, names in the wrong case): the intake reads it alike.
 	req, err := notifications.Decode(body)
 	if err == nil {
 		err = req.Validate()

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/strictjson"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -109,6 +110,12 @@ func Decode(b []byte) (Request, error) {
 	t := bytes.TrimSpace(b)
 	if len(t) == 0 || t[0] != '{' {
 		return r, invalid(CodeMalformed, "", "the request must be a JSON object")
+	}
+	// What encoding/json would accept silently (not UTF-8, a repeated
+	// name, a name in the wrong case) is refused at every door alike: the
+	// API's and the intake's.
+	if e := strictjson.Check(b, &r); e != nil {
+		return r, invalid(e.Code, "", "%s", e.Message)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -103,4 +103,15 @@ func TestDecodeIsStrict(t *testing.T) {
 			t.Errorf("%s: %v, want malformed", b, err)
 		}
 	}
+	// What encoding/json would take silently is refused here, so the
+	// API and the CloudEvents intake refuse it alike.
+	for b, want := range map[string]string{
+		`{"type":"a.b","TITLE":"t"}`:             "unknown_field",
+		`{"type":"a.b","title":"t","title":"u"}`: "duplicate_field",
+		"{\"type\":\"a.b\",\"title\":\"\xff\"}":  "invalid_encoding",
+	} {
+		if _, err := notifications.Decode([]byte(b)); code(err) != want {
+			t.Errorf("%q: %v, want %s", b, err, want)
+		}
+	}
 }
