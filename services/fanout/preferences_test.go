@@ -244,3 +244,146 @@ func verify(t *testing.T, pool *pgxpool.Pool, eventID string) eventstatus.Verifi
 	}
 	return v
 }
+
+// TestDeferredPushesReleased: pushes deferred by quiet hours wait, are
+// released at the window's end through the outbox as a push command
+// naming their devices (once, however often the releaser runs), and the
+// ledger holds at every step; a cancelled event's deferred pushes are due
+// at once and end cancelled; a hold released before its command's load
+// lets that load send it.
+func TestDeferredPushesReleased(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	night := utc("2026-03-10T23:00:00Z")
+	c := seedCourse(t, db.Pool, 3, night.Add(-48*time.Hour))
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO push_subscriptions (user_id, platform, token) SELECT user_id, 'fcm', user_id::text FROM enrollments WHERE course_id = $1`, c.ID)
+	// Two students with quiet hours, the third with pushes off.
+	exec(`INSERT INTO user_preferences (user_id, quiet_start, quiet_end)
+		SELECT user_id, '22:00', '07:00' FROM enrollments WHERE course_id = $1 ORDER BY user_id LIMIT 2`, c.ID)
+	exec(`INSERT INTO user_preferences (user_id, types)
+		SELECT user_id, '{"*": {"push": false}}' FROM enrollments WHERE course_id = $1 ORDER BY user_id OFFSET 2`, c.ID)
+	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{Now: func() time.Time { return night }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Ranges: 1, SliceSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fanOut publishes an event and runs its fan-out; load also loads its
+	// push command as the push worker does, returning the devices to send.
+	fanOut := func(w *fanout.SliceWorker, load bool) (string, int64) {
+		t.Helper()
+		ev := publish(t, db.Pool, c, night.Add(-time.Second))
+		exec(`DELETE FROM outbox`)
+		if ok, err := p.Plan(ctx, ev); err != nil || !ok {
+			t.Fatalf("plan: %v %v", ok, err)
+		}
+		runChains(t, db.Pool, w)
+		var sent int64
+		if load {
+			sent = loadPushCommands(t, db.Pool)
+		}
+		return ev.EventID, sent
+	}
+	releaser := func(now time.Time) *fanout.Releaser {
+		r, err := fanout.NewReleaser(db.Pool, fanout.ReleaserConfig{PushPartitions: 4, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	release := func(now time.Time, want int) []streams.PushCommand {
+		t.Helper()
+		exec(`DELETE FROM outbox`)
+		n, err := releaser(now).ReleaseDue(ctx)
+		if err != nil || n != want {
+			t.Fatalf("released %d (%v) at %v, want %d", n, err, now, want)
+		}
+		return outboxPushCommands(t, db.Pool)
+	}
+
+	ev, sent := fanOut(w, true)
+	if sent != 0 {
+		t.Fatalf("%d devices sent during quiet hours, want 0", sent)
+	}
+	s := verify(t, db.Pool, ev).Status
+	if s.Deferred != 2 || s.Muted != 1 || s.Pending != 2 || s.Done() {
+		t.Fatalf("before the release: %+v, want 2 deferred (pending), 1 muted", s)
+	}
+	release(utc("2026-03-11T06:59:59Z"), 0)
+	cmds := release(utc("2026-03-11T07:00:00Z"), 2)
+	if len(cmds) != 1 || cmds[0].EventID != ev || cmds[0].Attempt != 1 || len(cmds[0].SubscriptionIDs) != 2 || cmds[0].Title != "Week 1" {
+		t.Fatalf("release commands %+v, want one of attempt 1 naming 2 devices", cmds)
+	}
+	release(utc("2026-03-11T08:00:00Z"), 0) // released once
+	s = verify(t, db.Pool, ev).Status
+	if s.Deferred != 0 || s.Retrying != 2 || s.Muted != 1 {
+		t.Fatalf("after the release: %+v, want 2 retrying", s)
+	}
+	// The push worker's retry path: the devices still waiting at attempt
+	// 0 (loadRetrySQL) are sent and recorded (recordSQL).
+	exec(`UPDATE push_deliveries SET status = 'delivered', attempts = 1
+		WHERE event_id = $1 AND subscription_id = ANY($2) AND status = 'retrying' AND attempts = 0`, ev, cmds[0].SubscriptionIDs)
+	s = verify(t, db.Pool, ev).Status
+	if s.Delivered != 2 || s.Muted != 1 || !s.Done() {
+		t.Fatalf("after sending: %+v, want 2 delivered, done", s)
+	}
+
+	// A cancelled event: its deferred pushes are due at once, and the
+	// push worker records them cancelled (cancelRetrySQL). Decided a year
+	// later, so that their window ends after the database's now().
+	later, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{Now: func() time.Time { return time.Now().AddDate(1, 0, 0).Truncate(24 * time.Hour).Add(23 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, _ = fanOut(later, true)
+	release(time.Now(), 0)
+	exec(`UPDATE fanout_runs SET state = 'cancelled', state_changed_at = now() WHERE event_id = $1`, ev)
+	cmds = release(time.Now(), 2)
+	if len(cmds) != 1 || len(cmds[0].SubscriptionIDs) != 2 {
+		t.Fatalf("release commands of the cancelled event %+v", cmds)
+	}
+	exec(`UPDATE push_deliveries SET status = 'cancelled'
+		WHERE event_id = $1 AND subscription_id = ANY($2) AND status = 'retrying' AND attempts = 0`, ev, cmds[0].SubscriptionIDs)
+	s = verify(t, db.Pool, ev).Status
+	if s.Cancelled != 2 || s.Deferred != 0 || s.Muted != 1 || !s.Done() {
+		t.Fatalf("cancelled: %+v, want 2 cancelled, done", s)
+	}
+
+	// Released before the push command was loaded: the load sends them.
+	ev, _ = fanOut(w, false)
+	fresh := outboxPushCommands(t, db.Pool)
+	if cmds := release(utc("2026-03-11T07:00:00Z"), 2); len(cmds) != 0 {
+		t.Fatalf("a release before the load wrote %+v, want nothing (no device deferred yet)", cmds)
+	}
+	sent = 0
+	for _, cmd := range fresh {
+		sent += count(t, db.Pool, `SELECT count(*) FROM push_command_devices($1, $2, $3)`, cmd.EventID, cmd.FirstUser, cmd.LastUser)
+	}
+	s = verify(t, db.Pool, ev).Status
+	if sent != 2 || s.Deferred != 0 || s.Muted != 1 || s.Unsent != 2 {
+		t.Fatalf("released before the load: %d sent, %+v; want 2 sent (unsent until recorded), 1 muted", sent, s)
+	}
+}
+
+// loadPushCommands loads every push command in the outbox (not its
+// retries) as the push worker does and returns how many devices they
+// return to send.
+func loadPushCommands(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var sent int64
+	for _, cmd := range outboxPushCommands(t, pool) {
+		if len(cmd.SubscriptionIDs) == 0 {
+			sent += count(t, pool, `SELECT count(*) FROM push_command_devices($1, $2, $3)`, cmd.EventID, cmd.FirstUser, cmd.LastUser)
+		}
+	}
+	return sent
+}
