@@ -221,7 +221,8 @@ BEGIN
             SELECT 1 FROM event_target_ranges r
             WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
         ORDER BY 1) l;
-    -- ON CONFLICT DO NOTHING on push_deliveries' key decides against a
+    -- A device deferred by quiet hours is gone now, not waiting (0023).
+    -- Otherwise ON CONFLICT on push_deliveries' key decides against a
     -- push worker recording the same device concurrently: whichever row is
     -- written first wins, the other writes (and counts) nothing. The push
     -- worker's own gone deletions come after it recorded the outcome in
@@ -229,7 +230,8 @@ BEGIN
     INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts, error)
     SELECT n.event_id, s.id, s.platform, 'gone', 0, 'subscription removed before its push was recorded'
     FROM removed s JOIN notifications n ON n.user_id = s.user_id
-    ON CONFLICT (event_id, subscription_id) DO NOTHING;
+    ON CONFLICT (event_id, subscription_id) DO UPDATE SET status = 'gone', error = excluded.error, updated_at = now()
+    WHERE push_deliveries.status = 'deferred';
     WITH devices AS MATERIALIZED (
         SELECT n.event_id, s.platform
         FROM removed s JOIN notifications n ON n.user_id = s.user_id

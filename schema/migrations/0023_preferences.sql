@@ -284,3 +284,52 @@ END $$;
 CREATE TRIGGER push_holds_cancelled AFTER UPDATE OF state ON fanout_runs
 FOR EACH ROW WHEN (NEW.state = 'cancelled' AND OLD.state IS DISTINCT FROM 'cancelled')
 EXECUTE FUNCTION push_holds_cancelled();
+
+-- A subscription removed while its push is deferred is recorded gone (the
+-- releaser finds devices by their student's subscriptions, so it would
+-- never release it): 0010's function, whose ON CONFLICT now moves a
+-- deferred row.
+CREATE OR REPLACE FUNCTION event_counters_subscription_removed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- As for an added subscription: slices in flight first, then the
+    -- events whose range of these students is not counted yet.
+    PERFORM 1 FROM fanout_ranges g
+    WHERE g.done_at IS NULL AND EXISTS (SELECT 1 FROM removed s WHERE s.user_id BETWEEN g.lo AND g.hi)
+    FOR SHARE OF g;
+    PERFORM pg_advisory_xact_lock(l.k) FROM (
+        SELECT DISTINCT event_targets_lock_key(n.event_id) AS k
+        FROM removed s JOIN notifications n ON n.user_id = s.user_id
+        WHERE NOT EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+        ORDER BY 1) l;
+    -- A device deferred by quiet hours is gone now, not waiting (0023).
+    -- Otherwise ON CONFLICT on push_deliveries' key decides against a
+    -- push worker recording the same device concurrently: whichever row is
+    -- written first wins, the other writes (and counts) nothing. The push
+    -- worker's own gone deletions come after it recorded the outcome in
+    -- the same transaction, so for that event the row already exists.
+    INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts, error)
+    SELECT n.event_id, s.id, s.platform, 'gone', 0, 'subscription removed before its push was recorded'
+    FROM removed s JOIN notifications n ON n.user_id = s.user_id
+    ON CONFLICT (event_id, subscription_id) DO UPDATE SET status = 'gone', error = excluded.error, updated_at = now()
+    WHERE push_deliveries.status = 'deferred';
+    WITH devices AS MATERIALIZED (
+        SELECT n.event_id, s.platform
+        FROM removed s JOIN notifications n ON n.user_id = s.user_id
+        WHERE NOT EXISTS (
+            SELECT 1 FROM event_target_ranges r
+            WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
+    ), totals AS (
+        INSERT INTO event_counters AS c (event_id, shard, targeted)
+        SELECT d.event_id, (16 + pg_backend_pid() % 16)::smallint, count(*) FROM devices d GROUP BY d.event_id
+        ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
+    )
+    INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
+    SELECT d.event_id, d.platform, (16 + pg_backend_pid() % 16)::smallint, count(*)
+    FROM devices d GROUP BY d.event_id, d.platform
+    ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
+    RETURN NULL;
+END $$;

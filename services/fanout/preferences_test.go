@@ -387,3 +387,57 @@ func loadPushCommands(t *testing.T, pool *pgxpool.Pool) int64 {
 	}
 	return sent
 }
+
+// TestDeferredDeviceRemoved: a device removed while its push is deferred
+// is recorded gone (it would otherwise wait for a release that cannot
+// find it); the student's other device is released as usual.
+func TestDeferredDeviceRemoved(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	night := utc("2026-03-10T23:00:00Z")
+	c := seedCourse(t, db.Pool, 1, night.Add(-48*time.Hour))
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO push_subscriptions (user_id, platform, token) SELECT user_id, 'fcm', t FROM enrollments, (VALUES ('a'), ('b')) v(t) WHERE course_id = $1`, c.ID)
+	exec(`INSERT INTO user_preferences (user_id, quiet_start, quiet_end) SELECT user_id, '22:00', '07:00' FROM enrollments WHERE course_id = $1`, c.ID)
+	ev := publish(t, db.Pool, c, night.Add(-time.Second))
+	exec(`DELETE FROM outbox`)
+	p, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Ranges: 1, SliceSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
+		t.Fatalf("plan: %v %v", ok, err)
+	}
+	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{Now: func() time.Time { return night }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runChains(t, db.Pool, w)
+	if n := loadPushCommands(t, db.Pool); n != 0 {
+		t.Fatalf("%d devices sent in quiet hours", n)
+	}
+	exec(`DELETE FROM push_subscriptions WHERE token = 'a'`)
+	if s := verify(t, db.Pool, ev.EventID).Status; s.Deferred != 1 || s.Gone != 1 || s.Target != 2 {
+		t.Fatalf("after the removal: %+v, want 1 deferred, 1 gone of 2", s)
+	}
+	r, err := fanout.NewReleaser(db.Pool, fanout.ReleaserConfig{Now: func() time.Time { return night.Add(12 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(`DELETE FROM outbox`)
+	if n, err := r.ReleaseDue(ctx); err != nil || n != 1 {
+		t.Fatalf("released %d %v", n, err)
+	}
+	if cmds := outboxPushCommands(t, db.Pool); len(cmds) != 1 || len(cmds[0].SubscriptionIDs) != 1 {
+		t.Fatalf("release commands %+v, want one naming the remaining device", cmds)
+	}
+	if s := verify(t, db.Pool, ev.EventID).Status; s.Deferred != 0 || s.Retrying != 1 || s.Gone != 1 {
+		t.Fatalf("after the release: %+v", s)
+	}
+}
