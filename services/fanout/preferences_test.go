@@ -249,7 +249,8 @@ func verify(t *testing.T, pool *pgxpool.Pool, eventID string) eventstatus.Verifi
 // released at the window's end through the outbox as a push command
 // naming their devices (once, however often the releaser runs), and the
 // ledger holds at every step; a cancelled event's deferred pushes are due
-// at once and end cancelled; a hold released before its command's load
+// at once and end cancelled, an expired one's expired; a hold released
+// before its command's load
 // lets that load send it.
 func TestDeferredPushesReleased(t *testing.T) {
 	t.Parallel()
@@ -337,9 +338,10 @@ func TestDeferredPushesReleased(t *testing.T) {
 		t.Fatalf("after sending: %+v, want 2 delivered, done", s)
 	}
 
-	// A cancelled event: its deferred pushes are due at once, and the
-	// push worker records them cancelled (cancelRetrySQL). Decided a year
-	// later, so that their window ends after the database's now().
+	// A cancelled event: its deferred pushes are due at once and the
+	// release records them cancelled (no command: nothing to send).
+	// Decided a year later, so that their window ends after the
+	// database's now().
 	later, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{Now: func() time.Time { return time.Now().AddDate(1, 0, 0).Truncate(24 * time.Hour).Add(23 * time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
@@ -347,15 +349,24 @@ func TestDeferredPushesReleased(t *testing.T) {
 	ev, _ = fanOut(later, true)
 	release(time.Now(), 0)
 	exec(`UPDATE fanout_runs SET state = 'cancelled', state_changed_at = now() WHERE event_id = $1`, ev)
-	cmds = release(time.Now(), 2)
-	if len(cmds) != 1 || len(cmds[0].SubscriptionIDs) != 2 {
-		t.Fatalf("release commands of the cancelled event %+v", cmds)
+	if cmds = release(time.Now(), 2); len(cmds) != 0 {
+		t.Fatalf("release commands of the cancelled event %+v, want none", cmds)
 	}
-	exec(`UPDATE push_deliveries SET status = 'cancelled'
-		WHERE event_id = $1 AND subscription_id = ANY($2) AND status = 'retrying' AND attempts = 0`, ev, cmds[0].SubscriptionIDs)
 	s = verify(t, db.Pool, ev).Status
 	if s.Cancelled != 2 || s.Deferred != 0 || s.Muted != 1 || !s.Done() {
 		t.Fatalf("cancelled: %+v, want 2 cancelled, done", s)
+	}
+
+	// An expiring event: due at the expiry, recorded expired.
+	ev, _ = fanOut(later, true)
+	exec(`UPDATE fanout_runs SET expires_at = now() - interval '1 second' WHERE event_id = $1`, ev)
+	exec(`UPDATE push_holds SET release_at = now() - interval '1 second' WHERE event_id = $1 AND reason = 'deferred'`, ev)
+	if cmds = release(time.Now(), 2); len(cmds) != 0 {
+		t.Fatalf("release commands of the expired event %+v, want none", cmds)
+	}
+	s = verify(t, db.Pool, ev).Status
+	if s.Expired != 2 || s.Deferred != 0 || !s.Done() {
+		t.Fatalf("expired: %+v, want 2 expired, done", s)
 	}
 
 	// Released before the push command was loaded: the load sends them.

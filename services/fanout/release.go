@@ -79,11 +79,13 @@ func (c ReleaserConfig) validate() error {
 // holds (FOR UPDATE SKIP LOCKED, so several releasers never take the same
 // one), marks them released, moves their devices' 'deferred' outcomes to
 // 'retrying' at attempt 0 and writes, per event, push commands of attempt
-// 1 naming those devices: the push worker's retry path, which already
-// parks them while the event is paused, records them cancelled once it is
-// cancelled and expired past expires_at. A hold of an expiring event is
-// due at the expiry if that comes first (the slice statement), so it is
-// recorded expired then.
+// 1 naming those devices: the push worker's retry path, which parks them
+// while the event is paused and records them cancelled or expired should
+// that happen before they are sent. A device of an event already
+// cancelled or expired is recorded so by the release itself. A cancel
+// makes the event's holds due at once (migration 0023), and a hold of an
+// expiring event is due at the expiry if that comes first (the slice
+// statement).
 type Releaser struct {
 	pool *pgxpool.Pool
 	cfg  ReleaserConfig
@@ -165,11 +167,14 @@ func (r *Releaser) ReleaseDue(ctx context.Context) (int, error) {
 			return fmt.Errorf("release deferred pushes: %w", err)
 		}
 		for rows.Next() {
-			var e, u string
+			var e, u, status string
 			var id int64
-			if err := rows.Scan(&e, &id, &u); err != nil {
+			if err := rows.Scan(&e, &id, &u, &status); err != nil {
 				rows.Close()
 				return fmt.Errorf("release deferred pushes: %w", err)
+			}
+			if status != "retrying" {
+				continue // recorded cancelled or expired: nothing to send
 			}
 			rel := byEvent[e]
 			if rel == nil {

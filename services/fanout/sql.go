@@ -316,7 +316,11 @@ SELECT pg_advisory_xact_lock(l.k) FROM (
 
 // sqlRelease marks the holds released and moves their deferred devices to
 // retrying at attempt 0, which a push command of attempt 1 naming them
-// sends (the push worker's retry path). It returns the devices by event.
+// sends (the push worker's retry path). A device of an event cancelled or
+// expired by now is recorded so here, with the push worker's reasons,
+// rather than handed to a worker whose view of the event's state may lag
+// the cancel by its cache's lifetime. It returns the devices by event and
+// their new status.
 const sqlRelease = `
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS u(event_id, user_id)
@@ -324,11 +328,19 @@ WITH u AS (
     UPDATE push_holds h SET released_at = now()
     FROM u WHERE h.event_id = u.event_id AND h.user_id = u.user_id AND h.released_at IS NULL
     RETURNING h.event_id, h.user_id
+), fate AS (
+    SELECT r.event_id, r.user_id,
+           CASE WHEN f.state = 'cancelled' THEN 'cancelled'
+                WHEN f.expires_at <= now() THEN 'expired'
+                ELSE 'retrying' END AS status
+    FROM released r JOIN fanout_runs f ON f.event_id = r.event_id
 )
-UPDATE push_deliveries d SET status = 'retrying', attempts = 0, updated_at = now()
-FROM released r JOIN push_subscriptions s ON s.user_id = r.user_id
-WHERE d.event_id = r.event_id AND d.subscription_id = s.id AND d.status = 'deferred'
-RETURNING d.event_id::text, d.subscription_id, r.user_id::text`
+UPDATE push_deliveries d SET status = x.status, attempts = 0, updated_at = now(),
+    error = CASE x.status WHEN 'cancelled' THEN 'event cancelled before this device was sent'
+                          WHEN 'expired' THEN 'event expired before this device was sent; not sent' END
+FROM fate x JOIN push_subscriptions s ON s.user_id = x.user_id
+WHERE d.event_id = x.event_id AND d.subscription_id = s.id AND d.status = 'deferred'
+RETURNING d.event_id::text, d.subscription_id, x.user_id::text, x.status`
 
 // sqlReleaseContent is what a push command carries of its event.
 const sqlReleaseContent = `
