@@ -305,6 +305,15 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		audience = cmd.EventID
 	}
 	var first, last *string
+	// The slice statement is priced as if every student had preferences
+	// (a probe per student, the cap's count over the notifications
+	// partitions), which crosses jit_above_cost although most slices
+	// decide nothing: JIT compiling it took 1–2 s of a 50 ms statement
+	// (EXPLAIN ANALYZE, BenchmarkSlicePreferences). Off for this
+	// transaction only.
+	if _, err := tx.Exec(ctx, sqlNoJIT); err != nil {
+		return fmt.Errorf("turn jit off: %w", err)
+	}
 	high := ev.priority != nil && *ev.priority == "high"
 	if err := tx.QueryRow(ctx, q, audience, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
 		w.cfg.Now(), ev.typ, TypePrefixes(ev.typ), ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).

@@ -198,6 +198,10 @@ const slicePreferences = `pref AS MATERIALIZED (
     ON CONFLICT (event_id, shard) DO UPDATE SET silenced = c.silenced + excluded.silenced
 ), `
 
+// sqlNoJIT precedes the slice statement in its transaction (see
+// SliceWorker.run).
+const sqlNoJIT = `SET LOCAL jit = off`
+
 const sliceInsert = slicePreferences + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
