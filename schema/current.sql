@@ -130,31 +130,42 @@ BEGIN
                coalesce(sum(m.n) FILTER (WHERE m.status = 'retrying'), 0) AS retrying,
                coalesce(sum(m.n) FILTER (WHERE m.status = 'cancelled'), 0) AS cancelled,
                coalesce(sum(m.n) FILTER (WHERE m.status = 'expired'), 0) AS expired,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'muted'), 0) AS muted,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'capped'), 0) AS capped,
+               coalesce(sum(m.n) FILTER (WHERE m.status = 'deferred'), 0) AS deferred,
                coalesce(sum(m.not_configured), 0) AS not_configured
         FROM unnest(moves) m
         GROUP BY m.event_id, m.platform
     ), totals AS (
-        INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured)
+        INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured,
+                                         muted, capped, deferred)
         SELECT m.event_id, (16 + pg_backend_pid() % 16)::smallint,
                sum(m.delivered), sum(m.gone), sum(m.failed), sum(m.retrying),
-               sum(m.cancelled), sum(m.expired), sum(m.not_configured)
+               sum(m.cancelled), sum(m.expired), sum(m.not_configured),
+               sum(m.muted), sum(m.capped), sum(m.deferred)
         FROM moved m
         GROUP BY m.event_id
         ON CONFLICT (event_id, shard) DO UPDATE
         SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
             failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying,
             cancelled = c.cancelled + excluded.cancelled, expired = c.expired + excluded.expired,
-            not_configured = c.not_configured + excluded.not_configured
+            not_configured = c.not_configured + excluded.not_configured,
+            muted = c.muted + excluded.muted, capped = c.capped + excluded.capped,
+            deferred = c.deferred + excluded.deferred
     )
-    INSERT INTO event_platform_counters AS c (event_id, platform, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured)
+    INSERT INTO event_platform_counters AS c (event_id, platform, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured,
+                                              muted, capped, deferred)
     SELECT m.event_id, m.platform, (16 + pg_backend_pid() % 16)::smallint,
-           m.delivered, m.gone, m.failed, m.retrying, m.cancelled, m.expired, m.not_configured
+           m.delivered, m.gone, m.failed, m.retrying, m.cancelled, m.expired, m.not_configured,
+           m.muted, m.capped, m.deferred
     FROM moved m
     ON CONFLICT (event_id, platform, shard) DO UPDATE
     SET delivered = c.delivered + excluded.delivered, gone = c.gone + excluded.gone,
         failed = c.failed + excluded.failed, retrying = c.retrying + excluded.retrying,
         cancelled = c.cancelled + excluded.cancelled, expired = c.expired + excluded.expired,
-        not_configured = c.not_configured + excluded.not_configured;
+        not_configured = c.not_configured + excluded.not_configured,
+        muted = c.muted + excluded.muted, capped = c.capped + excluded.capped,
+        deferred = c.deferred + excluded.deferred;
     RETURN NULL;
 END $$;
 
@@ -226,7 +237,8 @@ BEGIN
             SELECT 1 FROM event_target_ranges r
             WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
         ORDER BY 1) l;
-    -- ON CONFLICT DO NOTHING on push_deliveries' key decides against a
+    -- A device deferred by quiet hours is gone now, not waiting (0023).
+    -- Otherwise ON CONFLICT on push_deliveries' key decides against a
     -- push worker recording the same device concurrently: whichever row is
     -- written first wins, the other writes (and counts) nothing. The push
     -- worker's own gone deletions come after it recorded the outcome in
@@ -234,7 +246,8 @@ BEGIN
     INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts, error)
     SELECT n.event_id, s.id, s.platform, 'gone', 0, 'subscription removed before its push was recorded'
     FROM removed s JOIN notifications n ON n.user_id = s.user_id
-    ON CONFLICT (event_id, subscription_id) DO NOTHING;
+    ON CONFLICT (event_id, subscription_id) DO UPDATE SET status = 'gone', error = excluded.error, updated_at = now()
+    WHERE push_deliveries.status = 'deferred';
     WITH devices AS MATERIALIZED (
         SELECT n.event_id, s.platform
         FROM removed s JOIN notifications n ON n.user_id = s.user_id
@@ -388,7 +401,9 @@ BEGIN
                 SELECT jsonb_build_object(
                     'notified', coalesce(sum(c.notified), 0), 'delivered', coalesce(sum(c.delivered), 0),
                     'gone', coalesce(sum(c.gone), 0), 'failed', coalesce(sum(c.failed), 0),
-                    'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0))
+                    'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0),
+                    'muted', coalesce(sum(c.muted), 0), 'capped', coalesce(sum(c.capped), 0),
+                    'deferred', coalesce(sum(c.deferred), 0), 'silenced', coalesce(sum(c.silenced), 0))
                 FROM event_counters c WHERE c.event_id = NEW.event_id));
         ELSE
             NULL;
@@ -441,8 +456,14 @@ BEGIN
         SELECT NOT EXISTS (
             SELECT 1 FROM event_target_ranges r
             WHERE r.event_id = ev AND r.first_user <= hi AND r.last_user >= lo) AS f
+    ), held AS MATERIALIZED (
+        -- The students whose push the fan-out held back (push_holds):
+        -- muted, capped, or deferred and not released yet.
+        SELECT h.user_id, h.reason FROM push_holds h
+        WHERE h.event_id = ev AND h.user_id BETWEEN lo AND hi
+          AND h.reason <> 'silenced' AND h.released_at IS NULL
     ), devices AS MATERIALIZED (
-        SELECT x.*
+        SELECT n.user_id AS owner, x.*
         FROM notifications n
         CROSS JOIN LATERAL (
             SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
@@ -453,6 +474,14 @@ BEGIN
             FROM push_subscriptions s WHERE s.user_id = n.user_id
             OFFSET 0) x
         WHERE n.event_id = ev AND n.user_id BETWEEN lo AND hi
+    ), withheld AS (
+        -- Their devices are counted into the target like every other and
+        -- recorded with the hold's reason instead of being returned.
+        INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts)
+        SELECT ev, d.id, d.platform, h.reason, 0
+        FROM devices d JOIN held h ON h.user_id = d.owner
+        WHERE NOT d.recorded
+        ON CONFLICT (event_id, subscription_id) DO NOTHING
     ), counted AS (
         INSERT INTO event_target_ranges (event_id, first_user, last_user, students, devices)
         SELECT ev, lo, hi,
@@ -476,7 +505,7 @@ BEGIN
     )
     SELECT d.id, d.platform, d.endpoint, d.p256dh, d.auth, d.token, d.topic, d.environment,
            d.consecutive_failures, d.disabled
-    FROM devices d WHERE NOT d.recorded;
+    FROM devices d WHERE NOT d.recorded AND d.owner NOT IN (SELECT h.user_id FROM held h);
 END $$;
 
 
@@ -505,6 +534,20 @@ CREATE FUNCTION public.push_delivery_not_configured(status text, error text) RET
     AS $_$
     SELECT $1 = 'failed' AND coalesce($2 LIKE 'provider_not_configured%', false)
 $_$;
+
+
+--
+-- Name: push_holds_cancelled(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_holds_cancelled() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE push_holds SET release_at = now()
+    WHERE event_id = NEW.event_id AND reason = 'deferred' AND released_at IS NULL AND release_at > now();
+    RETURN NULL;
+END $$;
 
 
 --
@@ -687,6 +730,10 @@ CREATE TABLE public.event_counters (
     expired bigint DEFAULT 0 NOT NULL,
     not_configured bigint DEFAULT 0 NOT NULL,
     targeted_students bigint DEFAULT 0 NOT NULL,
+    muted bigint DEFAULT 0 NOT NULL,
+    capped bigint DEFAULT 0 NOT NULL,
+    deferred bigint DEFAULT 0 NOT NULL,
+    silenced bigint DEFAULT 0 NOT NULL,
     CONSTRAINT event_counters_shard_check CHECK (((shard >= 0) AND (shard <= 47)))
 );
 
@@ -707,6 +754,9 @@ CREATE TABLE public.event_platform_counters (
     cancelled bigint DEFAULT 0 NOT NULL,
     expired bigint DEFAULT 0 NOT NULL,
     not_configured bigint DEFAULT 0 NOT NULL,
+    muted bigint DEFAULT 0 NOT NULL,
+    capped bigint DEFAULT 0 NOT NULL,
+    deferred bigint DEFAULT 0 NOT NULL,
     CONSTRAINT event_platform_counters_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
     CONSTRAINT event_platform_counters_shard_check CHECK (((shard >= 0) AND (shard <= 47)))
 );
@@ -837,6 +887,7 @@ CREATE TABLE public.notification_templates (
     required text[] DEFAULT '{}'::text[] NOT NULL,
     updated_by text NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    mandatory boolean DEFAULT false NOT NULL,
     CONSTRAINT notification_templates_default CHECK ((locales ? default_locale)),
     CONSTRAINT notification_templates_type CHECK ((type ~ '^[a-z0-9][a-z0-9._-]{0,63}$'::text))
 );
@@ -930,7 +981,7 @@ CREATE TABLE public.push_deliveries (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     platform text NOT NULL,
     CONSTRAINT push_deliveries_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
-    CONSTRAINT push_deliveries_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'gone'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text, 'expired'::text])))
+    CONSTRAINT push_deliveries_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'gone'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text, 'expired'::text, 'muted'::text, 'capped'::text, 'deferred'::text])))
 )
 PARTITION BY RANGE (event_id);
 
@@ -949,7 +1000,22 @@ CREATE TABLE public.push_deliveries_default (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     platform text NOT NULL,
     CONSTRAINT push_deliveries_platform_check CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text]))),
-    CONSTRAINT push_deliveries_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'gone'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text, 'expired'::text])))
+    CONSTRAINT push_deliveries_status_check CHECK ((status = ANY (ARRAY['delivered'::text, 'gone'::text, 'failed'::text, 'retrying'::text, 'cancelled'::text, 'expired'::text, 'muted'::text, 'capped'::text, 'deferred'::text])))
+);
+
+
+--
+-- Name: push_holds; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.push_holds (
+    event_id uuid NOT NULL,
+    user_id uuid NOT NULL,
+    reason text NOT NULL,
+    release_at timestamp with time zone,
+    released_at timestamp with time zone,
+    CONSTRAINT push_holds_reason CHECK ((reason = ANY (ARRAY['silenced'::text, 'muted'::text, 'capped'::text, 'deferred'::text]))),
+    CONSTRAINT push_holds_release CHECK (((reason = 'deferred'::text) = (release_at IS NOT NULL)))
 );
 
 
@@ -1046,6 +1112,25 @@ CREATE TABLE public.schema_migrations (
     name text NOT NULL,
     checksum text,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: user_preferences; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.user_preferences (
+    user_id uuid NOT NULL,
+    types jsonb DEFAULT '{}'::jsonb NOT NULL,
+    courses jsonb DEFAULT '{}'::jsonb NOT NULL,
+    quiet_start time without time zone,
+    quiet_end time without time zone,
+    time_zone text,
+    max_pushes_per_hour integer,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_preferences_cap CHECK ((max_pushes_per_hour > 0)),
+    CONSTRAINT user_preferences_quiet CHECK (((quiet_start IS NULL) = (quiet_end IS NULL))),
+    CONSTRAINT user_preferences_rules CHECK (((jsonb_typeof(types) = 'object'::text) AND (jsonb_typeof(courses) = 'object'::text)))
 );
 
 
@@ -1269,6 +1354,14 @@ ALTER TABLE ONLY public.push_deliveries_default
 
 
 --
+-- Name: push_holds push_holds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.push_holds
+    ADD CONSTRAINT push_holds_pkey PRIMARY KEY (event_id, user_id);
+
+
+--
 -- Name: push_subscriptions push_subscriptions_endpoint_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1330,6 +1423,14 @@ ALTER TABLE ONLY public.roster_positions
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+
+--
+-- Name: user_preferences user_preferences_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.user_preferences
+    ADD CONSTRAINT user_preferences_pkey PRIMARY KEY (user_id);
 
 
 --
@@ -1429,6 +1530,13 @@ CREATE INDEX notifications_default_user_id_idx ON public.notifications_default U
 --
 
 CREATE UNIQUE INDEX parked_commands_command ON public.parked_commands USING btree (event_id, md5((payload)::text));
+
+
+--
+-- Name: push_holds_due; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX push_holds_due ON public.push_holds USING btree (release_at) WHERE ((reason = 'deferred'::text) AND (released_at IS NULL));
 
 
 --
@@ -1537,6 +1645,13 @@ CREATE TRIGGER push_deliveries_platform_fill BEFORE INSERT ON public.push_delive
 
 
 --
+-- Name: fanout_runs push_holds_cancelled; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER push_holds_cancelled AFTER UPDATE OF state ON public.fanout_runs FOR EACH ROW WHEN (((new.state = 'cancelled'::text) AND (old.state IS DISTINCT FROM 'cancelled'::text))) EXECUTE FUNCTION public.push_holds_cancelled();
+
+
+--
 -- Name: push_subscriptions push_subscriptions_lifecycle_gone; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1595,6 +1710,14 @@ ALTER TABLE ONLY public.push_subscriptions
 
 ALTER TABLE ONLY public.push_subscriptions
     ADD CONSTRAINT push_subscriptions_vapid_key_id_fkey FOREIGN KEY (vapid_key_id) REFERENCES public.app_vapid_keys(id) NOT VALID;
+
+
+--
+-- Name: user_preferences user_preferences_user_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.user_preferences
+    ADD CONSTRAINT user_preferences_user_id_fkey FOREIGN KEY (user_id) REFERENCES public.users(id) ON DELETE CASCADE;
 
 
 --

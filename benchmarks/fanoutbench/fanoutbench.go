@@ -366,7 +366,8 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 			for {
 				var count, inserted int64
 				var first, last *string
-				if err := conn.QueryRow(ctx, q, course, bound, r.Hi, published, cfg.SliceSize, event).Scan(&count, &first, &last, &inserted); err != nil {
+				if err := conn.QueryRow(ctx, q, course, bound, r.Hi, published, cfg.SliceSize, event,
+					time.Now(), "material.published", fanout.TypePrefixes("material.published"), false, false, course, nil).Scan(&count, &first, &last, &inserted); err != nil {
 					mu.Lock()
 					firstErr = errors.Join(firstErr, err)
 					mu.Unlock()

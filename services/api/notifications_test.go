@@ -300,6 +300,20 @@ func TestTemplates(t *testing.T) {
 	if got.status != 200 || stored.DefaultLocale != "en" || stored.Locales["ko"].Body != "{{due}}까지 제출하세요" || stored.UpdatedBy != "service:lms" || !slices.Equal(stored.Required, []string{"assignment"}) {
 		t.Fatalf("GET: %d %s", got.status, got.body)
 	}
+	// mandatory round-trips (and is off unless given).
+	if stored.Mandatory {
+		t.Fatalf("GET: mandatory without asking: %s", got.body)
+	}
+	exam := `{"default_locale":"en","mandatory":true,"locales":{"en":{"title":"Exam room changed","body":"Room {{room}}"}}}`
+	if r := e.do(req{method: "PUT", path: "/v1/templates/exam.room_changed", body: exam, token: writer}); r.status != 201 {
+		t.Fatalf("PUT mandatory: %d %s", r.status, r.body)
+	}
+	got = e.do(req{method: "GET", path: "/v1/templates/exam.room_changed", token: sender})
+	var examStored notifications.Template
+	got.decode(t, &examStored)
+	if got.status != 200 || !examStored.Mandatory {
+		t.Fatalf("GET mandatory: %d %s", got.status, got.body)
+	}
 
 	// Three more students: ko-KR, ko, fr (and e.student, no locale).
 	ko, koKR, fr := NewUUID(), NewUUID(), NewUUID()

@@ -199,6 +199,8 @@ func (s *Server) routes() {
 	m.HandleFunc("DELETE /v1/apps/{app}", s.handleRemoveApp)
 	m.HandleFunc("GET /v1/apps/{app}/vapid-public-key", s.handleAppVAPIDKey)
 	m.HandleFunc("GET /v1/me/notifications", s.authed(s.handleInbox))
+	m.HandleFunc("GET /v1/me/preferences", s.authed(s.handleGetPreferences))
+	m.HandleFunc("PUT /v1/me/preferences", s.authed(s.handlePutPreferences))
 	m.HandleFunc("POST /v1/me/notifications/{event_id}/read", s.authed(s.handleMarkRead))
 	m.HandleFunc("GET /v1/events/{event_id}", s.withPrincipal(s.handleEvent))
 	m.HandleFunc("POST /v1/events/{event_id}/pause", s.withPrincipal(s.handleControl(eventcontrol.Pause)))

@@ -36,7 +36,7 @@ type PushCounts struct {
 	Delivered int64 `json:"delivered"`
 	Gone      int64 `json:"gone"`
 	Failed    int64 `json:"failed"`
-	// Pending = Retrying + Unsent.
+	// Pending = Retrying + Unsent + Deferred.
 	Pending int64 `json:"pending"`
 	// Retrying have a recorded retryable failure and a retry queued.
 	Retrying int64 `json:"retrying"`
@@ -50,6 +50,13 @@ type PushCounts struct {
 	// configured (recorded provider_not_configured, never sent): missing
 	// credentials, not a push service's refusal.
 	NotConfigured int64 `json:"not_configured"`
+	// Muted and Capped were not sent because of their student's
+	// preferences (push off for the event; over max_pushes_per_hour);
+	// both are final. Deferred wait for the end of their student's quiet
+	// hours, then become Retrying (and so on) when released.
+	Muted    int64 `json:"muted"`
+	Capped   int64 `json:"capped"`
+	Deferred int64 `json:"deferred"`
 }
 
 // Done reports whether every target subscription has a final outcome.
@@ -110,6 +117,9 @@ type PushDetail struct {
 	AwaitingPush int64 `json:"awaiting_push"`
 	// Platforms splits the counts by the devices' platform.
 	Platforms Platforms `json:"platforms"`
+	// Silenced is the number of students who turned the event's inbox off
+	// (preferences): neither notified nor pushed, so in no other count.
+	Silenced int64 `json:"silenced"`
 }
 
 // Push is the push accounting of one event with its identity.
@@ -151,14 +161,15 @@ func scanPush(rows pgx.Rows, s *Push) error {
 		var platform string
 		var targetedStudents int64
 		var c PushCounts
-		var notified int64
-		if err := rows.Scan(&platform, &notified, &targetedStudents, &c.Target, &c.Delivered, &c.Gone, &c.Failed, &c.Retrying, &c.Cancelled, &c.Expired, &c.NotConfigured); err != nil {
+		var notified, silenced int64
+		if err := rows.Scan(&platform, &notified, &targetedStudents, &c.Target, &c.Delivered, &c.Gone, &c.Failed, &c.Retrying, &c.Cancelled, &c.Expired, &c.NotConfigured,
+			&c.Muted, &c.Capped, &c.Deferred, &silenced); err != nil {
 			return fmt.Errorf("push status of %s: %w", s.EventID, err)
 		}
 		c.derive()
 		if platform == "" {
 			totals = true
-			s.Notified, s.PushCounts = notified, c
+			s.Notified, s.PushCounts, s.Silenced = notified, c, silenced
 			// Negative only if the counters drifted from the rows, which
 			// Verify names; shown as it is rather than hidden.
 			s.AwaitingPush = notified - targetedStudents
@@ -182,6 +193,6 @@ func scanPush(rows pgx.Rows, s *Push) error {
 // derive fills Unsent and Pending from the counted terms. Negative only
 // if the counters drifted from the rows, which Verify names.
 func (c *PushCounts) derive() {
-	c.Unsent = c.Target - c.Delivered - c.Gone - c.Failed - c.Retrying - c.Cancelled - c.Expired
-	c.Pending = c.Retrying + c.Unsent
+	c.Unsent = c.Target - c.Delivered - c.Gone - c.Failed - c.Retrying - c.Cancelled - c.Expired - c.Muted - c.Capped - c.Deferred
+	c.Pending = c.Retrying + c.Unsent + c.Deferred
 }

@@ -54,14 +54,17 @@ SELECT ''::text,
   coalesce(sum(targeted), 0)::bigint, coalesce(sum(delivered), 0)::bigint, coalesce(sum(gone), 0)::bigint,
   coalesce(sum(failed), 0)::bigint, coalesce(sum(retrying), 0)::bigint,
   coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint,
-  coalesce(sum(not_configured), 0)::bigint
+  coalesce(sum(not_configured), 0)::bigint,
+  coalesce(sum(muted), 0)::bigint, coalesce(sum(capped), 0)::bigint, coalesce(sum(deferred), 0)::bigint,
+  coalesce(sum(silenced), 0)::bigint
 FROM event_counters WHERE event_id = $1
 UNION ALL
 SELECT platform, 0, 0,
   sum(targeted)::bigint, sum(delivered)::bigint, sum(gone)::bigint,
   sum(failed)::bigint, sum(retrying)::bigint,
   sum(cancelled)::bigint, sum(expired)::bigint,
-  sum(not_configured)::bigint
+  sum(not_configured)::bigint,
+  sum(muted)::bigint, sum(capped)::bigint, sum(deferred)::bigint, 0::bigint
 FROM event_platform_counters WHERE event_id = $1
 GROUP BY platform`
 
@@ -120,7 +123,19 @@ WHERE d.event_id = $1`
 
 	sqlVerifyOdd = `
 SELECT count(*) FROM push_deliveries WHERE event_id = $1
-  AND (status NOT IN ('delivered', 'gone', 'failed', 'retrying', 'cancelled', 'expired') OR attempts < 0)`
+  AND (status NOT IN ('delivered', 'gone', 'failed', 'retrying', 'cancelled', 'expired', 'muted', 'capped', 'deferred') OR attempts < 0)`
+
+	// Students silenced by their preferences (inbox off): the fan-out's
+	// holds, against the counter.
+	sqlVerifySilenced = `SELECT count(*) FROM push_holds WHERE event_id = $1 AND reason = 'silenced'`
+
+	// A deferred push is released once: a released hold has no device
+	// left deferred, an unreleased one none sent.
+	sqlVerifyHeld = `
+SELECT count(*) FROM push_holds h JOIN push_subscriptions s ON s.user_id = h.user_id
+JOIN push_deliveries d ON d.event_id = h.event_id AND d.subscription_id = s.id
+WHERE h.event_id = $1 AND h.reason = 'deferred'
+  AND ((h.released_at IS NULL) <> (d.status = 'deferred'))`
 
 	sqlVerifyNotConfigured = `
 SELECT platform, count(*) FROM push_deliveries

@@ -90,12 +90,16 @@ func (r Report) WriteText(w io.Writer) error {
 }
 
 // pushLine is one scope's accounting: the totals or one platform's.
-// cancelled and expired are shown when there are any.
+// cancelled and expired are shown when there are any, and so are the
+// outcomes of the students' preferences.
 func pushLine(c PushCounts) string {
 	s := fmt.Sprintf("%s target: %s delivered, %s gone, %s failed, %s pending (%s retrying)",
 		group(c.Target), group(c.Delivered), group(c.Gone), group(c.Failed), group(c.Pending), group(c.Retrying))
 	if c.Cancelled != 0 || c.Expired != 0 {
 		s += fmt.Sprintf(", %s cancelled, %s expired", group(c.Cancelled), group(c.Expired))
+	}
+	if c.Muted != 0 || c.Capped != 0 || c.Deferred != 0 {
+		s += fmt.Sprintf(", %s muted, %s capped, %s deferred", group(c.Muted), group(c.Capped), group(c.Deferred))
 	}
 	return s
 }

@@ -38,8 +38,11 @@ type TxBeginner interface {
 //   - delivered, gone, failed, retrying, cancelled, expired =
 //     push_deliveries rows by status
 //   - unsent = subscriptions of counted students with no outcome
-//   - delivered + gone + failed + retrying + cancelled + expired + unsent
-//     = target
+//   - muted, capped, deferred (the students' preferences) likewise
+//   - delivered + gone + failed + retrying + cancelled + expired + muted +
+//     capped + deferred + unsent = target
+//   - silenced = the fan-out's silenced holds; a deferred student's
+//     devices are deferred exactly while the hold is not released
 //   - each of those per platform too (the device's, the outcome's for
 //     outcomes), against the per-platform counters
 //   - no outcome for a subscription of a student who was not notified
@@ -47,7 +50,7 @@ type TxBeginner interface {
 //   - no gone outcome whose subscription still exists (gone ones are
 //     deleted in the transaction that records them)
 //   - no outcome whose platform differs from its subscription's
-//   - no status outside the six known ones, no attempts below 0
+//   - no status outside the nine known ones, no attempts below 0
 //
 // A returned error means the checks could not run; failed checks are in
 // Verification.Problems.
@@ -65,7 +68,7 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	if v.Status, err = LoadPush(ctx, tx, eventID); err != nil {
 		return v, err
 	}
-	var notified, targetedStudents, overlapping, strangers, goneAlive, mismatched, odd int64
+	var notified, targetedStudents, overlapping, strangers, goneAlive, mismatched, odd, silenced, misheld int64
 	for _, c := range []struct {
 		dst *int64
 		sql string
@@ -75,6 +78,8 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 		{&overlapping, sqlVerifyOverlappingRanges},
 		{&strangers, sqlVerifyStrangers},
 		{&odd, sqlVerifyOdd},
+		{&silenced, sqlVerifySilenced},
+		{&misheld, sqlVerifyHeld},
 	} {
 		if err := tx.QueryRow(ctx, c.sql, eventID).Scan(c.dst); err != nil {
 			return v, fmt.Errorf("verify %s: %w", eventID, err)
@@ -129,6 +134,7 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	}{
 		{"notified", s.Notified, notified},
 		{"targeted students", s.Notified - s.AwaitingPush, targetedStudents},
+		{"silenced", s.Silenced, silenced},
 	} {
 		if c.got != c.want {
 			problem("%s: the tables hold %d, the counters say %d", c.name, c.want, c.got)
@@ -137,6 +143,9 @@ func Verify(ctx context.Context, db TxBeginner, eventID string) (Verification, e
 	checkDevices(problem, "", s.PushCounts, current[""], orphaned[""], unsent[""], notConfigured[""], by[""])
 	for _, p := range s.Platforms.All() {
 		checkDevices(problem, p.Name+" ", *p.Counts, current[p.Name], orphaned[p.Name], unsent[p.Name], notConfigured[p.Name], by[p.Name])
+	}
+	if misheld > 0 {
+		problem("%d device(s) of deferred students whose outcome disagrees with their hold (deferred iff not released)", misheld)
 	}
 	if overlapping > 0 {
 		problem("%d pair(s) of counted ranges overlap: their students are counted twice", overlapping)
@@ -175,16 +184,30 @@ func checkDevices(problem func(string, ...any), scope string, c PushCounts, curr
 		{"cancelled", c.Cancelled, by[provider.StatusCancelled]},
 		{"expired", c.Expired, by[provider.StatusExpired]},
 		{"not_configured", c.NotConfigured, notConfigured},
+		{"muted", c.Muted, by[statusMuted]},
+		{"capped", c.Capped, by[statusCapped]},
+		{"deferred", c.Deferred, by[statusDeferred]},
 	} {
 		if t.got != t.want {
 			problem("%s%s: the tables hold %d, the counters say %d", scope, t.name, t.want, t.got)
 		}
 	}
-	if sum := by[provider.StatusDelivered] + by[provider.StatusGone] + by[provider.StatusFailed] + by[provider.StatusRetrying] + by[provider.StatusCancelled] + by[provider.StatusExpired] + unsent; sum != target {
-		problem("%sdelivered %d + gone %d + failed %d + retrying %d + cancelled %d + expired %d + unsent %d = %d ≠ target %d", scope,
-			by[provider.StatusDelivered], by[provider.StatusGone], by[provider.StatusFailed], by[provider.StatusRetrying], by[provider.StatusCancelled], by[provider.StatusExpired], unsent, sum, target)
+	if sum := by[provider.StatusDelivered] + by[provider.StatusGone] + by[provider.StatusFailed] + by[provider.StatusRetrying] + by[provider.StatusCancelled] + by[provider.StatusExpired] +
+		by[statusMuted] + by[statusCapped] + by[statusDeferred] + unsent; sum != target {
+		problem("%sdelivered %d + gone %d + failed %d + retrying %d + cancelled %d + expired %d + muted %d + capped %d + deferred %d + unsent %d = %d ≠ target %d", scope,
+			by[provider.StatusDelivered], by[provider.StatusGone], by[provider.StatusFailed], by[provider.StatusRetrying], by[provider.StatusCancelled], by[provider.StatusExpired],
+			by[statusMuted], by[statusCapped], by[statusDeferred], unsent, sum, target)
 	}
 }
+
+// The outcomes a student's preferences lead to (schema migration 0023),
+// written by the push command's load, never by a provider: they are the
+// fan-out's, not outcome.Status values.
+const (
+	statusMuted    = "muted"
+	statusCapped   = "capped"
+	statusDeferred = "deferred"
+)
 
 // rowCounts holds a grouped count per platform, and the total under "".
 type rowCounts map[string]int64

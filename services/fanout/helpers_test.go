@@ -188,10 +188,10 @@ func handleCommand(ctx context.Context, w *fanout.SliceWorker, cmd streams.Slice
 }
 
 // outboxPushCommands returns the push commands waiting in the outbox,
-// leaving them there.
+// leaving them there: the push topic's and the transactional lane's.
 func outboxPushCommands(t testing.TB, pool *pgxpool.Pool) []streams.PushCommand {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT payload::text FROM outbox WHERE aggregatetype = 'push'`)
+	rows, err := pool.Query(context.Background(), `SELECT payload::text FROM outbox WHERE aggregatetype IN ('push', 'push.lane')`)
 	if err != nil {
 		t.Fatal(err)
 	}

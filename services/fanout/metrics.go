@@ -38,4 +38,8 @@ var (
 	metricSchedulesStarted = metrics.GetOrCreateCounter(`notify_fanout_schedules_started_total`)
 	metricScheduleLateness = metrics.GetOrCreateHistogram(`notify_fanout_schedule_lateness_seconds`)
 	metricScheduleErrors   = metrics.GetOrCreateCounter(`notify_fanout_schedule_errors_total`)
+	// Deferred pushes (students) released at the end of quiet hours, and
+	// the releaser's failed rounds.
+	metricReleased      = metrics.GetOrCreateCounter(`notify_fanout_deferred_released_total`)
+	metricReleaseErrors = metrics.GetOrCreateCounter(`notify_fanout_release_errors_total`)
 )

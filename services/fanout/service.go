@@ -90,6 +90,7 @@ type Service struct {
 	consumers []*streams.Consumer
 	slices    *SliceWorker
 	scheduler *Scheduler
+	releaser  *Releaser
 	failed    chan error
 }
 
@@ -123,6 +124,12 @@ func New(cfg Config) (*Service, error) {
 			return nil, err
 		}
 		s.scheduler = sch
+		rel, err := NewReleaser(cfg.Pool, ReleaserConfig{PushPartitions: cfg.Topics.PushPartitions,
+			Logger: cfg.Logger.With("role", "releaser")})
+		if err != nil {
+			return nil, err
+		}
+		s.releaser = rel
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner"),
 			Scheduled: sch.Wake, FirstSlice: slices.RunIn})
@@ -169,6 +176,10 @@ func (s *Service) Start(ctx context.Context) error {
 		// is never half started; a rolled-back one is still scheduled
 		// and due for the next scheduler).
 		run.Go(func() { s.scheduler.Run(run.Soft()) })
+	}
+	if s.releaser != nil {
+		// Like the scheduler: a release commits or rolls back whole.
+		run.Go(func() { s.releaser.Run(run.Soft()) })
 	}
 	if s.slices != nil {
 		// A stop lets the slice under way finish, not the run-ahead

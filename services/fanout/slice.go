@@ -48,6 +48,10 @@ type SliceConfig struct {
 	// events' commands wait for a slot at most this many slices. Default
 	// DefaultRunAhead; negative: none, every slice waits for its command.
 	RunAhead int
+	// Now is the time the slice statement decides the students'
+	// preferences at (quiet hours, the hourly cap). Default time.Now;
+	// tests set their own clock.
+	Now func() time.Time
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -68,6 +72,9 @@ func (c SliceConfig) withDefaults() SliceConfig {
 	}
 	if c.RunAhead == 0 {
 		c.RunAhead = DefaultRunAhead
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -292,7 +299,7 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	var title, state string
 	var ev eventContent
 	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url, &state,
-		&userList, &ev.typ, &ev.body, &ev.data, &ev.priority, &ev.collapseKey, &ev.locales, &ev.defaultLocale)
+		&userList, &ev.typ, &ev.body, &ev.data, &ev.priority, &ev.collapseKey, &ev.locales, &ev.defaultLocale, &ev.mandatory)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
 	}
@@ -324,7 +331,18 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		audience = cmd.EventID
 	}
 	var first, last *string
-	if err := tx.QueryRow(ctx, q, audience, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).
+	// The slice statement is priced as if every student had preferences
+	// (a probe per student, the cap's count over the notifications
+	// partitions), which crosses jit_above_cost although most slices
+	// decide nothing: JIT compiling it took 1–2 s of a 50 ms statement
+	// (EXPLAIN ANALYZE, BenchmarkSlicePreferences). Off for this
+	// transaction only.
+	if _, err := tx.Exec(ctx, sqlNoJIT); err != nil {
+		return fmt.Errorf("turn jit off: %w", err)
+	}
+	high := ev.priority != nil && *ev.priority == "high"
+	if err := tx.QueryRow(ctx, q, audience, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
+		w.cfg.Now(), ev.typ, TypePrefixes(ev.typ), ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
 		Scan(&res.Students, &first, &last, &res.Inserted); err != nil {
 		return fmt.Errorf("insert notifications: %w", err)
 	}
@@ -425,6 +443,20 @@ type eventContent struct {
 	body, data, priority   *string
 	collapseKey            *string
 	locales, defaultLocale *string
+	// mandatory: the type's template says no preference silences it.
+	mandatory bool
+}
+
+// TypePrefixes are the preference keys that match type typ by prefix,
+// most specific first: "a.b.c" → "a.b.*", "a.*", "*".
+func TypePrefixes(typ string) []string {
+	var keys []string
+	for i := len(typ) - 1; i > 0; i-- {
+		if typ[i] == '.' {
+			keys = append(keys, typ[:i]+".*")
+		}
+	}
+	return append(keys, "*")
 }
 
 func (e eventContent) fill(pc *streams.PushCommand) {

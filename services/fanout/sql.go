@@ -47,7 +47,8 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // It also reads the event's control state (unlocked: see controlSlice).
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
-       r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale
+       r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale,
+       coalesce((SELECT t.mandatory FROM notification_templates t WHERE t.type = r.type), false)
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
 FOR UPDATE OF g`
@@ -85,7 +86,8 @@ FOR UPDATE OF g`
 // (SliceWorker.Run), which skips the existing rows and counts only the new.
 //
 // Parameters: $1 course, $2 lower bound, $3 upper bound (inclusive),
-// $4 publish time, $5 slice size, $6 event.
+// $4 publish time, $5 slice size, $6 event; $7–$12 for the students'
+// preferences (slicePreferences).
 const sliceSelectFirst = `
 WITH slice AS (
     SELECT user_id FROM enrollments
@@ -127,17 +129,92 @@ WITH slice AS (
 ), `
 )
 
-const sliceInsert = `ins AS (
+// slicePreferences decides, in the slice statement, what each student's
+// preferences (user_preferences, migration 0024) make of the event; see
+// README "Preferences and quiet hours" for the rules. Only students with a
+// preferences row get a decision: the lateral primary-key probe finds
+// nothing for the others, so a slice of students without preferences pays
+// 5,000 probes of an index (the OFFSET 0 keeps the planner from a hash
+// join over the whole table when many students have preferences). A
+// decided student gets a push_holds row; the push command's load
+// (push_command_devices) records their devices with that reason instead
+// of sending.
+//
+// The rule of a student: the exact type's, else the course's, else the
+// longest type prefix's ("a.b.*", "a.*", "*": $9, most specific first).
+// Inbox off silences (no notification, no push), push off mutes; neither
+// applies to a mandatory type ($10), nor does the cap. The cap counts the
+// student's notifications of the past hour ($7 is the decision's time)
+// whose push was not held back as muted or capped. Quiet hours are read
+// in the student's zone (preferences, else roster, else UTC), as wall
+// clock times, so a DST change moves them with the clock; a push inside
+// them is deferred to their end, the next time the wall clock shows it
+// (a local time AT TIME ZONE is its instant). High priority ($11)
+// ignores quiet hours.
+//
+// Parameters beyond the slice's: $7 now, $8 type, $9 type prefixes,
+// $10 mandatory, $11 high priority, $12 course (” for a user list).
+const slicePreferences = `pref AS MATERIALIZED (
+    SELECT s.user_id, p.quiet_start, p.quiet_end, p.max_pushes_per_hour,
+           coalesce(p.time_zone, (SELECT u.time_zone FROM users u WHERE u.id = s.user_id), 'UTC') AS tz,
+           coalesce(p.types -> $8::text, p.courses -> $12::text,
+                    (SELECT p.types -> k.k FROM unnest($9::text[]) WITH ORDINALITY AS k(k, n)
+                     WHERE p.types ? k.k ORDER BY k.n LIMIT 1)) AS rule
+    FROM slice s
+    CROSS JOIN LATERAL (SELECT * FROM user_preferences p WHERE p.user_id = s.user_id OFFSET 0) p
+), decided AS MATERIALIZED (
+    SELECT f.user_id,
+           CASE
+               WHEN NOT $10 AND (f.rule ->> 'inbox')::bool IS FALSE THEN 'silenced'
+               WHEN NOT $10 AND (f.rule ->> 'push')::bool IS FALSE THEN 'muted'
+               WHEN NOT $10 AND f.max_pushes_per_hour IS NOT NULL AND (
+                   SELECT count(*) FROM notifications n
+                   WHERE n.user_id = f.user_id AND n.created_at > $7::timestamptz - interval '1 hour'
+                     AND n.created_at <= $7::timestamptz AND n.event_id <> $6
+                     AND NOT EXISTS (SELECT 1 FROM push_holds h WHERE h.event_id = n.event_id AND h.user_id = n.user_id
+                                     AND h.reason IN ('muted', 'capped'))
+               ) >= f.max_pushes_per_hour THEN 'capped'
+               WHEN NOT $11 AND q.inside THEN 'deferred'
+           END AS reason,
+           q.release_at
+    FROM pref f
+    CROSS JOIN LATERAL (SELECT ($7::timestamptz AT TIME ZONE f.tz) AS t) l
+    CROSS JOIN LATERAL (
+        SELECT coalesce(CASE WHEN f.quiet_start <= f.quiet_end
+                             THEN l.t::time >= f.quiet_start AND l.t::time < f.quiet_end
+                             ELSE l.t::time >= f.quiet_start OR l.t::time < f.quiet_end END, false) AS inside,
+               ((l.t::date + CASE WHEN l.t::time < f.quiet_end THEN 0 ELSE 1 END) + f.quiet_end) AT TIME ZONE f.tz AS release_at
+    ) q
+), held AS (
+    INSERT INTO push_holds (event_id, user_id, reason, release_at)
+    SELECT $6, d.user_id, d.reason, CASE WHEN d.reason = 'deferred' THEN least(d.release_at, $13::timestamptz) END
+    FROM decided d WHERE d.reason IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING reason
+), silenced AS (
+    INSERT INTO event_counters AS c (event_id, shard, silenced)
+    SELECT $6, (pg_backend_pid() % 16)::smallint, count(*) FROM held WHERE reason = 'silenced'
+    HAVING count(*) > 0
+    ON CONFLICT (event_id, shard) DO UPDATE SET silenced = c.silenced + excluded.silenced
+), `
+
+// sqlNoJIT precedes the slice statement in its transaction (see
+// SliceWorker.run).
+const sqlNoJIT = `SET LOCAL jit = off`
+
+const sliceInsert = slicePreferences + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
+    WHERE user_id NOT IN (SELECT d.user_id FROM decided d WHERE d.reason = 'silenced')
     RETURNING 1
 )` + sliceReport
 
 // sliceInsertSkipping is sliceInsert for a slice whose plain insert met an
 // existing row: those are skipped, the rest inserted and counted.
-const sliceInsertSkipping = `ins AS (
+const sliceInsertSkipping = slicePreferences + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
+    WHERE user_id NOT IN (SELECT d.user_id FROM decided d WHERE d.reason = 'silenced')
     ON CONFLICT DO NOTHING
     RETURNING 1
 )` + sliceReport
@@ -219,3 +296,57 @@ SELECT range_index, lo::text, hi::text FROM fanout_ranges WHERE event_id = $1 OR
 const sqlNextScheduled = `
 SELECT extract(epoch FROM min(send_at) - clock_timestamp())::float8
 FROM fanout_runs WHERE state = 'scheduled'`
+
+// The releaser's statements (Releaser.ReleaseDue).
+
+// sqlClaimReleases locks up to $2 deferred holds due at $1, earliest
+// first (push_holds_due); SKIP LOCKED: concurrent releasers take
+// different ones.
+const sqlClaimReleases = `
+SELECT event_id::text, user_id::text FROM push_holds
+WHERE reason = 'deferred' AND released_at IS NULL AND release_at <= $1
+ORDER BY release_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED`
+
+// sqlLockTargets takes the events' target locks exclusive, in key order,
+// as a subscription change does: a push command of these students
+// loading concurrently (push_command_devices, which holds it shared) has
+// committed its deferred rows, which the next statement sees, or waits
+// and then finds the holds released.
+const sqlLockTargets = `
+SELECT pg_advisory_xact_lock(l.k) FROM (
+    SELECT DISTINCT event_targets_lock_key(e) AS k FROM unnest($1::uuid[]) AS e ORDER BY 1) l`
+
+// sqlRelease marks the holds released and moves their deferred devices to
+// retrying at attempt 0, which a push command of attempt 1 naming them
+// sends (the push worker's retry path). A device of an event cancelled or
+// expired by now is recorded so here, with the push worker's reasons,
+// rather than handed to a worker whose view of the event's state may lag
+// the cancel by its cache's lifetime. It returns the devices by event and
+// their new status.
+const sqlRelease = `
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS u(event_id, user_id)
+), released AS (
+    UPDATE push_holds h SET released_at = now()
+    FROM u WHERE h.event_id = u.event_id AND h.user_id = u.user_id AND h.released_at IS NULL
+    RETURNING h.event_id, h.user_id
+), fate AS (
+    SELECT r.event_id, r.user_id,
+           CASE WHEN f.state = 'cancelled' THEN 'cancelled'
+                WHEN f.expires_at <= now() THEN 'expired'
+                ELSE 'retrying' END AS status
+    FROM released r JOIN fanout_runs f ON f.event_id = r.event_id
+)
+UPDATE push_deliveries d SET status = x.status, attempts = 0, updated_at = now(),
+    error = CASE x.status WHEN 'cancelled' THEN 'event cancelled before this device was sent'
+                          WHEN 'expired' THEN 'event expired before this device was sent; not sent' END
+FROM fate x JOIN push_subscriptions s ON s.user_id = x.user_id
+WHERE d.event_id = x.event_id AND d.subscription_id = s.id AND d.status = 'deferred'
+RETURNING d.event_id::text, d.subscription_id, x.user_id::text, x.status`
+
+// sqlReleaseContent is what a push command carries of its event.
+const sqlReleaseContent = `
+SELECT coalesce(course_id::text, ''), title, url, type, body, data::text, priority, collapse_key, locales::text, default_locale, expires_at
+FROM fanout_runs WHERE event_id = $1`

@@ -31,6 +31,10 @@ type Template struct {
 	// Required are variables every send must give in vars (beyond those
 	// the texts name, which are required anyway).
 	Required []string `json:"required,omitempty"`
+	// Mandatory makes the type one no student's preference silences
+	// (push or inbox off, the hourly cap): an exam room change. Quiet
+	// hours still defer its push unless the send is high priority.
+	Mandatory bool `json:"mandatory,omitempty"`
 	// UpdatedAt and UpdatedBy are set by the store.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 	UpdatedBy string    `json:"updated_by,omitempty"`
@@ -253,12 +257,12 @@ func PickLocale(userLocale string, locales map[string]LocaleText, def string) st
 // Store statements (Put, Get, Delete).
 const (
 	sqlPutTemplate = `
-INSERT INTO notification_templates (type, default_locale, locales, required, updated_by, updated_at)
-VALUES ($1, $2, $3::text::jsonb, $4, $5, now())
+INSERT INTO notification_templates (type, default_locale, locales, required, updated_by, updated_at, mandatory)
+VALUES ($1, $2, $3::text::jsonb, $4, $5, now(), $6)
 ON CONFLICT (type) DO UPDATE SET default_locale = excluded.default_locale, locales = excluded.locales,
-    required = excluded.required, updated_by = excluded.updated_by, updated_at = now()
+    required = excluded.required, updated_by = excluded.updated_by, updated_at = now(), mandatory = excluded.mandatory
 RETURNING updated_at, xmax = 0`
-	sqlGetTemplate    = `SELECT default_locale, locales::text, required, updated_by, updated_at FROM notification_templates WHERE type = $1`
+	sqlGetTemplate    = `SELECT default_locale, locales::text, required, updated_by, updated_at, mandatory FROM notification_templates WHERE type = $1`
 	sqlDeleteTemplate = `DELETE FROM notification_templates WHERE type = $1`
 )
 
@@ -288,7 +292,7 @@ func PutTemplate(ctx context.Context, q Querier, typ string, t Template, by stri
 		req = []string{}
 	}
 	var created bool
-	if err := q.QueryRow(ctx, sqlPutTemplate, typ, t.DefaultLocale, string(b), req, by).Scan(&t.UpdatedAt, &created); err != nil {
+	if err := q.QueryRow(ctx, sqlPutTemplate, typ, t.DefaultLocale, string(b), req, by, t.Mandatory).Scan(&t.UpdatedAt, &created); err != nil {
 		return Template{}, false, fmt.Errorf("store template %s: %w", typ, err)
 	}
 	t.UpdatedBy, t.UpdatedAt = by, t.UpdatedAt.UTC()
@@ -299,7 +303,7 @@ func PutTemplate(ctx context.Context, q Querier, typ string, t Template, by stri
 func GetTemplate(ctx context.Context, q Querier, typ string) (Template, error) {
 	var t Template
 	var locales string
-	err := q.QueryRow(ctx, sqlGetTemplate, typ).Scan(&t.DefaultLocale, &locales, &t.Required, &t.UpdatedBy, &t.UpdatedAt)
+	err := q.QueryRow(ctx, sqlGetTemplate, typ).Scan(&t.DefaultLocale, &locales, &t.Required, &t.UpdatedBy, &t.UpdatedAt, &t.Mandatory)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Template{}, ErrNoTemplate
 	}

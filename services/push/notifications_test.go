@@ -264,8 +264,9 @@ func TestTemplatedNotificationInEachStudentsLanguage(t *testing.T) {
 	}
 }
 
-// runPipeline starts the relay, an in-process fan-out and a push worker
-// of all three platforms for pf.
+// runPipeline starts the relay, an in-process fan-out and, as `notify run
+// push` does, the push topic's worker and the transactional lane's, of all
+// three platforms, for pf.
 func runPipeline(t *testing.T, pf *platformFixture) {
 	t.Helper()
 	pf.startRelay()
@@ -284,4 +285,5 @@ func runPipeline(t *testing.T, pf *platformFixture) {
 	})
 	fc, ac := pf.providers(t)
 	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs = fc, ac })
+	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs, cfg.Lane = fc, ac, true })
 }

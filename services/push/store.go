@@ -119,7 +119,7 @@ type row struct {
 type outboxCommand struct {
 	cmd streams.PushCommand
 	// aggregate is the outbox aggregatetype: the topic it goes to
-	// (streams.AggregatePush or AggregatePushLane).
+	// (streams.AggregatePush, the default, or AggregatePushLane).
 	aggregate string
 	partition int32
 }
@@ -192,7 +192,11 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 		if err != nil {
 			return 0, err
 		}
-		b.Queue(insertOutboxSQL, newUUID(), c.aggregate, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
+		agg := c.aggregate
+		if agg == "" {
+			agg = streams.AggregatePush
+		}
+		b.Queue(insertOutboxSQL, newUUID(), agg, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
 	}
 	if b.Len() == 0 {
 		return 0, nil
