@@ -125,7 +125,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			return nil, err
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, JWKS: jwks, IDs: idMap, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
-			SecretsKey:    secretsKey,
+			SecretsKey: secretsKey,
 			APNsTopics: apnsTopics, AnyAPNsTopic: anyAPNsTopic,
 			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
