@@ -404,7 +404,8 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 		return parts, n, nil
 	}
 	var removed int64
-	for _, q := range []string{sqlDeleteRanges, sqlDeleteCounters, sqlDeletePlatformCounters, sqlDeleteTargetRanges, sqlUnlinkMaterials, sqlDeleteRuns} {
+	for _, q := range []string{sqlDeleteRanges, sqlDeleteCounters, sqlDeletePlatformCounters, sqlDeleteTargetRanges, sqlUnlinkMaterials,
+		sqlDeleteNotificationEvents, sqlDeletePushHolds, sqlDeleteIntakeEvents, sqlDeleteRuns} { // fanout_runs last: its count is the report's
 		tag, err := tx.Exec(ctx, q, lo, hi)
 		if err != nil {
 			return nil, 0, fmt.Errorf("delete the day's event rows: %w", err)

@@ -152,6 +152,13 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 	recentEv := e.event(daysAgo(5), "cancelled", true, "cancelled")
 	legacyEv := uuid.New() // a v4 event: the default partition
 	e.exec(`INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, gen_random_uuid(), $2)`, legacyEv, daysAgo(400))
+	// A notification's own row, a push hold and an intake key, for a
+	// dropped event and a kept one.
+	for i, ev := range []uuid.UUID{oldEv, keptEv} {
+		e.exec(`INSERT INTO notification_events (event_id, type, sender_service, user_ids, created_at) VALUES ($1, 'grade.posted', 'grades', ARRAY[gen_random_uuid()], now())`, ev)
+		e.exec(`INSERT INTO push_holds (event_id, user_id, reason) VALUES ($1, gen_random_uuid(), 'muted')`, ev)
+		e.exec(`INSERT INTO intake_events (source, id, event_id, ce_type, topic, partition, kafka_offset) VALUES ('/grades', $2, $1, 'grade.posted', 't', 0, $3)`, ev, ev.String(), i)
+	}
 
 	rep := e.run(30*retention.Day, false)
 	for _, table := range retention.DefaultTables {
@@ -179,6 +186,14 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 			if n := e.count(`SELECT count(*) FROM `+table+` WHERE event_id = $1`, ev); n != 0 {
 				t.Errorf("dropped event %s: %d rows left in %s", ev, n, table)
 			}
+		}
+	}
+	for _, table := range []string{"notification_events", "push_holds", "intake_events"} {
+		if n := e.count(`SELECT count(*) FROM `+table+` WHERE event_id = $1`, oldEv); n != 0 {
+			t.Errorf("dropped event %s: %d rows left in %s", oldEv, n, table)
+		}
+		if n := e.count(`SELECT count(*) FROM `+table+` WHERE event_id = $1`, keptEv); n != 1 {
+			t.Errorf("kept event %s: %d rows in %s, want 1", keptEv, n, table)
 		}
 	}
 	if n := e.count(`SELECT count(*) FROM materials WHERE event_id IS NULL`); n != 2 {

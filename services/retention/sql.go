@@ -65,6 +65,14 @@ const (
 	sqlDeleteTargetRanges     = `DELETE FROM event_target_ranges WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 	sqlUnlinkMaterials        = `UPDATE materials SET event_id = NULL WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 	sqlDeleteRuns             = `DELETE FROM fanout_runs WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	// A notification's own row (its type, sender and audience), the
+	// students' push holds (preferences, migration 0024) and the intake's
+	// CloudEvent keys (migration 0022). A dropped key means a replay of
+	// that CloudEvent, older than the horizon, creates a new event: keep
+	// the horizon past the intake topics' own retention.
+	sqlDeleteNotificationEvents = `DELETE FROM notification_events WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeletePushHolds          = `DELETE FROM push_holds WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteIntakeEvents       = `DELETE FROM intake_events WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 )
 
 // Partition creation is migration 0013's SQL function, so the migration
