@@ -285,12 +285,12 @@ func counterValue(set *metrics.Set, name string) float64 {
 	return got
 }
 
-// App b's FCM service account key and its VAPID key are rotated while a
-// few thousand devices are being sent: the worker picks up the new
-// credentials without a restart (the mock then refuses the old key and
-// every access token issued with it, so a send on the old client would
-// fail), nothing fails or is lost, and the subscriptions made with the
-// old VAPID key are still signed with it.
+// App b's FCM service account key, APNs key and VAPID key are rotated
+// while a few thousand devices are being sent: the worker picks up the
+// new credentials without a restart (the mock then refuses the old keys
+// and every access token issued with the old FCM key, so a send on an old
+// client would fail), nothing fails or is lost, and the subscriptions
+// made with the old VAPID key are still signed with it.
 func TestAppsRotateDuringRun(t *testing.T) {
 	t.Parallel()
 	af := newAppsFixture(t, 2000)
@@ -310,6 +310,25 @@ func TestAppsRotateDuringRun(t *testing.T) {
 		t.Fatalf("new key's project %s, want %s", newCreds.ProjectID, af.credsB.ProjectID)
 	}
 
+	newKey, _, err := apns.EnsureDevKey(filepath.Join(t.TempDir(), "apns-b2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newP8, err := os.ReadFile(newKey.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPub, err := apns.LoadPublicKey(af.keyB.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPub, err := apns.LoadPublicKey(newKey.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldAPNs := pushmock.APNsKey{Public: oldPub, KeyID: af.keyB.KeyID, TeamID: af.keyB.TeamID}
+	newAPNs := pushmock.APNsKey{Public: newPub, KeyID: newKey.KeyID, TeamID: newKey.TeamID}
+
 	af.produceCommands(af.commands(40))
 	// Mid-run: some outcomes recorded, most not.
 	deadline := time.Now().Add(time.Minute)
@@ -320,7 +339,9 @@ func TestAppsRotateDuringRun(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	af.mockB.TrustFCMCredentials(af.credsB, newCreds)
-	if _, err := af.store.Rotate(af.ctx, "b", apps.Spec{FCMCredentials: newJSON, NewVAPIDKey: true}); err != nil {
+	af.mockB.TrustAPNsKeys(oldAPNs, newAPNs)
+	if _, err := af.store.Rotate(af.ctx, "b", apps.Spec{FCMCredentials: newJSON, NewVAPIDKey: true,
+		APNsKey: newP8, APNsKeyID: newKey.KeyID, APNsTeamID: newKey.TeamID}); err != nil {
 		t.Fatal(err)
 	}
 	gen, err := af.store.Generation(af.ctx)
@@ -338,7 +359,8 @@ func TestAppsRotateDuringRun(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	af.mockB.TrustFCMCredentials(newCreds)
 	af.mockB.RevokeFCMAccessTokens()
-	fcmBefore := af.mockB.Stats().FCM.Received
+	af.mockB.TrustAPNsKeys(newAPNs)
+	before := af.mockB.Stats()
 	done := af.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1`, af.eventID)
 	if done >= all {
 		t.Fatalf("the run was over (%d of %d) before the rotation took effect: nothing was tested", done, all)
@@ -358,8 +380,12 @@ func TestAppsRotateDuringRun(t *testing.T) {
 	if msB.FCM.Unique != af.nFCMB || msB.FCM.AssertionFailures != 0 || msB.APNs.Unique != af.nAPNsB {
 		t.Fatalf("app b's mock: fcm %+v, apns %+v; want %d and %d unique, no assertion refused", msB.FCM, msB.APNs, af.nFCMB, af.nAPNsB)
 	}
-	if msB.FCM.Received == fcmBefore {
-		t.Fatalf("no FCM message of app b was sent after the old key was deleted: nothing was tested")
+	if msB.FCM.Received == before.FCM.Received || msB.APNs.Received == before.APNs.Received {
+		t.Fatalf("no FCM (%d) or APNs (%d) message of app b was sent after the old keys were deleted: nothing was tested",
+			msB.FCM.Received-before.FCM.Received, msB.APNs.Received-before.APNs.Received)
+	}
+	if msB.APNs.AuthFailures != 0 {
+		t.Fatalf("app b's mock refused %d APNs provider tokens: a send used the old key", msB.APNs.AuthFailures)
 	}
 	if msB.FCM.TokenExchanges < 2 {
 		t.Fatalf("%d token exchanges at app b's mock: the new key was never used", msB.FCM.TokenExchanges)
