@@ -27,7 +27,9 @@ import (
 type appsFixture struct {
 	*platformFixture
 	store *apps.Store
-	mockB *pushmock.Server
+	// secretsKey is what the store seals with (NOTIFY_SECRETS_KEY).
+	secretsKey string
+	mockB      *pushmock.Server
 	// caFile trusts both mocks.
 	caFile string
 	// observed: Web Push subscription (the mock's id) → the VAPID public
@@ -78,7 +80,8 @@ func newAppsFixture(t *testing.T, users int) *appsFixture {
 	if err := os.WriteFile(af.caFile, pem, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	key, err := secrets.ParseKey(secrets.Generate(), secrets.EnvKey)
+	af.secretsKey = secrets.Generate()
+	key, err := secrets.ParseKey(af.secretsKey, secrets.EnvKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +392,38 @@ func TestAppsRotateDuringRun(t *testing.T) {
 	}
 	if msB.FCM.TokenExchanges < 2 {
 		t.Fatalf("%d token exchanges at app b's mock: the new key was never used", msB.FCM.TokenExchanges)
+	}
+	af.checkSigned(t, map[string]map[string]bool{af.vapidB.PublicKey(): af.subsB})
+}
+
+// `notify run push` sends each app's devices with that app's stored
+// credentials, opened with NOTIFY_SECRETS_KEY, beside the default app's
+// from the environment.
+func TestAppsWorkerProcess(t *testing.T) {
+	t.Parallel()
+	af := newAppsFixture(t, 120)
+	af.workerEnv = []string{
+		"NOTIFY_SECRETS_KEY=" + af.secretsKey,
+		"NOTIFY_PUSH_CA_FILE=" + af.caFile,
+		"NOTIFY_FCM_CREDENTIALS=" + af.credsFile,
+		"NOTIFY_FCM_ENDPOINT=" + af.mock.URL(),
+		"NOTIFY_APNS_KEY_FILE=" + af.key.KeyFile,
+		"NOTIFY_APNS_KEY_ID=" + af.key.KeyID,
+		"NOTIFY_APNS_TEAM_ID=" + af.key.TeamID,
+		"NOTIFY_APNS_TOPIC=" + af.key.Topic,
+		"NOTIFY_APNS_ENDPOINT=" + af.mock.URL(),
+	}
+	w := af.startWorkerProcess("push")
+	w.waitLog(t, "partitions assigned", time.Minute)
+	af.produceCommands(af.commands(2))
+	af.waitSettled(time.Minute)
+	af.waitCaughtUp(time.Minute)
+	af.verify()
+	if n := af.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status NOT IN ('delivered', 'gone')`, af.eventID); n != 0 {
+		t.Fatalf("%d outcomes neither delivered nor gone", n)
+	}
+	if msB := af.mockB.Stats(); msB.FCM.Unique != af.nFCMB || msB.APNs.Unique != af.nAPNsB {
+		t.Fatalf("app b's mock: fcm %+v, apns %+v; want %d and %d unique", msB.FCM, msB.APNs, af.nFCMB, af.nAPNsB)
 	}
 	af.checkSigned(t, map[string]map[string]bool{af.vapidB.PublicKey(): af.subsB})
 }
