@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,12 @@ func NewAppProviders(ctx context.Context, cfg AppsConfig) (*AppProviders, error)
 	}
 	a := &AppProviders{cfg: cfg, done: make(chan struct{})}
 	a.apply(snap)
+	var names []string
+	for name := range a.set.Load().apps {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	cfg.Logger.Info("push apps loaded: their devices are sent with their own credentials", "apps", names, "generation", snap.Generation)
 	wctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	go func() {
@@ -178,6 +185,9 @@ func (a *AppProviders) apply(snap apps.Snapshot) {
 			}
 		}
 		next.apps[app.Name] = a.build(app)
+		if old != nil {
+			a.cfg.Logger.Info("push apps: credentials loaded", "app", app.Name, "version", app.Version, "generation", snap.Generation)
+		}
 	}
 	if old != nil {
 		for name, p := range old.apps {
@@ -188,8 +198,8 @@ func (a *AppProviders) apply(snap apps.Snapshot) {
 	}
 	a.set.Store(next)
 	for _, p := range replaced {
-		a.cfg.Logger.Info("push apps: credentials reloaded", "app", p.name, "old_version", p.version,
-			"generation", snap.Generation)
+		a.cfg.Logger.Info("push apps: replaced credentials retire after the grace period", "app", p.name, "old_version", p.version,
+			"grace", a.cfg.Grace.String())
 		a.retire(p)
 	}
 }
