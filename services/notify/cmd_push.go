@@ -13,6 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -143,11 +144,38 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			closeAll()
 			return nil, err
 		}
-		if _, err := appsSecretsKey(ctx, pool, true); err != nil {
+		secretsKey, err := appsSecretsKey(ctx, pool, true)
+		if err != nil {
 			closeAll()
 			pool.Close()
 			return nil, err
 		}
+		// Devices of the other apps are sent with their stored
+		// credentials, built as the environment's are and reloaded when
+		// they change; both workers share them.
+		var allowed []string
+		if v := os.Getenv(endpoint.EnvAllowedHosts); v != "" {
+			if allowed, err = endpoint.ParseAllowedHosts(v); err != nil {
+				closeAll()
+				pool.Close()
+				return nil, fmt.Errorf("invalid %s: %w", endpoint.EnvAllowedHosts, err)
+			}
+		}
+		appSnd := snd
+		appSnd.VAPID = webpush.VAPIDConfig{}
+		appProviders, err := push.NewAppProviders(ctx, push.AppsConfig{
+			Store:  apps.NewStore(pool, apps.Config{Key: secretsKey, Logger: log}),
+			Sender: appSnd, AllowedHosts: allowed, Dev: devMode,
+			FCMTTL: appTTL(cfg.TTL, 28*24*time.Hour), APNsTTL: appTTL(cfg.TTL, 0),
+			MaxInFlight: cfg.MaxInFlight + *laneInFlight, Logger: log, Metrics: set})
+		if err != nil {
+			closeAll()
+			pool.Close()
+			return nil, fmt.Errorf("apps' credentials: %w", err)
+		}
+		cfg.Apps = appProviders
+		prevApps := closeAll
+		closeAll = func() { appProviders.Close(); prevApps() }
 		// The lane has connections of its own, so a broadcast's loads and
 		// recordings never hold a small event's back; its commands are
 		// small, so a few serve many, one short query after another.

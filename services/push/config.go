@@ -76,6 +76,13 @@ type Config struct {
 	// those): a device's platform picks its provider, and one without is
 	// recorded provider_not_configured. Default none.
 	Providers []provider.Provider
+	// Apps sends the devices of every app but the default one with that
+	// app's stored credentials (NewAppProviders; one may serve several
+	// workers, and its owner closes it after them). The default app's
+	// devices are sent with Sender, FCM and APNs. Nil: devices of other
+	// apps are recorded provider_not_configured (and counted in
+	// notify_push_app_not_configured_total{app,platform}). Default nil.
+	Apps *AppProviders
 
 	// MaxInFlight caps sends that have started but whose outcome is not yet
 	// recorded in push_deliveries, over all commands of this worker. It is

@@ -81,12 +81,15 @@ func (d *dispatcher) run(recips []recipient) {
 	queue := map[string][]queued{}
 	var budgets []string // queue's keys, in order of first appearance
 	for _, rc := range recips {
-		p := w.providers[provider.Platform(rc.platform)]
+		p, reason := w.providerFor(&rc)
 		switch {
 		case rc.deleted:
 			d.answer(rc, provider.Outcome{Kind: provider.Gone, Err: errSubscriptionDeleted})
 		case rc.disabled:
 			d.answer(rc, provider.Outcome{Kind: provider.PermanentFailure, Err: errSubscriptionDisabled})
+		case p == nil && reason != "":
+			d.answer(rc, provider.NotConfigured(provider.Platform(rc.platform), reason))
+			w.m.appNotConfigured(rc.app, rc.platform).Inc()
 		case p == nil:
 			d.answer(rc, notConfigured(rc.platform))
 			w.m.notConfigured(rc.platform).Inc()
@@ -168,6 +171,13 @@ func (d *dispatcher) start(q queued) bool {
 		w.origins.release(q.budget)
 		d.halt = s
 		return false
+	}
+	if !isDefaultApp(q.rc.app) {
+		// Picked again with the slot in hand: a wait for it may have
+		// outlasted the grace of the app's credentials it was queued with.
+		if p, _ := w.providerFor(&q.rc); p != nil {
+			q.p = p
+		}
 	}
 	w.m.unrecorded.Inc()
 	d.n++

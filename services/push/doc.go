@@ -36,6 +36,19 @@
 // the credentials, the dial guard refusing the push service's address, an
 // APNs topic missing or not the key's (deploymentsFault in batch.go).
 //
+// # Apps
+//
+// Every device belongs to an app (push_subscriptions.app, services/apps).
+// The default app's devices go through the providers above, the
+// environment's; every other app's through Config.Apps (apps.go): that
+// app's providers, built from its stored credentials by the same
+// constructors — one Web Push sender per VAPID key, so a subscription is
+// signed with the key it was made with, retired or not — rebuilt when the
+// app's version moves and swapped atomically, the replaced ones closed
+// after a grace period. A device whose app the worker lacks, or has no
+// credentials for its platform, is recorded provider_not_configured
+// naming the app, like a platform without a provider.
+//
 // Copies of a command — the connector re-emits after a crash, an early
 // retry re-queued just before a crash — land on the same partition and so on
 // the same worker, which runs them one after the other: the later copy finds

@@ -32,6 +32,10 @@ import (
 //	notify_push_provider_not_configured_total{platform}
 //	                                        devices recorded failed because
 //	                                        their platform has no credentials
+//	notify_push_app_not_configured_total{app,platform}
+//	                                        devices recorded failed because
+//	                                        their app does not exist or has
+//	                                        no credentials for the platform
 type workerMetrics struct {
 	set *metrics.Set
 
@@ -71,6 +75,10 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 
 func (m *workerMetrics) notConfigured(platform string) *metrics.Counter {
 	return m.counter(fmt.Sprintf(`notify_push_provider_not_configured_total{platform=%q}`, platform))
+}
+
+func (m *workerMetrics) appNotConfigured(app, platform string) *metrics.Counter {
+	return m.counter(fmt.Sprintf(`notify_push_app_not_configured_total{app=%q,platform=%q}`, app, platform))
 }
 
 func (m *workerMetrics) counter(name string) *metrics.Counter {

@@ -24,13 +24,14 @@ const platformsGone = 0.2
 // each platform gone).
 type platformFixture struct {
 	*fixture
-	mock    *pushmock.Server
-	creds   *fcm.Credentials
-	key     apns.DevKey
-	fcmGone int64 // FCM devices the mock answers UNREGISTERED
-	apnGone int64 // APNs devices it answers Unregistered
-	fcmBad  int64 // FCM devices it answers 5xx forever (not gone)
-	apnBad  int64 // APNs devices it answers 5xx forever (not gone)
+	mock      *pushmock.Server
+	creds     *fcm.Credentials
+	credsFile string
+	key       apns.DevKey
+	fcmGone   int64 // FCM devices the mock answers UNREGISTERED
+	apnGone   int64 // APNs devices it answers Unregistered
+	fcmBad    int64 // FCM devices it answers 5xx forever (not gone)
+	apnBad    int64 // APNs devices it answers 5xx forever (not gone)
 }
 
 func newPlatformFixture(t *testing.T, users int, always5xx float64) *platformFixture {
@@ -59,7 +60,7 @@ func newObservedPlatformFixture(t *testing.T, users int, always5xx float64, obse
 	if err != nil {
 		t.Fatal(err)
 	}
-	pf := &platformFixture{fixture: f, mock: f.mock.(*pushmock.Server), creds: creds, key: key}
+	pf := &platformFixture{fixture: f, mock: f.mock.(*pushmock.Server), creds: creds, credsFile: credsFile, key: key}
 	for i, u := range f.users {
 		if i%3 == 0 {
 			id := int64(i + 1)

@@ -3,6 +3,7 @@ package push
 import (
 	"fmt"
 
+	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/provider"
@@ -127,5 +128,20 @@ func newDelivery(cmd streams.PushCommand) provider.Delivery {
 // device is where rc's delivery goes.
 func (rc *recipient) device() provider.Device {
 	return provider.Device{Platform: provider.Platform(rc.platform), Endpoint: rc.endpoint, P256DH: rc.p256dh, Auth: rc.auth,
-		Token: rc.token, Topic: rc.topic, Environment: rc.env}
+		Token: rc.token, Topic: rc.topic, Environment: rc.env, App: rc.app, VAPIDKeyID: rc.vapidKeyID}
+}
+
+// isDefaultApp: the device is sent with the worker's own providers (the
+// environment's credentials).
+func isDefaultApp(app string) bool { return app == "" || app == apps.Default }
+
+// providerFor is rc's provider: its platform's among the worker's own for
+// the default app, its app's (Config.Apps) otherwise. nil with a reason
+// when its app does not exist or has no credentials for its platform; nil
+// without one when the worker has no provider for the platform.
+func (w *Worker) providerFor(rc *recipient) (provider.Provider, string) {
+	if isDefaultApp(rc.app) {
+		return w.providers[provider.Platform(rc.platform)], ""
+	}
+	return w.cfg.Apps.lookup(rc.device())
 }

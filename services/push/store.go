@@ -37,6 +37,10 @@ type recipient struct {
 	token    string
 	topic    string
 	env      string
+	// app and vapidKeyID pick the credentials the device is sent with
+	// (see apps.go); vapidKeyID is 0 for none.
+	app        string
+	vapidKeyID int64
 	// deleted: a retry found its subscription removed meanwhile (the
 	// browser unsubscribed); it is recorded gone without sending.
 	deleted bool
@@ -69,8 +73,9 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 	var out []recipient
 	for rows.Next() {
 		var r recipient
-		var platform, endpoint, token, topic, env, locale *string
-		dest := []any{&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled}
+		var platform, endpoint, token, topic, env, app, locale *string
+		var keyID *int64
+		dest := []any{&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled, &app, &keyID}
 		if localized || isRetry(cmd) {
 			dest = append(dest, &locale)
 		}
@@ -83,6 +88,10 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 		} else {
 			r.platform = *platform
 			r.endpoint, r.token, r.topic, r.env = deref(endpoint), deref(token), deref(topic), deref(env)
+			r.app = deref(app)
+			if keyID != nil {
+				r.vapidKeyID = *keyID
+			}
 		}
 		out = append(out, r)
 	}

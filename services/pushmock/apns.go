@@ -110,6 +110,10 @@ type apnsMock struct {
 	byReason  map[string]int64
 	delivered map[string]struct{}
 
+	// trusted, when set, replaces cfg's key as the signing keys provider
+	// tokens are accepted from (TrustAPNsKeys).
+	trusted atomic.Pointer[[]APNsKey]
+
 	// tokens caches verified provider tokens (JWT → iat): senders reuse
 	// one for many requests, and an ECDSA verify each would make the mock
 	// the bottleneck. The age check still runs per request.
@@ -303,7 +307,17 @@ func (m *apnsMock) checkToken(jwt string, now time.Time) string {
 	if !ok {
 		// Verified with no age limit here: the age is checked below, per
 		// request, so a cached token still expires.
-		t, err := apns.VerifyToken(jwt, m.pub, m.cfg.KeyID, m.cfg.TeamID, now, 1<<62)
+		keys := []APNsKey{{Public: m.pub, KeyID: m.cfg.KeyID, TeamID: m.cfg.TeamID}}
+		if t := m.trusted.Load(); t != nil {
+			keys = *t
+		}
+		var t apns.Token
+		err := errors.New("no key is trusted")
+		for _, k := range keys {
+			if t, err = apns.VerifyToken(jwt, k.Public, k.KeyID, k.TeamID, now, 1<<62); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			return "InvalidProviderToken"
 		}
@@ -319,4 +333,24 @@ func (m *apnsMock) checkToken(jwt string, now time.Time) string {
 		return "ExpiredProviderToken"
 	}
 	return ""
+}
+
+// APNsKey is a signing key the APNs side accepts provider tokens of.
+type APNsKey struct {
+	Public        *ecdsa.PublicKey
+	KeyID, TeamID string
+}
+
+// TrustAPNsKeys makes the APNs side accept provider tokens signed by
+// these keys only (at start: Config.APNs's), as revoking a key in Apple's
+// developer account does; tokens verified before are checked again.
+func (s *Server) TrustAPNsKeys(keys ...APNsKey) {
+	if s.apns == nil {
+		return
+	}
+	k := append([]APNsKey(nil), keys...)
+	s.apns.trusted.Store(&k)
+	s.apns.tokMu.Lock()
+	s.apns.tokens = map[string]time.Time{}
+	s.apns.tokMu.Unlock()
 }

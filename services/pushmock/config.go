@@ -145,6 +145,9 @@ type Observed struct {
 	Device string
 	// Topic and Urgency are Web Push's headers.
 	Topic, Urgency string
+	// VAPIDKey is the public key (the "k" parameter) a Web Push
+	// request's Authorization was signed with.
+	VAPIDKey string
 	// CollapseKey and Priority are FCM's android.collapse_key and
 	// android.priority, or APNs' apns-collapse-id and apns-priority.
 	CollapseKey, Priority string

@@ -74,6 +74,10 @@ type fcmSide struct {
 	pub      *rsa.PublicKey
 	lifetime time.Duration
 
+	// trusted, when set, replaces creds' key as the service accounts
+	// whose assertions the token endpoint accepts (TrustFCMCredentials).
+	trusted atomic.Pointer[[]trustedAccount]
+
 	tokens    sync.Map // access token → expiry (time.Time)
 	delivered idSet
 	notBefore sync.Map // id → unix nanos of the Retry-After deadline
@@ -119,6 +123,28 @@ func (s *Server) RevokeFCMAccessTokens() {
 	if s.fcm != nil {
 		s.fcm.tokens.Clear()
 	}
+}
+
+// trustedAccount is a service account's key the token endpoint accepts.
+type trustedAccount struct {
+	pub   *rsa.PublicKey
+	email string
+}
+
+// TrustFCMCredentials makes the token endpoint accept assertions of these
+// service accounts only (at start: the credentials file's), as adding and
+// deleting keys in the Cloud console does: a key rotation is trusting
+// the old and the new, then the new alone. Access tokens issued before
+// stay valid until RevokeFCMAccessTokens.
+func (s *Server) TrustFCMCredentials(creds ...*fcm.Credentials) {
+	if s.fcm == nil {
+		return
+	}
+	t := make([]trustedAccount, 0, len(creds))
+	for _, c := range creds {
+		t = append(t, trustedAccount{pub: c.PublicKey(), email: c.ClientEmail})
+	}
+	s.fcm.trusted.Store(&t)
 }
 
 // FCMProject is the project the FCM side serves ("" when it is off).
@@ -174,7 +200,17 @@ func (f *fcmSide) handleToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	aud := "https://" + r.Host + r.URL.Path
-	if _, err := fcm.VerifyAssertion(r.PostForm.Get("assertion"), f.pub, f.creds.ClientEmail, aud, time.Now()); err != nil {
+	accounts := []trustedAccount{{pub: f.pub, email: f.creds.ClientEmail}}
+	if t := f.trusted.Load(); t != nil {
+		accounts = *t
+	}
+	err := errors.New("no service account is trusted")
+	for _, a := range accounts {
+		if _, err = fcm.VerifyAssertion(r.PostForm.Get("assertion"), a.pub, a.email, aud, time.Now()); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		refuse("invalid_grant", err.Error())
 		return
 	}

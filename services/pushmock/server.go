@@ -478,13 +478,23 @@ func (s *Server) observeWebPush(h *pushHeaders, id int64, body []byte) {
 	if s.cfg.Observe == nil {
 		return
 	}
-	o := Observed{Platform: "webpush", Device: strconv.FormatInt(id, 10), Topic: h.topic, Urgency: h.urgency}
+	o := Observed{Platform: "webpush", Device: strconv.FormatInt(id, 10), Topic: h.topic, Urgency: h.urgency, VAPIDKey: vapidK(h.auth)}
 	if keys, err := seed.DeriveSubscriptionKeys(s.cfg.Seed, id); err == nil {
 		if pt, err := webpush.Decrypt(keys.Private, keys.Auth[:], body); err == nil {
 			o.Body = pt
 		}
 	}
 	s.cfg.Observe(o)
+}
+
+// vapidK is the "k" parameter of a "vapid t=…, k=…" Authorization.
+func vapidK(auth string) string {
+	for _, p := range strings.Split(strings.TrimPrefix(auth, "vapid "), ",") {
+		if k, ok := strings.CutPrefix(strings.TrimSpace(p), "k="); ok {
+			return k
+		}
+	}
+	return ""
 }
 
 // judgeHeaders checks everything but the body: it returns the

@@ -25,6 +25,13 @@ type Device struct {
 	Topic string
 	// Environment is an APNs device's: "production" ("") or "sandbox".
 	Environment string
+	// App is the app the device belongs to (push_subscriptions.app):
+	// whose credentials it is sent with. "" is the default app.
+	App string
+	// VAPIDKeyID is the app's VAPID key a Web Push subscription was made
+	// with (push_subscriptions.vapid_key_id); 0 for the default app's
+	// key from the environment, or the app's current key.
+	VAPIDKeyID int64
 }
 
 // Delivery is one message to one device.
