@@ -29,7 +29,10 @@
 
 BEGIN;
 -- Roles are the cluster's: two runs at once (two databases of one server) take turns.
-SELECT pg_advisory_xact_lock(7402719511);
+-- An advisory lock would not do: its key is scoped to the current database. Role DDL
+-- takes ROW EXCLUSIVE on the shared catalog pg_authid, which this mode excludes, while
+-- logins (ACCESS SHARE) go on.
+LOCK TABLE pg_catalog.pg_authid IN SHARE ROW EXCLUSIVE MODE;
 
 DO $$
 DECLARE
