@@ -38,6 +38,9 @@ type Config struct {
 	// largest one-slice event whose push command goes to the
 	// transactional lane. Default DefaultLaneStudents; negative: no lane.
 	LaneStudents int
+	// PlanGroup is the planner's PlannerConfig.Group: the most events
+	// planned in one transaction. Default DefaultPlanGroup.
+	PlanGroup int
 	// DisablePlanner and DisableSlices run only one of the two roles. The
 	// Scheduler (starting scheduled events at their send_at) runs with the
 	// planner.
@@ -132,7 +135,7 @@ func New(cfg Config) (*Service, error) {
 		s.releaser = rel
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner"),
-			Scheduled: sch.Wake, FirstSlice: slices.RunIn})
+			Scheduled: sch.Wake, FirstSlice: slices.RunIn, Group: cfg.PlanGroup})
 		if err != nil {
 			return nil, err
 		}
