@@ -180,12 +180,16 @@ func (s *Server) createNotification(ctx context.Context, owner UUID, key string,
 // createNotificationAlone writes c in a transaction of its own.
 func (s *Server) createNotificationAlone(ctx context.Context, c *notificationCall) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := s.createNotificationIn(ctx, tx, c); err != nil {
+		var b pgx.Batch
+		if err := s.createNotificationIn(ctx, tx, &b, c); err != nil {
 			return err
 		}
 		if c.refused != nil {
 			// Nothing of it may stay, the key's claim included.
 			return errRolledBack
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("write notification: %w", err)
 		}
 		return nil
 	})
@@ -204,15 +208,19 @@ var errRolledBack = errors.New("refused: rolled back")
 // be; any other error fails the group, and the queue writes each alone.
 func (s *Server) createNotificationsGroup(ctx context.Context, calls []*notificationCall) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Each request's checks run as it comes; every write of the
+		// group goes in one round trip at the end.
+		var b pgx.Batch
 		for _, c := range calls {
-			if err := s.createNotificationIn(ctx, tx, c); err != nil {
+			if err := s.createNotificationIn(ctx, tx, &b, c); err != nil {
 				return err
 			}
 			if c.refused != nil && c.claimed && c.key != "" {
-				if _, err := tx.Exec(ctx, sqlReleaseKey, c.owner, c.key); err != nil {
-					return fmt.Errorf("release idempotency key: %w", err)
-				}
+				b.Queue(sqlReleaseKey, c.owner, c.key)
 			}
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("write %d notifications: %w", len(calls), err)
 		}
 		return nil
 	})
@@ -222,10 +230,11 @@ func (s *Server) createNotificationsGroup(ctx context.Context, calls []*notifica
 // refused after its claim.
 const sqlReleaseKey = `DELETE FROM api_idempotency WHERE user_id = $1 AND key = $2`
 
-// createNotificationIn writes c in tx: its key's claim, the event and the
-// stored answer. A refusal (the request's fault) is set on c, having
-// written nothing but the claim; an error is the database's.
-func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, c *notificationCall) error {
+// createNotificationIn claims c's key in tx and queues its event and
+// stored answer on b. A refusal (the request's fault) is set on c, having
+// written nothing but the claim and queued nothing; an error is the
+// database's.
+func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *notificationCall) error {
 	c.claimed, c.refused, c.res = true, nil, publishResult{}
 	if c.key != "" {
 		var one int
@@ -238,7 +247,7 @@ func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, c *notific
 			return fmt.Errorf("claim idempotency key: %w", err)
 		}
 	}
-	cr, err := notifications.Create(ctx, tx, s.cfg.IDs, c.sender, c.req, uuid.UUID(NewUUID()))
+	cr, err := notifications.QueueCreate(ctx, tx, b, s.cfg.IDs, c.sender, c.req, uuid.UUID(NewUUID()))
 	if err != nil {
 		if isRefusal(err) {
 			c.refused = err
@@ -251,16 +260,14 @@ func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, c *notific
 	if resp.UnknownUserIDs == nil {
 		resp.UnknownUserIDs = []string{}
 	}
-	b, err := json.Marshal(resp)
+	body, err := json.Marshal(resp)
 	if err != nil {
 		return fmt.Errorf("encode response: %w", err)
 	}
 	if c.key != "" {
-		if _, err := tx.Exec(ctx, sqlStoreResponse, c.owner, c.key, string(b)); err != nil {
-			return fmt.Errorf("store response: %w", err)
-		}
+		b.Queue(sqlStoreResponse, c.owner, c.key, string(body))
 	}
-	c.res = publishResult{status: http.StatusCreated, body: b}
+	c.res = publishResult{status: http.StatusCreated, body: body}
 	return nil
 }
 
