@@ -42,9 +42,9 @@ const (
 	MaxRanges = 1024
 	// MaxSliceSize bounds SliceSize: one transaction should stay small.
 	MaxSliceSize = 1_000_000
-	// DefaultPlanGroup is PlannerConfig.Group's default: as many events
-	// as the planner handles at once.
-	DefaultPlanGroup = plannerInFlight
+	// DefaultPlanGroup is PlannerConfig.Group's default: a quarter of
+	// what the planner handles at once, one group per writer.
+	DefaultPlanGroup = plannerInFlight / planWriters
 )
 
 // PlannerConfig configures a Planner. Zero values take the documented
@@ -146,10 +146,6 @@ func NewPlanner(pool *pgxpool.Pool, cfg PlannerConfig) (*Planner, error) {
 	if cfg.Group > 1 {
 		p.group = groupcommit.New(groupcommit.Config[*planCall]{
 			MaxGroup: cfg.Group,
-			// A group's events are planned one after another, each a few
-			// round trips, so a few groups at once keep Postgres busy
-			// through those waits; with two, planning fell behind 300
-			// events/s on a loaded machine.
 			Writers:  planWriters,
 			Grouped:  func(n int) { metricPlanGroup.Update(float64(n)) },
 			Fallback: func(n int, err error) {
@@ -283,8 +279,9 @@ func nonEmpty(s string) *string {
 }
 
 // planWriters is how many planning transactions of grouped events run at
-// once (PlannerConfig.Group).
-const planWriters = 8
+// once (PlannerConfig.Group): while one group commits, others are being
+// planned, each a few round trips per event.
+const planWriters = 4
 
 // planned is what planning one event did: read after its transaction
 // committed, for the answer, the log and the metrics.

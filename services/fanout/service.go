@@ -77,10 +77,12 @@ func (c Config) withDefaults() Config {
 // DefaultSliceInFlight is SliceInFlight's default for a given Ranges.
 func DefaultSliceInFlight(ranges int) int { return ranges }
 
-// plannerInFlight is how many events the planner plans at once: each is a
-// short transaction (small events' first slice included), so many small
-// events in a row overlap their commits instead of queueing behind one.
-const plannerInFlight = 32
+// plannerInFlight is how many events the planner handles at once. They
+// wait in its group-commit queue (PlannerConfig.Group) and are planned a
+// group per transaction, so this bounds how large the groups can grow: at
+// 32 (with 8 writers) groups stayed at a few events and planning fell
+// behind 300 small events/s on a loaded machine.
+const plannerInFlight = 256
 
 // Service runs the planner and/or the slice worker. Its lifecycle is
 // startstop's: a second Start fails with startstop.ErrAlreadyStarted; the
