@@ -471,7 +471,7 @@ func timeRelease(ctx context.Context, pool *pgxpool.Pool, pl *runningPipeline, c
 			}
 			rel.DeferredDevices = deferredDevices
 			rel.LoadedBeforeEnd = rel.QuietEnd.Sub(time.Unix(0, lastLoad.Load())).Seconds()
-			cfg.Say("release: %d devices loaded, %d of them deferred; the quiet hours end in %.1fs", loaded.Load(), deferredDevices, rel.LoadedBeforeEnd)
+			cfg.Say("release: every command loaded: %d devices to send, %d recorded deferred; the quiet hours end in %.1fs", loaded.Load(), deferredDevices, rel.LoadedBeforeEnd)
 		}
 		if deferredDevices >= 0 && released >= deferredDevices {
 			break
