@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -107,7 +108,13 @@ func (s *Server) handleNotification(w http.ResponseWriter, r *http.Request, p pr
 		s.m.replayed.Inc()
 		w.Header().Set("Idempotent-Replayed", "true")
 	} else {
-		s.log.Info("notification created", "sender", sender.String(), "type", req.Type)
+		// Logged for broadcasts; a small audience's, one of thousands a
+		// minute, at DEBUG (the request metrics count them).
+		level := slog.LevelInfo
+		if req.Audience.CourseID == nil && len(req.Audience.UserIDs) <= smallAudience {
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "notification created", "sender", sender.String(), "type", req.Type)
 	}
 	writeRawJSON(w, res.status, res.body)
 }
@@ -305,6 +312,10 @@ func notificationRequestHash(req notifications.Request) [32]byte {
 	b, _ := json.Marshal(req)
 	return sha256.Sum256(append([]byte("POST notifications\n"), b...))
 }
+
+// smallAudience is the largest user list whose notification is logged at
+// DEBUG rather than INFO.
+const smallAudience = 100
 
 // notificationWriters is how many notification transactions run at once
 // (Config.NotificationBatch): each request is a few round trips written

@@ -337,7 +337,13 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 		}
 	default:
 		metricRunsPlanned.Inc()
-		p.cfg.Logger.Info("planned fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "ranges", len(out.ranges), "slice_size", p.cfg.SliceSize)
+		// A broadcast's start is news; a small event's (one range, its
+		// slice done in the plan), one of thousands a minute, is not.
+		level := slog.LevelInfo
+		if out.sliced.RangeDone {
+			level = slog.LevelDebug
+		}
+		p.cfg.Logger.Log(ctx, level, "planned fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "ranges", len(out.ranges), "slice_size", p.cfg.SliceSize)
 	}
 	return out.planned, nil
 }

@@ -404,7 +404,11 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 	}
 	metricRunsFinished.Inc()
 	metricRunDuration.Update(seconds)
-	w.cfg.Logger.Info("fan-out finished", "event_id", cmd.EventID, "notified", notified, "seconds", seconds)
+	level := slog.LevelInfo
+	if notified <= int64(max(w.cfg.LaneStudents, 0)) {
+		level = slog.LevelDebug // a small event's end: one of thousands a minute
+	}
+	w.cfg.Logger.Log(ctx, level, "fan-out finished", "event_id", cmd.EventID, "notified", notified, "seconds", seconds)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/notify-dev/notify/services/eventstatus"
@@ -118,17 +119,25 @@ func (f *Finisher) pass(soft, hard context.Context) ([]string, error) {
 		if err != nil {
 			return done, err
 		}
+		ready := make([]string, 0, len(ids))
+		pushes := make(map[string]eventstatus.Push, len(ids))
 		for _, id := range ids {
 			if soft.Err() != nil {
-				return done, nil
+				break
 			}
-			ok, err := f.finish(hard, id)
+			p, err := eventstatus.LoadPush(hard, f.cfg.Pool, id)
 			if err != nil {
-				return done, err
+				return done, fmt.Errorf("finisher: %w", err)
 			}
-			if ok {
-				done = append(done, id)
+			if p.Done() {
+				ready = append(ready, id)
+				pushes[id] = p
 			}
+		}
+		finished, err := f.finish(hard, ready, pushes)
+		done = append(done, finished...)
+		if err != nil || soft.Err() != nil {
+			return done, err
 		}
 		if len(ids) < f.cfg.Batch {
 			break
@@ -158,30 +167,41 @@ func (f *Finisher) candidates(ctx context.Context, after string) ([]string, erro
 	return ids, nil
 }
 
-// finish moves one event to 'finished' when its push accounting
-// (services/eventstatus: a few counter rows) says every notified student's
-// push command has counted its devices and nothing is pending
-// (eventstatus.Push.Done). Nothing can make a final outcome pending again once the fan-out
-// finished, so reading the counts first and updating after is safe; the
-// UPDATE still requires 'running', so an event paused or cancelled in
-// between stays as it is.
-func (f *Finisher) finish(ctx context.Context, eventID string) (bool, error) {
-	p, err := eventstatus.LoadPush(ctx, f.cfg.Pool, eventID)
+// finish moves the events of one page to 'finished' in one statement
+// (one transaction, however many small events finished since the last
+// pass) once their push accounting (services/eventstatus: a few counter
+// rows) said every notified student's push command has counted its
+// devices and nothing is pending (eventstatus.Push.Done). Nothing can make
+// a final outcome pending again once the fan-out finished, so reading the
+// counts first and updating after is safe; the UPDATE still requires
+// 'running', so an event paused or cancelled in between stays as it is.
+func (f *Finisher) finish(ctx context.Context, ids []string, pushes map[string]eventstatus.Push) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := f.cfg.Pool.Query(ctx, sqlFinish, ids)
 	if err != nil {
-		return false, fmt.Errorf("finisher: %w", err)
+		return nil, fmt.Errorf("finisher: finish %d events: %w", len(ids), err)
 	}
-	if !p.Done() {
-		return false, nil
-	}
-	tag, err := f.cfg.Pool.Exec(ctx, sqlFinish, eventID)
+	finished, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return false, fmt.Errorf("finisher: finish event %s: %w", eventID, err)
+		return nil, fmt.Errorf("finisher: finish %d events: %w", len(ids), err)
 	}
-	if tag.RowsAffected() == 0 {
-		return false, nil // another finisher, a pause or a cancel was first
+	for _, id := range finished {
+		metricFinished.Inc()
+		p := pushes[id]
+		// A broadcast's end is news; a grade's, one of thousands a
+		// minute, is not.
+		level := slog.LevelInfo
+		if p.Delivered+p.Gone+p.Failed+p.Cancelled+p.Expired <= smallEvent {
+			level = slog.LevelDebug
+		}
+		f.cfg.Logger.Log(ctx, level, "event finished", "event_id", id, "delivered", p.Delivered, "gone", p.Gone,
+			"failed", p.Failed, "cancelled", p.Cancelled, "expired", p.Expired)
 	}
-	metricFinished.Inc()
-	f.cfg.Logger.Info("event finished", "event_id", eventID, "delivered", p.Delivered, "gone", p.Gone,
-		"failed", p.Failed, "cancelled", p.Cancelled, "expired", p.Expired)
-	return true, nil
+	return finished, nil
 }
+
+// smallEvent is the most devices of an event whose end is logged at
+// DEBUG rather than INFO.
+const smallEvent = 100

@@ -7,12 +7,14 @@ SELECT event_id::text FROM fanout_runs
 WHERE state = 'running' AND finished_at IS NOT NULL AND event_id > $1::uuid
 ORDER BY event_id LIMIT $2`
 
-// sqlFinish is the running → finished transition, by the state rules:
-// UPDATE … WHERE state = <expected>, setting state_changed_at. The row
-// trigger of migration 0012 writes PushFinished in the same transaction.
+// sqlFinish is the running → finished transition of the events $1, by the
+// state rules: UPDATE … WHERE state = <expected>, setting
+// state_changed_at. The row trigger of migration 0012 writes PushFinished
+// of each in the same transaction. It returns the events it moved.
 const sqlFinish = `
 UPDATE fanout_runs SET state = 'finished', state_changed_at = now()
-WHERE event_id = $1 AND state = 'running' AND finished_at IS NOT NULL`
+WHERE event_id = ANY($1::uuid[]) AND state = 'running' AND finished_at IS NOT NULL
+RETURNING event_id::text`
 
 // sqlList is one page of events, newest published first: $1 course (NULL:
 // all), $2 state (NULL: all), $6 type (NULL: all; fanout_runs_type_recent), ($3, $4) the cursor (NULL: first page), $5

@@ -26,18 +26,18 @@ const (
 	// lane's worker (Config.Lane) in `notify run push`: its commands are
 	// one or a few students each, so many at once — each waits out the
 	// push service's latency — with send slots of their own.
-	DefaultLaneCommands  = 512
-	DefaultLaneInFlight  = 1000
+	DefaultLaneCommands = 512
+	DefaultLaneInFlight = 1000
 	// DefaultLaneRecordGroup is the lane worker's Config.RecordGroup.
 	DefaultLaneRecordGroup = 64
-	DefaultMaxCommands   = 16
-	DefaultMaxAttempts   = 5
-	DefaultBackoffBase   = time.Second
-	DefaultBackoffMax    = time.Minute
-	DefaultBatchSize     = 1000
-	DefaultFlushInterval = 50 * time.Millisecond
-	DefaultHoldMax       = 5 * time.Second
-	DefaultLagInterval   = 15 * time.Second
+	DefaultMaxCommands     = 16
+	DefaultMaxAttempts     = 5
+	DefaultBackoffBase     = time.Second
+	DefaultBackoffMax      = time.Minute
+	DefaultBatchSize       = 1000
+	DefaultFlushInterval   = 50 * time.Millisecond
+	DefaultHoldMax         = 5 * time.Second
+	DefaultLagInterval     = 15 * time.Second
 	// DefaultHoldRetryAfter: see Config.HoldRetryAfter.
 	DefaultHoldRetryAfter = 2 * time.Second
 	// DefaultDisableAfterFailures: see Config.DisableAfterFailures.
