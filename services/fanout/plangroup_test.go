@@ -100,3 +100,66 @@ func TestPlanGroupOfSmallEvents(t *testing.T) {
 	}
 	check()
 }
+
+// TestPlanGroupTwiceInOneGroup: the same event handled twice at once (a
+// redelivery racing the first delivery) is planned once: one run, one
+// notification, one push command, and exactly one of the two calls says
+// it planned.
+func TestPlanGroupTwiceInOneGroup(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	users := createUsers(t, db.Pool, 1)
+	c := create(t, db.Pool, notifications.Sender{Service: "grades"}, notifications.Request{
+		Type: "grade.posted", Audience: notifications.Audience{UserIDs: users}, Title: ptr("Your grade"),
+	})
+	var payload []byte
+	if err := db.Pool.QueryRow(ctx, `SELECT payload::text FROM outbox WHERE id = $1`, c.EventID).Scan(&payload); err != nil {
+		t.Fatal(err)
+	}
+	var ev streams.NotificationCreated
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		t.Fatal(err)
+	}
+	slices, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Logger: testLogger(), FirstSlice: slices.RunIn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const copies = 20
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	planned := 0
+	for range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := planner.PlanNotification(ctx, ev)
+			if err != nil {
+				t.Errorf("plan: %v", err)
+			}
+			if ok {
+				mu.Lock()
+				planned++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if planned != 1 {
+		t.Fatalf("%d of %d copies planned the event, want 1", planned, copies)
+	}
+	for q, want := range map[string]int64{
+		`SELECT count(*) FROM fanout_runs`:                       1,
+		`SELECT count(*) FROM fanout_ranges`:                     1,
+		`SELECT count(*) FROM notifications`:                     1,
+		`SELECT count(*) FROM outbox WHERE type = 'PushCommand'`: 1,
+	} {
+		if got := count(t, db.Pool, q); got != want {
+			t.Fatalf("%s: %d, want %d", q, got, want)
+		}
+	}
+}

@@ -360,11 +360,40 @@ func (m plan) scheduled() bool { return m.sched }
 func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 	outs := make([]planned, len(calls))
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// The group's small events — user lists, due now — have their
+		// runs and their one range written by one statement for all of
+		// them; each then runs its first slice. Any other event is planned
+		// whole, in turn.
+		var lists []int
 		for i, c := range calls {
+			if c.m.courseID == nil && !c.m.scheduled() && p.cfg.FirstSlice != nil {
+				lists = append(lists, i)
+				continue
+			}
 			var err error
 			if outs[i], err = p.planIn(ctx, tx, c.m, p.cfg.FirstSlice != nil); err != nil {
 				return fmt.Errorf("event %s: %w", c.m.eventID, err)
 			}
+		}
+		if len(lists) == 0 {
+			return nil
+		}
+		fresh, err := p.insertListRuns(ctx, tx, calls, lists)
+		if err != nil {
+			return err
+		}
+		for _, i := range lists {
+			m := calls[i].m
+			outs[i].ranges = p.single
+			if !fresh[m.eventID] {
+				continue // planned before: a redelivery (or twice in this group)
+			}
+			delete(fresh, m.eventID)
+			run := runStart{EventID: m.eventID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
+			if outs[i].sliced, err = p.cfg.FirstSlice(ctx, tx, firstSlices(run, p.single)[0], false); err != nil {
+				return fmt.Errorf("event %s: first slice: %w", m.eventID, err)
+			}
+			outs[i].planned = true
 		}
 		return nil
 	})
@@ -375,6 +404,38 @@ func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 		c.out = outs[i]
 	}
 	return nil
+}
+
+// insertListRuns writes the runs of the user-list events calls[lists[…]]
+// and their one range each, in one statement (sqlInsertListRuns), and
+// returns the events it wrote (the others were planned before).
+func (p *Planner) insertListRuns(ctx context.Context, tx pgx.Tx, calls []*planCall, lists []int) (map[string]bool, error) {
+	n := len(lists)
+	ids, titles := make([]string, n), make([]string, n)
+	urls, bodies, data, collapse, locales, defLocales := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	published := make([]time.Time, n)
+	expires := make([]*time.Time, n)
+	types, priorities := make([]string, n), make([]string, n)
+	for j, i := range lists {
+		m := calls[i].m
+		ids[j], titles[j], urls[j], bodies[j], data[j] = m.eventID, m.title, m.url, m.body, m.data
+		collapse[j], locales[j], defLocales[j] = m.collapseKey, m.locales, m.defaultLocale
+		published[j], expires[j], types[j], priorities[j] = m.publishedAt, m.expiresAt, m.typ, m.priority
+	}
+	rows, err := tx.Query(ctx, sqlInsertListRuns, ids, titles, urls, published, expires, types, bodies, data, priorities,
+		collapse, locales, defLocales, p.cfg.SliceSize, p.single[0].Lo, p.single[0].Hi)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d runs: %w", n, err)
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("insert %d runs: %w", n, err)
+	}
+	fresh := make(map[string]bool, len(written))
+	for _, id := range written {
+		fresh[id] = true
+	}
+	return fresh, nil
 }
 
 // planAlone plans one event in its own transaction. The first slice of a

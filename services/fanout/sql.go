@@ -11,6 +11,30 @@ INSERT INTO fanout_runs (event_id, course_id, material_id, title, url, published
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::text::jsonb, $15, $16, $17::text::jsonb, $18)
 ON CONFLICT (event_id) DO NOTHING`
 
+// sqlInsertListRuns is sqlInsertRun and sqlInsertRanges for many user-list
+// events due now at once (Planner.planGroup): each run 'running' with one
+// range over the whole uuid space ($14, $15). A run already there (a
+// redelivery) gets nothing; the statement returns the events it wrote.
+// Runs are inserted in array order, which is the order of their
+// FanoutStarted records (the row trigger of migration 0012).
+const sqlInsertListRuns = `
+WITH run AS (
+    INSERT INTO fanout_runs (event_id, title, url, published_at, ranges, slice_size, state, expires_at,
+                             type, body, data, priority, collapse_key, locales, default_locale)
+    SELECT r.event_id, r.title, r.url, r.published_at, 1, $13, 'running', r.expires_at,
+           r.type, r.body, r.data::jsonb, r.priority, r.collapse_key, r.locales::jsonb, r.default_locale
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[],
+                $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) WITH ORDINALITY
+         AS r(event_id, title, url, published_at, expires_at, type, body, data, priority, collapse_key, locales, default_locale, n)
+    ORDER BY r.n
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+), rng AS (
+    INSERT INTO fanout_ranges (event_id, range_index, lo, hi)
+    SELECT event_id, 0, $14::uuid, $15::uuid FROM run
+)
+SELECT event_id::text FROM run`
+
 // sqlProbeAudience counts a course's audience at the publish time up to
 // $3 (Planner.rangesFor): the slice's own predicate, on the enrollments
 // primary key, stopping at the bound.
