@@ -66,30 +66,11 @@ func createRosterTopics(ctx context.Context, adm *kadm.Client, topics streams.To
 			return func() {}, fmt.Errorf("create topic %s: %w", t, err)
 		}
 	}
-	// A topic just created may not have its leaders in every broker's
-	// metadata yet, and a producer gives up on it after a few retries.
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		md, err := adm.ListTopics(wctx, users, courses, enrollments)
-		ready := err == nil
-		for _, name := range []string{users, courses, enrollments} {
-			d, ok := md[name]
-			ready = ready && ok && d.Err == nil && len(d.Partitions) > 0
-			for _, p := range d.Partitions {
-				ready = ready && p.Err == nil && p.Leader >= 0
-			}
-		}
-		if ready {
-			return del, nil
-		}
-		select {
-		case <-wctx.Done():
-			del()
-			return func() {}, fmt.Errorf("the roster topics have no leader after 30 s: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := benchkit.WaitTopicsReady(ctx, adm, users, courses, enrollments); err != nil {
+		del()
+		return func() {}, err
 	}
+	return del, nil
 }
 
 // produceRoster writes the platform's snapshot as its Debezium connector

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -67,6 +69,9 @@ type Config struct {
 	Rate int
 	// Duration of the steady load. Default 30 s.
 	Duration time.Duration
+	// CPUProfile, when set, receives a CPU profile of this process from
+	// the service's start to the last offset committed (go tool pprof).
+	CPUProfile string
 	// Logger receives progress. Default: discarded.
 	Logger *slog.Logger
 }
@@ -191,6 +196,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		_, _ = tk.Admin.DeleteTopics(dctx, usersT, coursesT, enrollT)
 		_, _ = tk.Admin.DeleteGroups(dctx, topics.Group(streams.GroupRoster))
 	}()
+	if err := benchkit.WaitTopicsReady(ctx, tk.Admin, usersT, coursesT, enrollT); err != nil {
+		return res, err
+	}
 
 	if cfg.Rate > 0 {
 		res.Rate, res.Users, res.Enrollments = cfg.Rate, 0, 0
@@ -242,6 +250,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	svc, err := roster.NewService(svcCfg)
 	if err != nil {
 		return res, err
+	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return res, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	pg0 := backendsCPU(backends)
 	self0 := selfCPU()

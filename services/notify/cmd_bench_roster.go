@@ -33,6 +33,7 @@ func runBenchRoster(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Parallel, "parallel", roster.DefaultParallel, "partitions applied at once")
 	fs.IntVar(&cfg.Rate, "rate", 0, "instead of the snapshot: write this many changes per second (new users and their enrollments) to the running roster for --duration and report the apply lag's p50/p99/max (--users and --enrollments are ignored)")
 	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long --rate writes")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the apply (this process: the roster service) to FILE (go tool pprof)")
 	jsonOut := fs.String("json", "", "also write the result as JSON to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
