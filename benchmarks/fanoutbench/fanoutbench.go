@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	meter = startCPUMeter(ctx, pool)
-	rows, secs, err := pl.measure(ctx, course)
+	_, rows, secs, err := pl.measure(ctx, course)
 	res.FanoutCPU = meter.finish()
 	if err != nil {
 		return res, err
@@ -293,25 +293,31 @@ func Print(w io.Writer, res Result) {
 // ensureSeeded seeds cfg.Users students (no subscriptions: the fan-out does
 // not read them) unless the database already holds exactly that course.
 func ensureSeeded(ctx context.Context, pool *pgxpool.Pool, cfg Config, res *Result) (course string, err error) {
+	course, res.SeedSeconds, err = ensureSeededWith(ctx, pool, cfg, res.Database, seed.Options{Users: cfg.Users, NoSubscriptions: true})
+	return course, err
+}
+
+// ensureSeededWith seeds o into database name unless it already holds a
+// course of o.Users students, and says how long seeding took (0: reused).
+func ensureSeededWith(ctx context.Context, pool *pgxpool.Pool, cfg Config, name string, o seed.Options) (course string, seconds float64, err error) {
 	var enrolled int64
 	err = pool.QueryRow(ctx, `SELECT c.id::text, (SELECT count(*) FROM enrollments e WHERE e.course_id = c.id)
 		FROM courses c LIMIT 1`).Scan(&course, &enrolled)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		cfg.Say("seeding %d students into %s (once; later runs reuse them)", cfg.Users, res.Database)
-		r, err := seed.Load(ctx, pool, seed.Options{Users: cfg.Users, NoSubscriptions: true})
+		cfg.Say("seeding %d students into %s (once; later runs reuse them)", o.Users, name)
+		r, err := seed.Load(ctx, pool, o)
 		if err != nil {
-			return "", fmt.Errorf("seed: %w", err)
+			return "", 0, fmt.Errorf("seed: %w", err)
 		}
-		res.SeedSeconds = r.Seconds
 		cfg.Say("seeded in %.1fs", r.Seconds)
-		return r.CourseID, nil
+		return r.CourseID, r.Seconds, nil
 	case err != nil:
-		return "", fmt.Errorf("look for the seeded course: %w", err)
-	case enrolled != int64(cfg.Users):
-		return "", fmt.Errorf("database %s holds a course with %d students, not %d: drop it (DROP DATABASE %s) and run again", res.Database, enrolled, cfg.Users, res.Database)
+		return "", 0, fmt.Errorf("look for the seeded course: %w", err)
+	case enrolled != int64(o.Users):
+		return "", 0, fmt.Errorf("database %s holds a course with %d students, not %d: drop it (DROP DATABASE %s) and run again", name, enrolled, o.Users, name)
 	}
-	return course, nil
+	return course, 0, nil
 }
 
 // reset empties everything a run writes and gives both measurements the
@@ -399,10 +405,11 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 // runningPipeline is the connector and the fan-out running in this
 // process on their own topics and slot.
 type runningPipeline struct {
-	pool  *pgxpool.Pool
-	cfg   Config
-	stops []func()
-	once  sync.Once
+	pool   *pgxpool.Pool
+	cfg    Config
+	topics streams.Topics
+	stops  []func()
+	once   sync.Once
 }
 
 func (p *runningPipeline) stop() {
@@ -434,6 +441,7 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 		return nil, err
 	}
 	p.stops = append(p.stops, created.Delete)
+	p.topics = topics
 
 	slot := "bench_fanout_" + suffix
 	conn, err := connect.New(connect.Config{
@@ -492,14 +500,14 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	return p, nil
 }
 
-// measure publishes one event for course and returns how many students it
-// notified and the seconds from its outbox commit to the commit of its
+// measure publishes one event for course and returns it, how many
+// students it notified and the seconds from its outbox commit to the commit of its
 // last slice (fanout_runs.finished_at is set inside that transaction, just
 // before its commit).
-func (p *runningPipeline) measure(ctx context.Context, course string) (int64, float64, error) {
+func (p *runningPipeline) measure(ctx context.Context, course string) (string, int64, float64, error) {
 	event, t0, err := publish(ctx, p.pool, course)
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
@@ -508,13 +516,13 @@ func (p *runningPipeline) measure(ctx context.Context, course string) (int64, fl
 	finished, err := waitFinished(mctx, p.pool, event, &notified)
 	stop()
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
 	st, err := eventstatus.LoadFanout(ctx, p.pool, event)
 	if err != nil {
-		return 0, 0, err
+		return "", 0, 0, err
 	}
-	return st.Notified, finished.Sub(t0).Seconds(), nil
+	return event, st.Notified, finished.Sub(t0).Seconds(), nil
 }
 
 // publish commits a material and its MaterialPublished outbox row, as the
@@ -544,17 +552,13 @@ func publish(ctx context.Context, pool *pgxpool.Pool, course string) (string, ti
 // only take CPU from what is measured.
 func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string, notified *atomic.Int64) (time.Time, error) {
 	for {
-		var fin *time.Time
-		var n int64
-		err := pool.QueryRow(ctx, `
-			SELECT finished_at, (SELECT coalesce(sum(notified), 0) FROM fanout_ranges WHERE event_id = $1)::int8
-			FROM fanout_runs WHERE event_id = $1`, event).Scan(&fin, &n)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		fin, n, err := runProgress(ctx, pool, event)
+		if err != nil {
 			return time.Time{}, err
 		}
 		notified.Store(n)
-		if fin != nil {
-			return *fin, nil
+		if !fin.IsZero() {
+			return fin, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -562,6 +566,23 @@ func waitFinished(ctx context.Context, pool *pgxpool.Pool, event string, notifie
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// runProgress reads the run's finished_at (zero while it runs or before
+// it is planned) and the students notified so far.
+func runProgress(ctx context.Context, pool *pgxpool.Pool, event string) (time.Time, int64, error) {
+	var fin *time.Time
+	var n int64
+	err := pool.QueryRow(ctx, `
+		SELECT finished_at, (SELECT coalesce(sum(notified), 0) FROM fanout_ranges WHERE event_id = $1)::int8
+		FROM fanout_runs WHERE event_id = $1`, event).Scan(&fin, &n)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, 0, fmt.Errorf("read the fan-out's progress: %w", err)
+	}
+	if fin == nil {
+		return time.Time{}, n, nil
+	}
+	return *fin, n, nil
 }
 
 // watch prints a measurement's progress line every second to

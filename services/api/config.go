@@ -22,6 +22,8 @@ import (
 const (
 	DefaultPublishBatch       = 64
 	DefaultPublishConcurrency = 2
+	// DefaultNotificationBatch is Config.NotificationBatch's default.
+	DefaultNotificationBatch = 32
 )
 
 // Defaults of Config.IdempotencyTTL, IdempotencySweepInterval and
@@ -106,6 +108,14 @@ type Config struct {
 	// benchmarks/RESULTS.md) 1 and 3 were within noise of 2, 4 and 8 were
 	// worse: more groups at once make each smaller and the commits more.
 	PublishConcurrency int
+	// NotificationBatch is the most POST /v1/notifications written in one
+	// transaction: requests that arrive while earlier ones are being
+	// written share the next one's commit, WAL flush and the connector's
+	// work per transaction (services/groupcommit; no timer, so a lone
+	// request is written at once). A refused request leaves the others
+	// of its group be; a group that fails is written request by request.
+	// 1 writes every request alone. Default DefaultNotificationBatch.
+	NotificationBatch int
 
 	// IdempotencyTTL is how long an Idempotency-Key record is kept: a retry
 	// within it gets the first response, a retry after the record was
@@ -271,6 +281,9 @@ func (c Config) withDefaults() Config {
 	if c.PublishConcurrency == 0 {
 		c.PublishConcurrency = DefaultPublishConcurrency
 	}
+	if c.NotificationBatch == 0 {
+		c.NotificationBatch = DefaultNotificationBatch
+	}
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = DefaultIdempotencyTTL
 	}
@@ -334,6 +347,9 @@ func (c Config) validate() error {
 	}
 	if c.PublishBatch < 1 || c.PublishBatch > 1000 {
 		return fmt.Errorf("invalid api publish batch %d: must be between 1 and 1000", c.PublishBatch)
+	}
+	if c.NotificationBatch < 1 || c.NotificationBatch > 1000 {
+		return fmt.Errorf("invalid api notification batch %d: must be between 1 and 1000", c.NotificationBatch)
 	}
 	if c.PublishConcurrency < 1 {
 		return fmt.Errorf("invalid api publish concurrency %d: must be ≥ 1", c.PublishConcurrency)

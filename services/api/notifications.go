@@ -130,57 +130,152 @@ func notificationError(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError}
 }
 
-// createNotification is one transaction: the key's claim, the event
-// (notifications.Create) and the stored answer, all or nothing. A key
-// already claimed replays its stored answer (422 for another request).
+// notificationCall is one POST /v1/notifications to write: its inputs,
+// and once written its answer.
+type notificationCall struct {
+	owner  UUID
+	key    string
+	hash   []byte
+	sender notifications.Sender
+	req    notifications.Request
+
+	// claimed false: the key was taken before (replay its stored answer).
+	claimed bool
+	// refused is a refusal of services/notifications (nothing written).
+	refused error
+	res     publishResult
+}
+
+// createNotification writes one notification and returns its answer: the
+// key's claim, the event (notifications.Create) and the stored answer, all
+// or nothing, in a transaction shared with the notifications that arrived
+// meanwhile (notificationWriter). A key already claimed replays its stored
+// answer (422 for another request).
 func (s *Server) createNotification(ctx context.Context, owner UUID, key string, sender notifications.Sender, req notifications.Request) (publishResult, error) {
-	var hash []byte
+	c := &notificationCall{owner: owner, key: key, sender: sender, req: req}
 	if key != "" {
 		h := notificationRequestHash(req)
-		hash = h[:]
+		c.hash = h[:]
 	}
-	var out publishResult
-	claimed := true
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if key != "" {
-			var one int
-			err := tx.QueryRow(ctx, sqlClaimKey, owner, key, hash).Scan(&one)
-			if errors.Is(err, pgx.ErrNoRows) {
-				claimed = false
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("claim idempotency key: %w", err)
-			}
-		}
-		c, err := notifications.Create(ctx, tx, s.cfg.IDs, sender, req, uuid.UUID(NewUUID()))
-		if err != nil {
-			return err
-		}
-		resp := NotificationResponse{EventID: c.EventID.String(), Type: c.Type, CourseID: c.CourseID, Recipients: c.Recipients,
-			UnknownUserIDs: c.Unknown, PublishedAt: c.PublishedAt, SendAt: c.SendAt, ExpiresAt: c.ExpiresAt}
-		if resp.UnknownUserIDs == nil {
-			resp.UnknownUserIDs = []string{}
-		}
-		b, err := json.Marshal(resp)
-		if err != nil {
-			return fmt.Errorf("encode response: %w", err)
-		}
-		if key != "" {
-			if _, err := tx.Exec(ctx, sqlStoreResponse, owner, key, string(b)); err != nil {
-				return fmt.Errorf("store response: %w", err)
-			}
-		}
-		out = publishResult{status: http.StatusCreated, body: b}
-		return nil
-	})
+	// The write goes on when the caller goes away: it may commit with
+	// the others of its group, and its bound is the queue's timeout.
+	var err error
+	if s.notify != nil {
+		err = s.notify.Do(context.WithoutCancel(ctx), c)
+	} else {
+		err = s.createNotificationAlone(ctx, c)
+	}
 	if err != nil {
 		return publishResult{}, err
 	}
-	if !claimed {
-		return replayStored[NotificationResponse](ctx, s, owner, key, hash)
+	if c.refused != nil {
+		return publishResult{}, c.refused
 	}
-	return out, nil
+	if !c.claimed {
+		return replayStored[NotificationResponse](ctx, s, owner, key, c.hash)
+	}
+	return c.res, nil
+}
+
+// createNotificationAlone writes c in a transaction of its own.
+func (s *Server) createNotificationAlone(ctx context.Context, c *notificationCall) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		if err := s.createNotificationIn(ctx, tx, &b, c); err != nil {
+			return err
+		}
+		if c.refused != nil {
+			// Nothing of it may stay, the key's claim included.
+			return errRolledBack
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("write notification: %w", err)
+		}
+		return nil
+	})
+	if errors.Is(err, errRolledBack) {
+		return nil
+	}
+	return err
+}
+
+// errRolledBack rolls back a lone notification's transaction after a
+// refusal; createNotificationAlone's caller reads the refusal from the call.
+var errRolledBack = errors.New("refused: rolled back")
+
+// createNotificationsGroup writes several notifications in one
+// transaction. A refusal undoes its own key claim and leaves the others
+// be; any other error fails the group, and the queue writes each alone.
+func (s *Server) createNotificationsGroup(ctx context.Context, calls []*notificationCall) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Each request's checks run as it comes; every write of the
+		// group goes in one round trip at the end.
+		var b pgx.Batch
+		for _, c := range calls {
+			if err := s.createNotificationIn(ctx, tx, &b, c); err != nil {
+				return err
+			}
+			if c.refused != nil && c.claimed && c.key != "" {
+				b.Queue(sqlReleaseKey, c.owner, c.key)
+			}
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("write %d notifications: %w", len(calls), err)
+		}
+		return nil
+	})
+}
+
+// sqlReleaseKey undoes a claim made in the same transaction, for a request
+// refused after its claim.
+const sqlReleaseKey = `DELETE FROM api_idempotency WHERE user_id = $1 AND key = $2`
+
+// createNotificationIn claims c's key in tx and queues its event and
+// stored answer on b. A refusal (the request's fault) is set on c, having
+// written nothing but the claim and queued nothing; an error is the
+// database's.
+func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *notificationCall) error {
+	c.claimed, c.refused, c.res = true, nil, publishResult{}
+	if c.key != "" {
+		var one int
+		err := tx.QueryRow(ctx, sqlClaimKey, c.owner, c.key, c.hash).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			c.claimed = false
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("claim idempotency key: %w", err)
+		}
+	}
+	cr, err := notifications.QueueCreate(ctx, tx, b, s.cfg.IDs, c.sender, c.req, uuid.UUID(NewUUID()))
+	if err != nil {
+		if isRefusal(err) {
+			c.refused = err
+			return nil
+		}
+		return err
+	}
+	resp := NotificationResponse{EventID: cr.EventID.String(), Type: cr.Type, CourseID: cr.CourseID, Recipients: cr.Recipients,
+		UnknownUserIDs: cr.Unknown, PublishedAt: cr.PublishedAt, SendAt: cr.SendAt, ExpiresAt: cr.ExpiresAt}
+	if resp.UnknownUserIDs == nil {
+		resp.UnknownUserIDs = []string{}
+	}
+	body, err := json.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	if c.key != "" {
+		b.Queue(sqlStoreResponse, c.owner, c.key, string(body))
+	}
+	c.res = publishResult{status: http.StatusCreated, body: body}
+	return nil
+}
+
+// isRefusal reports whether err is services/notifications refusing the
+// request (a 4xx), not the database failing.
+func isRefusal(err error) bool {
+	var ne *notifications.Error
+	return errors.As(err, &ne) || errors.Is(err, notifications.ErrForbidden) || errors.Is(err, notifications.ErrCourseNotFound)
 }
 
 // replayIfStoredNotification replays key's stored answer when there is one
@@ -210,3 +305,9 @@ func notificationRequestHash(req notifications.Request) [32]byte {
 	b, _ := json.Marshal(req)
 	return sha256.Sum256(append([]byte("POST notifications\n"), b...))
 }
+
+// notificationWriters is how many notification transactions run at once
+// (Config.NotificationBatch): each request is a few round trips written
+// one after another, so a few groups at once keep Postgres busy through
+// them; the planner's grouped plans, alike, fell behind with two.
+const notificationWriters = 8

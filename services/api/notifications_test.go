@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -367,5 +368,81 @@ func TestTemplates(t *testing.T) {
 	}
 	if r := send(`{"assignment":"x","due":"y"}`); r.status != 400 || r.errCode() != errUnknownTemplate {
 		t.Fatalf("send after DELETE: %d %s", r.status, r.body)
+	}
+}
+
+// TestNotificationGroups: many notifications sent at once are written in
+// shared transactions (Config.NotificationBatch) and each still gets its
+// own answer: the accepted ones 201 with their rows, the refused ones
+// their 4xx with nothing written (their key free for a later try), the
+// repeated keys the first answer again.
+func TestNotificationGroups(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	tok := e.serviceToken("lms", auth.ScopeNotificationsSend)
+	const n = 120
+	type answer struct {
+		status int
+		body   string
+	}
+	answers := make([]answer, n)
+	body := func(i int) string {
+		switch i % 4 {
+		case 1: // unknown course: 404
+			return fmt.Sprintf(`{"type":"a.b","audience":{"course_id":%q},"title":"t%d"}`, NewUUID(), i)
+		case 2: // unknown template: 400
+			return fmt.Sprintf(`{"type":"a.b","audience":{"user_ids":[%q]},"template":"nope","vars":{"i":%d}}`, e.student, i)
+		}
+		return fmt.Sprintf(`{"type":"a.b","audience":{"user_ids":[%q]},"title":"t%d"}`, e.student, i)
+	}
+	// Keys: every 8th request (one that is accepted) shares the key and
+	// body of the one 4 before it: a retry racing its first try.
+	first := func(i int) int {
+		if i%8 == 4 {
+			return i - 4
+		}
+		return i
+	}
+	key := func(i int) string { return fmt.Sprintf("k-%d", first(i)) }
+	bodyOf := func(i int) string { return body(first(i)) }
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.notify(tok, bodyOf(i), key(i))
+			answers[i] = answer{r.status, string(r.body)}
+		}()
+	}
+	wg.Wait()
+	events := map[string]bool{}
+	for i, a := range answers {
+		want := map[int]int{0: 201, 1: 404, 2: 400, 3: 201}[first(i)%4]
+		if a.status != want {
+			t.Fatalf("request %d: %d %s, want %d", i, a.status, a.body, want)
+		}
+		if a.status == 201 {
+			var nr NotificationResponse
+			if err := json.Unmarshal([]byte(a.body), &nr); err != nil {
+				t.Fatal(err)
+			}
+			events[nr.EventID] = true
+			if f := first(i); f != i && answers[f].body != a.body {
+				t.Fatalf("request %d repeated key %s: answer %s, the first was %s", i, key(i), a.body, answers[f].body)
+			}
+		}
+	}
+	// 60 accepted bodies, of which 15 are a repeated key's: 45 events.
+	if len(events) != 45 {
+		t.Fatalf("%d distinct events answered, want 45", len(events))
+	}
+	if c := e.count("notification_events"); c != 45 {
+		t.Fatalf("%d notification events, want 45", c)
+	}
+	if c := e.count("outbox WHERE aggregatetype = 'notification'"); c != 45 {
+		t.Fatalf("%d outbox rows, want 45", c)
+	}
+	if c := e.count("api_idempotency"); c != 45 {
+		t.Fatalf("%d idempotency keys held, want 45 (the refused requests' released)", c)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/notify-dev/notify/services/groupcommit"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,10 +49,13 @@ type Server struct {
 	authLimiter *rateLimiter
 	ready       readiness
 	batch       *publishBatcher
-	control     *eventcontrol.Controller // the control routes' transitions; shared: it holds only the pool
-	apps        *apps.Store              // the apps routes and devices' apps
-	sweeper     *idempotencySweeper      // nil until Start, or when disabled
-	m           serverMetrics
+	// notify writes notifications that arrive together in one
+	// transaction; nil when Config.NotificationBatch is 1.
+	notify  *groupcommit.Queue[*notificationCall]
+	control *eventcontrol.Controller // the control routes' transitions; shared: it holds only the pool
+	apps    *apps.Store              // the apps routes and devices' apps
+	sweeper *idempotencySweeper      // nil until Start, or when disabled
+	m       serverMetrics
 
 	http   *http.Server
 	ln     net.Listener
@@ -65,8 +69,12 @@ type serverMetrics struct {
 	// groups retried one by one after their statement failed.
 	batchSize      *metrics.Histogram
 	batchFallbacks *metrics.Counter
-	replayed       *metrics.Counter
-	rateLimited    *metrics.Counter
+	// notificationGroup and notificationFallbacks: the same for
+	// POST /v1/notifications (Config.NotificationBatch).
+	notificationGroup     *metrics.Histogram
+	notificationFallbacks *metrics.Counter
+	replayed              *metrics.Counter
+	rateLimited           *metrics.Counter
 	// authRateLimited: requests refused before their token was checked;
 	// userLookups: token subjects looked up in users.
 	authRateLimited *metrics.Counter
@@ -142,6 +150,9 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 			batchSize:      cfg.Metrics.NewHistogram("notify_api_publish_group_size"),
 			batchFallbacks: cfg.Metrics.NewCounter("notify_api_publish_group_fallbacks_total"),
 
+			notificationGroup:     cfg.Metrics.NewHistogram("notify_api_notification_group_size"),
+			notificationFallbacks: cfg.Metrics.NewCounter("notify_api_notification_group_fallbacks_total"),
+
 			keysExpired: cfg.Metrics.NewCounter("notify_api_idempotency_keys_expired_total"),
 			sweeps:      cfg.Metrics.NewCounter("notify_api_idempotency_sweeps_total"),
 			sweepErrors: cfg.Metrics.NewCounter("notify_api_idempotency_sweep_errors_total"),
@@ -171,6 +182,23 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	s.apps = apps.NewStore(pool, apps.Config{Key: cfg.SecretsKey, Logger: cfg.Logger,
 		Default: &apps.App{WebPush: &apps.WebPush{Keys: []apps.VAPIDKey{{PublicKey: s.vapid}}}}})
 	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
+	if cfg.NotificationBatch > 1 {
+		s.notify = groupcommit.New(groupcommit.Config[*notificationCall]{
+			MaxGroup: cfg.NotificationBatch,
+			// A notification is several statements (claim, checks, rows,
+			// answer), one after another: a few groups at once keep
+			// Postgres busy through their round trips.
+			Writers: notificationWriters,
+			Timeout: cfg.WriteTimeout,
+			// One statement must not claim a key twice.
+			Key:     func(c *notificationCall) (any, bool) { return idemKey{c.owner, c.key}, c.key != "" },
+			Grouped: func(n int) { s.m.notificationGroup.Update(float64(n)) },
+			Fallback: func(n int, err error) {
+				s.m.notificationFallbacks.Inc()
+				s.log.Warn("notification group failed; writing its requests one by one", "requests", n, "err", err)
+			},
+		}, s.createNotificationsGroup, s.createNotificationAlone)
+	}
 	s.routes()
 	return s, nil
 }
@@ -297,6 +325,11 @@ func (s *Server) Failed() <-chan error { return s.failed }
 // server was only used as a Handler, never started).
 func (s *Server) Stop(ctx context.Context) error {
 	defer s.batch.stop()
+	if s.notify != nil {
+		// The HTTP server has stopped taking requests by then; what is
+		// queued is written.
+		defer func() { _ = s.notify.Stop(context.Background()) }()
+	}
 	return s.Base.Stop(ctx, func(ctx context.Context, hard bool) error {
 		if hard {
 			return fmt.Errorf("drain api requests: %w", context.Cause(ctx))

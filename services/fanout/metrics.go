@@ -22,6 +22,10 @@ var (
 	// metricSlicesInline counts first slices run in the planning
 	// transaction (PlannerConfig.FirstSlice).
 	metricSlicesInline = metrics.GetOrCreateCounter(`notify_fanout_slices_inline_total`)
+	// Events per planning transaction (PlannerConfig.Group), and groups
+	// whose transaction failed and whose events were planned alone.
+	metricPlanGroup          = metrics.GetOrCreateHistogram(`notify_fanout_plan_group_events`)
+	metricPlanGroupFallbacks = metrics.GetOrCreateCounter(`notify_fanout_plan_group_fallbacks_total`)
 	// Slices whose plain insert met an existing notification and ran
 	// again skipping it (see sliceInsert): expected to stay 0.
 	metricSliceConflicts = metrics.GetOrCreateCounter(`notify_fanout_slice_conflicts_total`)

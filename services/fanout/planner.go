@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/groupcommit"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -41,6 +42,9 @@ const (
 	MaxRanges = 1024
 	// MaxSliceSize bounds SliceSize: one transaction should stay small.
 	MaxSliceSize = 1_000_000
+	// DefaultPlanGroup is PlannerConfig.Group's default: a quarter of
+	// what the planner handles at once, one group per writer.
+	DefaultPlanGroup = plannerInFlight / planWriters
 )
 
 // PlannerConfig configures a Planner. Zero values take the documented
@@ -64,6 +68,13 @@ type PlannerConfig struct {
 	// outbox row and one Kafka hop fewer. The Service sets its slice
 	// worker's (SliceWorker.RunIn).
 	FirstSlice func(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, skipExisting bool) (SliceResult, error)
+	// Group is the most events planned in one transaction. Events handled
+	// at once (the planner's consumer takes many at a time) share their
+	// transaction's costs — its commit, its WAL flush, and the CDC
+	// connector's work per transaction — which dominate a small event's
+	// plan (services/groupcommit). 1: every event in its own transaction.
+	// Default DefaultPlanGroup.
+	Group int
 	// Scheduled, if set, is called after a scheduled event was planned
 	// (the Service wakes its Scheduler, which may be sleeping past the new
 	// send_at).
@@ -83,11 +94,16 @@ func (c PlannerConfig) withDefaults() PlannerConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Group == 0 {
+		c.Group = DefaultPlanGroup
+	}
 	return c
 }
 
 func (c PlannerConfig) validate() error {
 	switch {
+	case c.Group < 1:
+		return fmt.Errorf("fanout: plan group must be positive, got %d", c.Group)
 	case c.Ranges < 1 || c.Ranges > MaxRanges:
 		return fmt.Errorf("fanout: ranges must be between 1 and %d, got %d", MaxRanges, c.Ranges)
 	case c.SliceSize < 1 || c.SliceSize > MaxSliceSize:
@@ -107,6 +123,9 @@ type Planner struct {
 	ranges []Range
 	// single is the one range of a small audience (see rangesFor).
 	single []Range
+	// group plans events handled together in one transaction; nil when
+	// PlannerConfig.Group is 1.
+	group *groupcommit.Queue[*planCall]
 }
 
 // NewPlanner validates cfg.
@@ -123,7 +142,19 @@ func NewPlanner(pool *pgxpool.Pool, cfg PlannerConfig) (*Planner, error) {
 		return nil, err
 	}
 	one, _ := SplitRanges(1)
-	return &Planner{pool: pool, cfg: cfg, ranges: rs, single: one}, nil
+	p := &Planner{pool: pool, cfg: cfg, ranges: rs, single: one}
+	if cfg.Group > 1 {
+		p.group = groupcommit.New(groupcommit.Config[*planCall]{
+			MaxGroup: cfg.Group,
+			Writers:  planWriters,
+			Grouped:  func(n int) { metricPlanGroup.Update(float64(n)) },
+			Fallback: func(n int, err error) {
+				metricPlanGroupFallbacks.Inc()
+				cfg.Logger.Warn("planning a group of events failed; planning each alone", "events", n, "err", err)
+			},
+		}, p.planGroup, p.planAlone)
+	}
+	return p, nil
 }
 
 // Handle is the planner's streams.Handler for outbox.event.material and
@@ -176,6 +207,8 @@ type plan struct {
 	publishedAt            time.Time
 	sendAt                 *time.Time
 	expiresAt              *time.Time
+	// sched: send_at was still ahead when the record was handled.
+	sched bool
 }
 
 // Plan plans the fan-out of one published material. It reports false when
@@ -245,13 +278,136 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
+// planWriters is how many planning transactions of grouped events run at
+// once (PlannerConfig.Group): while one group commits, others are being
+// planned, each a few round trips per event.
+const planWriters = 4
+
+// planned is what planning one event did: read after its transaction
+// committed, for the answer, the log and the metrics.
+type planned struct {
+	ranges  []Range
+	planned bool // false: planned before (a redelivery), nothing written
+	sliced  SliceResult
+}
+
+// planCall is one event waiting in the planner's group-commit queue.
+type planCall struct {
+	m   plan
+	out planned
+}
+
 func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 	if m.sendAt != nil && m.expiresAt != nil && !m.expiresAt.After(*m.sendAt) {
 		// The API refuses this; anything else that writes it is wrong
 		// forever, and the run's CHECK would refuse it on every retry.
 		return false, fmt.Errorf("%w: event %s expires_at %s not after send_at %s", streams.ErrMalformed, m.eventID, m.expiresAt, m.sendAt)
 	}
-	scheduled := m.sendAt != nil && m.sendAt.After(time.Now())
+	m.sched = m.sendAt != nil && m.sendAt.After(time.Now())
+	c := &planCall{m: m}
+	var err error
+	if p.group != nil {
+		err = p.group.Do(ctx, c)
+	} else {
+		err = p.planAlone(ctx, c)
+	}
+	if err != nil {
+		return false, fmt.Errorf("plan event %s: %w", m.eventID, err)
+	}
+	out := c.out
+	if out.sliced.Students > 0 {
+		metricSlicesDone.Inc()
+		metricSlicesInline.Inc()
+		metricRowsInserted.Add(int(out.sliced.Inserted))
+		metricPushCommands.Inc()
+	}
+	courseID := ""
+	if m.courseID != nil {
+		courseID = *m.courseID
+	}
+	switch {
+	case !out.planned:
+		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.eventID)
+	case m.scheduled():
+		metricRunsPlanned.Inc()
+		metricSchedulesPlanned.Inc()
+		p.cfg.Logger.Info("scheduled fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "send_at", m.sendAt, "ranges", len(out.ranges), "slice_size", p.cfg.SliceSize)
+		if p.cfg.Scheduled != nil {
+			p.cfg.Scheduled()
+		}
+	default:
+		metricRunsPlanned.Inc()
+		p.cfg.Logger.Info("planned fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "ranges", len(out.ranges), "slice_size", p.cfg.SliceSize)
+	}
+	return out.planned, nil
+}
+
+// scheduled reports whether the event's send_at is still ahead.
+// It is decided once, when the record is handled, so that a plan retried
+// alone after a failed group is planned as the group would have.
+func (m plan) scheduled() bool { return m.sched }
+
+// planGroup plans several events in one transaction (the group-commit
+// queue's group write), each as planIn does, the first slice of a
+// one-range event included. Any failure rolls all of them back, and the
+// queue plans each alone (planAlone), with planAlone's own fallback.
+func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
+	outs := make([]planned, len(calls))
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		for i, c := range calls {
+			var err error
+			if outs[i], err = p.planIn(ctx, tx, c.m, p.cfg.FirstSlice != nil); err != nil {
+				return fmt.Errorf("event %s: %w", c.m.eventID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, c := range calls {
+		c.out = outs[i]
+	}
+	return nil
+}
+
+// planAlone plans one event in its own transaction. The first slice of a
+// one-range event runs in it (PlannerConfig.FirstSlice). Should that fail
+// in any way — existing notifications (23505), data the database refuses —
+// the whole plan is rolled back and planned again the usual way, its slice
+// command left to the slice worker: the event is planned whatever its
+// slice does, and a poison slice is dead-lettered as a slice command, not
+// as the event.
+func (p *Planner) planAlone(ctx context.Context, c *planCall) error {
+	inline := p.cfg.FirstSlice != nil
+	var out planned
+	attempt := func(tx pgx.Tx) error {
+		var err error
+		out, err = p.planIn(ctx, tx, c.m, inline)
+		return err
+	}
+	err := pgx.BeginFunc(ctx, p.pool, attempt)
+	if inline && err != nil && ctx.Err() == nil && !c.m.scheduled() {
+		if isUniqueViolation(err) {
+			metricSliceConflicts.Inc()
+		}
+		p.cfg.Logger.Warn("first slice in the plan failed; planning it for the slice worker", "event_id", c.m.eventID, "err", err)
+		inline = false
+		err = pgx.BeginFunc(ctx, p.pool, attempt)
+	}
+	if err != nil {
+		return err
+	}
+	c.out = out
+	return nil
+}
+
+// planIn writes one event's plan in tx: its run, its ranges and, unless it
+// is scheduled, the start of its fan-out — the first slice itself when
+// inline and the event has one range, else the first slice command of
+// every range. An event planned before writes nothing (planned false).
+func (p *Planner) planIn(ctx context.Context, tx pgx.Tx, m plan, inline bool) (planned, error) {
+	scheduled := m.scheduled()
 	state := stateRunning
 	if scheduled {
 		state = stateScheduled
@@ -260,86 +416,41 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 	if m.courseID != nil {
 		courseID = *m.courseID
 	}
-	var ranges []Range
-	planned := false
-	// inline: the first slice of a one-range event runs in this
-	// transaction (PlannerConfig.FirstSlice). Should that fail in any way
-	// — existing notifications (23505), data the database refuses — the
-	// whole plan is rolled back and planned again the usual way, its slice
-	// command left to the slice worker: the event is planned whatever its
-	// slice does, and a poison slice is dead-lettered as a slice command,
-	// not as the event.
-	inline := p.cfg.FirstSlice != nil && !scheduled
-	var sliced SliceResult
-	attempt := func(tx pgx.Tx) error {
-		var err error
-		if ranges, err = p.rangesFor(ctx, tx, m); err != nil {
-			return err
-		}
-		n := len(ranges)
-		idx := make([]int32, n)
-		los := make([]string, n)
-		his := make([]string, n)
-		for i, rg := range ranges {
-			idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
-		}
-		tag, err := tx.Exec(ctx, sqlInsertRun, m.eventID, m.courseID, m.materialID, m.title, m.url, m.publishedAt, n, p.cfg.SliceSize,
-			state, m.sendAt, m.expiresAt, m.typ, m.body, m.data, m.priority, m.collapseKey, m.locales, m.defaultLocale)
-		if err != nil {
-			return fmt.Errorf("insert run: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, sqlInsertRanges, m.eventID, idx, los, his); err != nil {
-			return fmt.Errorf("insert ranges: %w", err)
-		}
-		if !scheduled {
-			run := runStart{EventID: m.eventID, CourseID: courseID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
-			if inline && len(ranges) == 1 {
-				if sliced, err = p.cfg.FirstSlice(ctx, tx, firstSlices(run, ranges)[0], false); err != nil {
-					return fmt.Errorf("first slice: %w", err)
-				}
-			} else if err := insertFirstSlices(ctx, tx, run, ranges, p.cfg.FanoutPartitions); err != nil {
-				return err
-			}
-		}
-		planned = true
-		return nil
+	var out planned
+	var err error
+	if out.ranges, err = p.rangesFor(ctx, tx, m); err != nil {
+		return planned{}, err
 	}
-	err := pgx.BeginFunc(ctx, p.pool, attempt)
-	if inline && err != nil && ctx.Err() == nil {
-		if isUniqueViolation(err) {
-			metricSliceConflicts.Inc()
-		}
-		p.cfg.Logger.Warn("first slice in the plan failed; planning it for the slice worker", "event_id", m.eventID, "err", err)
-		inline, planned, sliced = false, false, SliceResult{}
-		err = pgx.BeginFunc(ctx, p.pool, attempt)
+	n := len(out.ranges)
+	idx := make([]int32, n)
+	los := make([]string, n)
+	his := make([]string, n)
+	for i, rg := range out.ranges {
+		idx[i], los[i], his[i] = int32(i), rg.Lo, rg.Hi
 	}
-	if err == nil && sliced.Students > 0 {
-		metricSlicesDone.Inc()
-		metricSlicesInline.Inc()
-		metricRowsInserted.Add(int(sliced.Inserted))
-		metricPushCommands.Inc()
-	}
+	tag, err := tx.Exec(ctx, sqlInsertRun, m.eventID, m.courseID, m.materialID, m.title, m.url, m.publishedAt, n, p.cfg.SliceSize,
+		state, m.sendAt, m.expiresAt, m.typ, m.body, m.data, m.priority, m.collapseKey, m.locales, m.defaultLocale)
 	if err != nil {
-		return false, fmt.Errorf("plan event %s: %w", m.eventID, err)
+		return planned{}, fmt.Errorf("insert run: %w", err)
 	}
-	switch {
-	case !planned:
-		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.eventID)
-	case scheduled:
-		metricRunsPlanned.Inc()
-		metricSchedulesPlanned.Inc()
-		p.cfg.Logger.Info("scheduled fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "send_at", m.sendAt, "ranges", len(ranges), "slice_size", p.cfg.SliceSize)
-		if p.cfg.Scheduled != nil {
-			p.cfg.Scheduled()
+	if tag.RowsAffected() == 0 {
+		return planned{ranges: out.ranges}, nil
+	}
+	if _, err := tx.Exec(ctx, sqlInsertRanges, m.eventID, idx, los, his); err != nil {
+		return planned{}, fmt.Errorf("insert ranges: %w", err)
+	}
+	if !scheduled {
+		run := runStart{EventID: m.eventID, CourseID: courseID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
+		if inline && n == 1 {
+			if out.sliced, err = p.cfg.FirstSlice(ctx, tx, firstSlices(run, out.ranges)[0], false); err != nil {
+				return planned{}, fmt.Errorf("first slice: %w", err)
+			}
+		} else if err := insertFirstSlices(ctx, tx, run, out.ranges, p.cfg.FanoutPartitions); err != nil {
+			return planned{}, err
 		}
-	default:
-		metricRunsPlanned.Inc()
-		p.cfg.Logger.Info("planned fan-out", "event_id", m.eventID, "type", m.typ, "course_id", courseID, "ranges", len(ranges), "slice_size", p.cfg.SliceSize)
 	}
-	return planned, nil
+	out.planned = true
+	return out, nil
 }
 
 // rangesFor chooses the event's ranges by its audience's size. Parallel

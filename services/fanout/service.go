@@ -38,6 +38,9 @@ type Config struct {
 	// largest one-slice event whose push command goes to the
 	// transactional lane. Default DefaultLaneStudents; negative: no lane.
 	LaneStudents int
+	// PlanGroup is the planner's PlannerConfig.Group: the most events
+	// planned in one transaction. Default DefaultPlanGroup.
+	PlanGroup int
 	// DisablePlanner and DisableSlices run only one of the two roles. The
 	// Scheduler (starting scheduled events at their send_at) runs with the
 	// planner.
@@ -74,10 +77,12 @@ func (c Config) withDefaults() Config {
 // DefaultSliceInFlight is SliceInFlight's default for a given Ranges.
 func DefaultSliceInFlight(ranges int) int { return ranges }
 
-// plannerInFlight is how many events the planner plans at once: each is a
-// short transaction (small events' first slice included), so many small
-// events in a row overlap their commits instead of queueing behind one.
-const plannerInFlight = 32
+// plannerInFlight is how many events the planner handles at once. They
+// wait in its group-commit queue (PlannerConfig.Group) and are planned a
+// group per transaction, so this bounds how large the groups can grow: at
+// 32 (with 8 writers) groups stayed at a few events and planning fell
+// behind 300 small events/s on a loaded machine.
+const plannerInFlight = 256
 
 // Service runs the planner and/or the slice worker. Its lifecycle is
 // startstop's: a second Start fails with startstop.ErrAlreadyStarted; the
@@ -132,7 +137,7 @@ func New(cfg Config) (*Service, error) {
 		s.releaser = rel
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner"),
-			Scheduled: sch.Wake, FirstSlice: slices.RunIn})
+			Scheduled: sch.Wake, FirstSlice: slices.RunIn, Group: cfg.PlanGroup})
 		if err != nil {
 			return nil, err
 		}

@@ -331,15 +331,6 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		audience = cmd.EventID
 	}
 	var first, last *string
-	// The slice statement is priced as if every student had preferences
-	// (a probe per student, the cap's count over the notifications
-	// partitions), which crosses jit_above_cost although most slices
-	// decide nothing: JIT compiling it took 1–2 s of a 50 ms statement
-	// (EXPLAIN ANALYZE, BenchmarkSlicePreferences). Off for this
-	// transaction only.
-	if _, err := tx.Exec(ctx, sqlNoJIT); err != nil {
-		return fmt.Errorf("turn jit off: %w", err)
-	}
 	high := ev.priority != nil && *ev.priority == "high"
 	if err := tx.QueryRow(ctx, q, audience, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
 		w.cfg.Now(), ev.typ, TypePrefixes(ev.typ), ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
@@ -350,6 +341,10 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		res.FirstUser, res.LastUser = *first, *last
 	}
 
+	// What follows depends on nothing it returns but the run's end, so it
+	// goes in one round trip: the push command, the next slice command,
+	// the range's progress and, when the range is done, the run's end.
+	var b pgx.Batch
 	ranges := max(cmd.Ranges, 1)
 	if res.Students > 0 {
 		pc := streams.PushCommand{
@@ -361,7 +356,7 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 			pc.URL = *url
 		}
 		ev.fill(&pc)
-		b, err := json.Marshal(pc)
+		enc, err := json.Marshal(pc)
 		if err != nil {
 			return fmt.Errorf("encode push command: %w", err)
 		}
@@ -369,45 +364,44 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		if w.inLane(cmd, res.Students) {
 			agg, part = streams.AggregatePushLane, PushPartition(cmd.EventID, 0, 0, 1, w.cfg.PushLanePartitions)
 		}
-		if _, err := tx.Exec(ctx, sqlInsertOutbox, agg, cmd.EventID, streams.TypePushCommand, string(b), part); err != nil {
-			return fmt.Errorf("insert push command: %w", err)
-		}
+		b.Queue(sqlInsertOutbox, agg, cmd.EventID, streams.TypePushCommand, string(enc), part)
 	}
 
 	res.RangeDone = res.Students < int64(cmd.SliceSize)
 	if !res.RangeDone {
-		b, err := json.Marshal(nextSlice(cmd, res.LastUser))
+		enc, err := json.Marshal(nextSlice(cmd, res.LastUser))
 		if err != nil {
 			return fmt.Errorf("encode slice command: %w", err)
 		}
 		part := int32(cmd.RangeIndex) % w.cfg.FanoutPartitions
-		if _, err := tx.Exec(ctx, sqlInsertOutbox, streams.AggregateFanout, cmd.EventID, streams.TypeSliceCommand, string(b), part); err != nil {
-			return fmt.Errorf("insert next slice command: %w", err)
-		}
+		b.Queue(sqlInsertOutbox, streams.AggregateFanout, cmd.EventID, streams.TypeSliceCommand, string(enc), part)
 	}
 	var newCursor *string
 	if res.LastUser != "" {
 		newCursor = &res.LastUser
 	}
-	if _, err := tx.Exec(ctx, sqlUpdateRange, cmd.EventID, cmd.RangeIndex, newCursor, res.Inserted, res.RangeDone); err != nil {
-		return fmt.Errorf("update range: %w", err)
-	}
-	if !res.RangeDone {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, sqlLockRun, cmd.EventID); err != nil {
-		return fmt.Errorf("lock run: %w", err)
-	}
+	b.Queue(sqlUpdateRange, cmd.EventID, cmd.RangeIndex, newCursor, res.Inserted, res.RangeDone)
 	var notified int64
 	var seconds float64
-	err = tx.QueryRow(ctx, sqlFinishRun, cmd.EventID).Scan(&notified, &seconds)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil // other ranges still open
-	case err != nil:
-		return fmt.Errorf("finish run: %w", err)
+	if res.RangeDone {
+		b.Queue(sqlLockRun, cmd.EventID)
+		b.Queue(sqlFinishRun, cmd.EventID).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&notified, &seconds)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // other ranges still open
+			}
+			if err == nil {
+				res.RunFinished = true
+			}
+			return err
+		})
 	}
-	res.RunFinished = true
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("record the slice (commands, range, run): %w", err)
+	}
+	if !res.RunFinished {
+		return nil
+	}
 	metricRunsFinished.Inc()
 	metricRunDuration.Update(seconds)
 	w.cfg.Logger.Info("fan-out finished", "event_id", cmd.EventID, "notified", notified, "seconds", seconds)

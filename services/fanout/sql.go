@@ -45,12 +45,21 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // sqlLockRange serialises the commands of one range and tells a fresh
 // command from a redelivered one (seq behind slices_done, or done_at set).
 // It also reads the event's control state (unlocked: see controlSlice).
+//
+// And it turns JIT off for the rest of the transaction (set_config's
+// is_local), saving the slice a round trip of its own for it: the slice
+// statement is priced as if every student had preferences (a probe per
+// student, the cap's count over the notifications partitions), which
+// crosses jit_above_cost although most slices decide nothing, and JIT
+// compiling it took 1–2 s of a 50 ms statement (EXPLAIN ANALYZE,
+// BenchmarkSlicePreferences).
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
        r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale,
        coalesce((SELECT t.mandatory FROM notification_templates t WHERE t.type = r.type), false)
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
+  AND set_config('jit', 'off', true) = 'off'
 FOR UPDATE OF g`
 
 // The slice statement: pick the next ≤ $5 students of the range in user-id
@@ -197,10 +206,6 @@ const slicePreferences = `pref AS MATERIALIZED (
     HAVING count(*) > 0
     ON CONFLICT (event_id, shard) DO UPDATE SET silenced = c.silenced + excluded.silenced
 ), `
-
-// sqlNoJIT precedes the slice statement in its transaction (see
-// SliceWorker.run).
-const sqlNoJIT = `SET LOCAL jit = off`
 
 const sliceInsert = slicePreferences + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)

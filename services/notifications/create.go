@@ -88,6 +88,23 @@ VALUES ($1, $2, $3, $4, $5::text::jsonb)`
 // Refusals: an *Error (the request), ErrCourseNotFound, ErrForbidden.
 // Any other error is the database's.
 func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, eventID uuid.UUID) (Created, error) {
+	var b pgx.Batch
+	c, err := QueueCreate(ctx, tx, &b, m, s, r, eventID)
+	if err != nil {
+		return Created{}, err
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return Created{}, fmt.Errorf("write notification event %s: %w", eventID, err)
+	}
+	return c, nil
+}
+
+// QueueCreate is Create whose writes are queued on b instead of run: it
+// reads and checks in tx (refusing as Create does, having queued nothing),
+// and the event exists once b has run in tx and tx commits. A caller that
+// writes more in the same transaction (the API's stored answer, other
+// requests' events) sends it all in one round trip.
+func QueueCreate(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m ids.Mapper, s Sender, r Request, eventID uuid.UUID) (Created, error) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	if err := r.validateAt(now); err != nil {
 		return Created{}, err
@@ -187,13 +204,8 @@ func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, e
 	if users != nil {
 		list = users
 	}
-	if _, err := tx.Exec(ctx, sqlInsertEvent, eventID, r.Type, service, s.UserID, course, list, now); err != nil {
-		return Created{}, fmt.Errorf("insert notification event %s: %w", eventID, err)
-	}
-	if _, err := tx.Exec(ctx, sqlInsertOutbox, eventID, streams.AggregateNotification, eventID.String(),
-		streams.TypeNotificationCreated, string(payload)); err != nil {
-		return Created{}, fmt.Errorf("insert outbox row of %s: %w", eventID, err)
-	}
+	b.Queue(sqlInsertEvent, eventID, r.Type, service, s.UserID, course, list, now)
+	b.Queue(sqlInsertOutbox, eventID, streams.AggregateNotification, eventID.String(), streams.TypeNotificationCreated, string(payload))
 	return c, nil
 }
 

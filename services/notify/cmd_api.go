@@ -128,7 +128,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			SecretsKey: secretsKey,
 			APNsTopics: apnsTopics, AnyAPNsTopic: anyAPNsTopic,
 			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
-			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency,
+			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency, NotificationBatch: *pub.notifications,
 			IdempotencyTTL: *idemTTL, IdempotencySweepInterval: *idemSweep,
 			RateLimit: *rateLimit, RateBurst: *rateBurst, ServiceRateLimit: *serviceRate, ServiceRateBurst: *serviceBurst}, pool)
 		if err != nil {
@@ -143,13 +143,14 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 
 // publishGroupFlags tune how the API groups concurrent publishes into one
 // statement (api.Config.PublishBatch and PublishConcurrency).
-type publishGroupFlags struct{ batch, concurrency *int }
+type publishGroupFlags struct{ batch, concurrency, notifications *int }
 
 func publishFlags(fs *flag.FlagSet) publishGroupFlags {
 	return publishGroupFlags{
 		batch: fs.Int("publish-batch", api.DefaultPublishBatch, "most concurrent publishes written by one statement and one commit (1: each alone)"),
 		concurrency: fs.Int("publish-concurrency", api.DefaultPublishConcurrency, "publish statements running at once; publishes arriving meanwhile are written together by the next one "+
 			"(2: one group executes while another waits for its commit)"),
+		notifications: fs.Int("notification-batch", api.DefaultNotificationBatch, "most concurrent POST /v1/notifications written in one transaction (1: each alone)"),
 	}
 }
 
@@ -157,6 +158,8 @@ func (f publishGroupFlags) check(maxConns int) error {
 	switch {
 	case *f.batch < 1 || *f.batch > 1000:
 		return usageError{msg: fmt.Sprintf("--publish-batch %d must be between 1 and 1000", *f.batch)}
+	case *f.notifications < 1 || *f.notifications > 1000:
+		return usageError{msg: fmt.Sprintf("--notification-batch %d must be between 1 and 1000", *f.notifications)}
 	case *f.concurrency < 1:
 		return usageError{msg: fmt.Sprintf("--publish-concurrency %d must be at least 1", *f.concurrency)}
 	case *f.concurrency >= maxConns:

@@ -30,6 +30,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	slice := fs.Int("slice", fanout.DefaultSliceSize, "students per slice transaction")
 	inFlight := fs.Int("max-in-flight", 0, "concurrent slice transactions in this process (default: --ranges)")
 	laneStudents := fs.Int("lane-students", fanout.DefaultLaneStudents, "largest audience, in one slice, whose push command goes to the transactional lane (outbox.event.push.lane) instead of the broadcast's topic (0: no lane)")
+	planGroup := fs.Int("plan-group", fanout.DefaultPlanGroup, "most events planned in one transaction: events handled at once share its commit and the connector's work per transaction (1: each alone)")
 	runAhead := fs.Int("run-ahead", fanout.DefaultRunAhead, "slices of a range the worker runs after a command's own without waiting for their commands to come back through Kafka (0: none; bounds how long one event holds a slot)")
 	plannerOnly := fs.Bool("planner-only", false, "run only the planner (consumes outbox.event.material) and the scheduler (starts scheduled events at their send_at)")
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
@@ -68,6 +69,9 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		case lane == 0:
 			lane = -1 // fanout.Config: negative disables
 		}
+		if *planGroup < 1 {
+			return nil, usageError{msg: fmt.Sprintf("--plan-group %d must be ≥ 1 (1: each event in its own transaction)", *planGroup)}
+		}
 		n := *inFlight
 		if n == 0 {
 			n = *ranges
@@ -84,7 +88,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		}
 		svc, err := fanout.New(fanout.Config{
 			Pool: pool, Brokers: brokers, Topics: infra.topics(),
-			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n, RunAhead: ahead, LaneStudents: lane,
+			Ranges: *ranges, SliceSize: *slice, SliceInFlight: n, RunAhead: ahead, LaneStudents: lane, PlanGroup: *planGroup,
 			DisablePlanner: *slicesOnly, DisableSlices: *plannerOnly, Logger: log,
 			ClientOpts: []kgo.Opt{kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3))},
 		})

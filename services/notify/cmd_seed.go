@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/notify-dev/notify/services/progress"
 	"github.com/notify-dev/notify/services/push/fcm"
@@ -29,12 +31,25 @@ func runSeed(ctx context.Context, args []string) error {
 	fs.Float64Var(&o.FCMRatio, "fcm-ratio", 0, "FCM (Android) devices per student, at most 1: on the first students, tokens the mock's FCM side recognises")
 	fs.Float64Var(&o.APNsRatio, "apns-ratio", 0, "APNs (iOS) devices per student, at most 1: on the last students, deterministic hex tokens")
 	fcmProject := fs.String("fcm-project", fcm.DevProjectID, "project_id the seeded FCM tokens belong to (the mock answers SENDER_ID_MISMATCH for another project's)")
+	prefs := fs.String("preferences", "", "give shares of the students preferences, e.g. muted=0.2,quiet=0.3,type_rules=0.1[,capped=0.05]: disjoint groups, push off for the course / inside quiet hours now / type rules that leave the course's pushes on / one push an hour")
+	quietEndsIn := fs.Duration("quiet-ends-in", seed.DefaultQuietEndsIn, "with --preferences quiet=…: the quiet hours end this long after the seed (they began an hour before it), in each student's zone")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a summary")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if o.Users < 1 {
 		return usageError{msg: "--users N is required (N ≥ 1)"}
+	}
+	if *prefs != "" {
+		p, err := seed.ParsePreferences(*prefs)
+		if err != nil {
+			return usageError{msg: "--preferences: " + strings.TrimPrefix(err.Error(), "preferences: ")}
+		}
+		if *quietEndsIn < time.Second || *quietEndsIn > seed.MaxQuietEndsIn {
+			return usageError{msg: fmt.Sprintf("--quiet-ends-in must be between 1s and %s, got %s", seed.MaxQuietEndsIn, *quietEndsIn)}
+		}
+		p.QuietEndsIn = *quietEndsIn
+		o.Preferences = &p
 	}
 	o.NoSubscriptions = o.SubsRatio == 0
 	o.FCMToken = func(id int64) string { return pushmock.FCMToken(*fcmProject, id) }
@@ -68,6 +83,12 @@ func runSeed(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("course          %s\ninstructor      %s\nstudents        %d\nsubscriptions   %d\nfcm devices     %d\napns devices    %d\nseed            %d\nseconds         %.1f\n",
 		res.CourseID, res.InstructorID, res.Users, res.Subscriptions, res.FCMDevices, res.APNsDevices, res.Seed, res.Seconds)
+	if c := res.Preferences; c != nil {
+		fmt.Printf("preferences     muted %d, quiet %d, type rules %d, capped %d\n", c.Muted, c.Quiet, c.TypeRules, c.Capped)
+		if c.Quiet > 0 {
+			fmt.Printf("quiet hours end %s\n", c.QuietEnd.UTC().Format(time.RFC3339))
+		}
+	}
 	fmt.Printf("\nnext: mint the instructor's token with  notify token --user %s\n", res.InstructorID)
 	return nil
 }

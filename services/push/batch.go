@@ -346,7 +346,15 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 		}
 	}
 	start := time.Now()
-	disabled, err := recordOutcomes(ctx, w.cfg.Pool, cmd.EventID, o)
+	var disabled int64
+	var err error
+	if w.recorder != nil {
+		r := &recording{eventID: cmd.EventID, o: o}
+		err = w.recorder.Do(ctx, r)
+		disabled = r.disabled
+	} else {
+		disabled, err = recordOutcomes(ctx, w.cfg.Pool, cmd.EventID, o)
+	}
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ const (
 	// push service's latency — with send slots of their own.
 	DefaultLaneCommands  = 512
 	DefaultLaneInFlight  = 1000
+	// DefaultLaneRecordGroup is the lane worker's Config.RecordGroup.
+	DefaultLaneRecordGroup = 64
 	DefaultMaxCommands   = 16
 	DefaultMaxAttempts   = 5
 	DefaultBackoffBase   = time.Second
@@ -133,6 +135,16 @@ type Config struct {
 	// Retry-After. Defaults 1 s and 1 min.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// RecordGroup is the most commands whose outcomes one recording
+	// transaction writes. Commands whose outcomes are ready at once (many
+	// small commands finishing within the same push-service round trip)
+	// then share one commit, one WAL flush and one transaction for the
+	// connector, which cost a one-device command far more than its row
+	// (services/groupcommit); a group that fails is recorded command by
+	// command. Default 1: each flush its own transaction, as a broadcast's
+	// large flushes gain nothing from sharing one. `notify run push` gives
+	// the lane's worker DefaultLaneRecordGroup.
+	RecordGroup int
 	// BatchSize is how many outcomes one recording transaction writes (one
 	// round trip). Default 1000.
 	BatchSize int
@@ -189,6 +201,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.RecordGroup == 0 {
+		c.RecordGroup = 1
+	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
@@ -251,6 +266,8 @@ func (c Config) ValidateSettings() error { return c.withDefaults().validateSetti
 
 func (c Config) validateSettings() error {
 	switch {
+	case c.RecordGroup < 1 || c.RecordGroup > 1000:
+		return fmt.Errorf("push worker: record group must be between 1 and 1000, got %d", c.RecordGroup)
 	case c.MaxInFlight < 1 || c.MaxInFlight > 100_000:
 		return fmt.Errorf("push worker: max-in-flight must be between 1 and 100000, got %d", c.MaxInFlight)
 	case c.MaxInFlightPerOrigin < 1 || c.MaxInFlightPerOrigin > c.MaxInFlight:

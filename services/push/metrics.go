@@ -47,6 +47,11 @@ type workerMetrics struct {
 
 	recordDuration, loadDuration *metrics.Histogram
 	lagTotal                     *metrics.Gauge
+	// recordGroup: commands per recording transaction
+	// (Config.RecordGroup); recordFallbacks: groups recorded command by
+	// command after their transaction failed.
+	recordGroup     *metrics.Histogram
+	recordFallbacks *metrics.Counter
 }
 
 func newWorkerMetrics(set *metrics.Set) *workerMetrics {
@@ -70,6 +75,8 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.recordDuration = m.histogram(`notify_push_record_duration_seconds`)
 	m.loadDuration = m.histogram(`notify_push_load_duration_seconds`)
 	m.lagTotal = m.gauge(`notify_push_group_lag_total`)
+	m.recordGroup = m.histogram(`notify_push_record_group_commands`)
+	m.recordFallbacks = m.counter(`notify_push_record_group_fallbacks_total`)
 	return m
 }
 

@@ -57,3 +57,55 @@ func TestRecordFreshFallsBackWhenAnotherWriterWasFirst(t *testing.T) {
 		t.Fatalf("counters delivered %d gone %d failed %d; want 1, 1, 0", delivered, gone, failed)
 	}
 }
+
+// Several commands' outcomes recorded in one transaction (recordGroup)
+// land together; when one of them is a fresh insert that meets another
+// writer's row, the whole group rolls back — nothing of it is written —
+// and each is then recorded alone, the conflicting one row by row.
+func TestRecordGroupIsAllOrNothingThenAlone(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	seedTiny(t, db)
+	ctx := context.Background()
+	a := &recording{eventID: evA, o: outcomes{rows: []row{{subID: 1, status: StatusDelivered, http: 201, attempts: 1, platform: "webpush"}}, fresh: true}}
+	b := &recording{eventID: evB, o: outcomes{rows: []row{{subID: 2, status: StatusDelivered, http: 201, attempts: 1, platform: "webpush"}}, fresh: true}}
+	if err := recordGroup(ctx, db.Pool, []*recording{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	// Again for evA's subscription 1 (already there) beside a new one.
+	dup := &recording{eventID: evA, o: outcomes{rows: []row{{subID: 1, status: StatusFailed, http: 500, attempts: 1, platform: "webpush"}}, fresh: true}}
+	c := &recording{eventID: evB, o: outcomes{rows: []row{{subID: 3, status: StatusGone, http: 410, attempts: 1, platform: "webpush"}}, fresh: true}}
+	if err := recordGroup(ctx, db.Pool, []*recording{c, dup}); err == nil {
+		t.Fatal("a group holding a conflicting fresh insert committed")
+	}
+	var n int64
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND subscription_id = 3`, evB).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the failed group wrote %d rows of its other command (%v); want none", n, err)
+	}
+	for _, r := range []*recording{c, dup} {
+		if _, err := recordOutcomes(ctx, db.Pool, r.eventID, r.o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	rows, err := db.Pool.Query(ctx, `SELECT event_id::text || '/' || subscription_id, status FROM push_deliveries`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, st string
+		if err := rows.Scan(&k, &st); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = st
+	}
+	want := map[string]string{evA + "/1": StatusDelivered, evB + "/2": StatusDelivered, evB + "/3": StatusGone}
+	if len(got) != len(want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("outcomes %v, want %v", got, want)
+		}
+	}
+}

@@ -172,6 +172,22 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, eventID string, o o
 }
 
 func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string, o outcomes) (disabled int64, err error) {
+	var b pgx.Batch
+	if err := queueOutcomes(&b, eventID, o, &disabled); err != nil {
+		return 0, err
+	}
+	if b.Len() == 0 {
+		return 0, nil
+	}
+	if err := pool.SendBatch(ctx, &b).Close(); err != nil {
+		return 0, fmt.Errorf("record %d outcomes: %w", len(o.rows), err)
+	}
+	return disabled, nil
+}
+
+// queueOutcomes queues o's statements on b; once b ran, *disabled holds
+// how many subscriptions they disabled.
+func queueOutcomes(b *pgx.Batch, eventID string, o outcomes, disabled *int64) error {
 	n := len(o.rows)
 	ids := make([]int64, n)
 	statuses := make([]string, n)
@@ -183,11 +199,10 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 		ids[i], statuses[i], https[i], attempts[i], errs[i], platforms[i] = r.subID, r.status, r.http, r.attempts, r.err, r.platform
 	}
 	counted := n > 0 && (len(o.failing) > 0 || len(o.recovered) > 0)
-	var b pgx.Batch
 	switch {
 	case counted:
 		b.Queue(recordCountedSQL, eventID, ids, statuses, https, attempts, errs, platforms, o.failing, o.disableAfter, o.recovered).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&disabled) })
+			QueryRow(func(row pgx.Row) error { return row.Scan(disabled) })
 	case n > 0 && o.fresh:
 		b.Queue(RecordFreshSQL, eventID, ids, statuses, https, attempts, errs, platforms)
 	case n > 0:
@@ -199,7 +214,7 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 	for _, c := range o.cmds {
 		payload, err := encodeCommand(c.cmd)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		agg := c.aggregate
 		if agg == "" {
@@ -207,13 +222,41 @@ func recordOutcomesOnce(ctx context.Context, pool *pgxpool.Pool, eventID string,
 		}
 		b.Queue(insertOutboxSQL, newUUID(), agg, c.cmd.EventID, streams.TypePushCommand, payload, c.partition)
 	}
+	return nil
+}
+
+// recording is one command's flush waiting in the worker's group-commit
+// queue (Config.RecordGroup).
+type recording struct {
+	eventID  string
+	o        outcomes
+	disabled int64
+}
+
+// recordGroup records several commands' outcomes in one pipeline, so one
+// implicit transaction: all commit or none (the queue then records each
+// alone, with recordOutcomes' own fallback for a fresh insert that met
+// another writer's rows).
+func recordGroup(ctx context.Context, pool *pgxpool.Pool, rs []*recording) error {
+	var b pgx.Batch
+	disabled := make([]int64, len(rs))
+	rows := 0
+	for i, r := range rs {
+		if err := queueOutcomes(&b, r.eventID, r.o, &disabled[i]); err != nil {
+			return err
+		}
+		rows += len(r.o.rows)
+	}
 	if b.Len() == 0 {
-		return 0, nil
+		return nil
 	}
 	if err := pool.SendBatch(ctx, &b).Close(); err != nil {
-		return 0, fmt.Errorf("record %d outcomes: %w", n, err)
+		return fmt.Errorf("record %d outcomes of %d commands: %w", rows, len(rs), err)
 	}
-	return disabled, nil
+	for i, r := range rs {
+		r.disabled = disabled[i]
+	}
+	return nil
 }
 
 // encodeCommand renders a command as the outbox payload (jsonb text).

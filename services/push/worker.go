@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/services/groupcommit"
 	"github.com/notify-dev/notify/services/push/webpush"
 	"github.com/notify-dev/notify/services/startstop"
 	"github.com/notify-dev/notify/streams"
@@ -27,6 +28,10 @@ var errSubscriptionDisabled = errors.New("subscription disabled after failing on
 // errSubscriptionDeleted is recorded for a retry whose subscription was
 // removed meanwhile (the browser unsubscribed).
 var errSubscriptionDeleted = errors.New("subscription removed before the retry")
+
+// recordWriters is how many recording transactions of a grouping worker
+// (Config.RecordGroup) run at once.
+const recordWriters = 4
 
 // Worker is one member of the push consumer group. See the package doc.
 type Worker struct {
@@ -62,6 +67,9 @@ type Worker struct {
 
 	stats stats
 	ctl   *workerControl
+	// recorder records the flushes of several commands in one
+	// transaction; nil when Config.RecordGroup is 1.
+	recorder *groupcommit.Queue[*recording]
 }
 
 type stats struct {
@@ -126,6 +134,25 @@ func New(cfg Config) (*Worker, error) {
 	w.log = cfg.Logger
 	if cfg.WorkerID != "" {
 		w.log = w.log.With("worker", cfg.WorkerID)
+	}
+	if cfg.RecordGroup > 1 {
+		w.recorder = groupcommit.New(groupcommit.Config[*recording]{
+			MaxGroup: cfg.RecordGroup,
+			// A few transactions at once: while one commits, the next
+			// group forms; more would only split the groups.
+			Writers: recordWriters,
+			Grouped: func(n int) { w.m.recordGroup.Update(float64(n)) },
+			Fallback: func(n int, err error) {
+				w.m.recordFallbacks.Inc()
+				w.log.Warn("recording a group of commands failed; recording each alone", "commands", n, "err", err)
+			},
+		}, func(ctx context.Context, rs []*recording) error {
+			return recordGroup(ctx, cfg.Pool, rs)
+		}, func(ctx context.Context, r *recording) error {
+			var err error
+			r.disabled, err = recordOutcomes(ctx, cfg.Pool, r.eventID, r.o)
+			return err
+		})
 	}
 	c, err := streams.NewConsumer(streams.ConsumerConfig{
 		Brokers:       cfg.Brokers,

@@ -60,6 +60,9 @@ type Options struct {
 	// the dev project; seed cannot import the mock, which imports it).
 	// Required when FCMRatio > 0.
 	FCMToken func(id int64) string
+	// Preferences, if set, gives shares of the students preferences
+	// (ApplyPreferences) once they are enrolled. Default nil: none.
+	Preferences *Preferences
 	// Progress, if set, is called about once a second and at the end.
 	Progress func(Progress)
 	// DevicesOnly writes the devices alone: no instructor, course, users
@@ -86,14 +89,17 @@ type Progress struct {
 
 // Result describes a finished seed.
 type Result struct {
-	CourseID      string  `json:"course_id"`
-	InstructorID  string  `json:"instructor_id"`
-	Users         int64   `json:"users"`
-	Subscriptions int64   `json:"subscriptions"`
-	FCMDevices    int64   `json:"fcm_devices"`
-	APNsDevices   int64   `json:"apns_devices"`
-	Seed          int64   `json:"seed"`
-	Seconds       float64 `json:"seconds"`
+	CourseID      string `json:"course_id"`
+	InstructorID  string `json:"instructor_id"`
+	Users         int64  `json:"users"`
+	Subscriptions int64  `json:"subscriptions"`
+	FCMDevices    int64  `json:"fcm_devices"`
+	APNsDevices   int64  `json:"apns_devices"`
+	Seed          int64  `json:"seed"`
+	// Preferences is how many students got each group's preferences
+	// (absent without Options.Preferences).
+	Preferences *PreferenceCounts `json:"preferences,omitempty"`
+	Seconds     float64           `json:"seconds"`
 }
 
 func (o Options) withDefaults() Options {
@@ -125,6 +131,10 @@ func (o Options) validate() error {
 		return errors.New("seed: an FCM token function is required with fcm-ratio > 0")
 	case o.DevicesOnly && o.UserID == nil:
 		return errors.New("seed: a user id function is required to seed devices only")
+	case o.DevicesOnly && o.Preferences != nil:
+		return errors.New("seed: preferences need the seed's own students, not devices only")
+	case o.Preferences != nil:
+		return o.Preferences.validate()
 	}
 	return nil
 }
@@ -259,6 +269,13 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		if _, err := pool.Exec(ctx, "SELECT setval(pg_get_serial_sequence('push_subscriptions', 'id'), $1)", ids); err != nil {
 			return res, fmt.Errorf("advance subscription id sequence: %w", err)
 		}
+	}
+	if o.Preferences != nil {
+		c, err := ApplyPreferences(ctx, pool, res.CourseID, *o.Preferences)
+		if err != nil {
+			return res, err
+		}
+		res.Preferences = &c
 	}
 	// VACUUM, not only ANALYZE: a freshly COPYed row carries no hint bits
 	// and its page is not all-visible, so the first event after a seed
