@@ -48,3 +48,31 @@ func (t *Topics) Delete() {
 	_, _ = t.Admin.DeleteGroups(ctx, t.Group(streams.GroupFanoutPlanner), t.Group(streams.GroupFanout), t.Group(streams.GroupPush), t.Group(streams.GroupPushLane))
 	t.client.Close()
 }
+
+// WaitTopicsReady waits up to 30 s until every partition of topics has a
+// leader in the metadata: a producer started right after CreateTopic may
+// otherwise exhaust its retries on UNKNOWN_TOPIC_OR_PARTITION while the
+// brokers catch up, on a loaded machine.
+func WaitTopicsReady(ctx context.Context, adm *kadm.Client, topics ...string) error {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		md, err := adm.ListTopics(wctx, topics...)
+		ready := err == nil
+		for _, name := range topics {
+			d, ok := md[name]
+			ready = ready && ok && d.Err == nil && len(d.Partitions) > 0
+			for _, p := range d.Partitions {
+				ready = ready && p.Err == nil && p.Leader >= 0
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("topics %v have no leader after 30 s: %v", topics, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

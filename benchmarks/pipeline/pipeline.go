@@ -20,6 +20,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
+	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
@@ -127,6 +128,15 @@ type Config struct {
 	// outcome (counted once the mock has them all). The next run
 	// without it enables them again. Default false.
 	CountersOff bool
+	// Roster takes the students from the platform's change stream instead
+	// of the seed: the run writes Debezium records (integer ids, the
+	// platform's own column names, schemas.enable=true) of the students,
+	// their instructor, the course and the enrollments to topics of its
+	// own, starts `notify run roster` on them (NOTIFY_ID_NAMESPACE
+	// RosterNamespace, for every service) and publishes once the roster
+	// has applied them all. The seed then writes the devices alone, for
+	// those students. Implies Scratch. Default false.
+	Roster bool
 }
 
 // counterTriggers are the row-count triggers CountersOff disables: the
@@ -254,6 +264,10 @@ func (c *Config) defaults() error {
 	if c.CryptoMessages == 0 {
 		c.CryptoMessages = 20_000
 	}
+	if c.Roster {
+		// The roster's rows are the run's, not a seed to reuse.
+		c.Scratch = true
+	}
 	return nil
 }
 
@@ -358,6 +372,11 @@ type Result struct {
 	LoadAvg string `json:"load_average_at_start"`
 	// Events is each event's figures when the run published more than one.
 	Events []EventResult `json:"events,omitempty"`
+	// Roster is set when the students came from the roster's topics
+	// (Config.Roster); RosterSeconds is from the first record written to
+	// the last enrollment applied.
+	Roster        bool    `json:"roster,omitempty"`
+	RosterSeconds float64 `json:"roster_seconds,omitempty"`
 }
 
 // dropStaleRunSlots drops the replication slots of earlier runs on this
@@ -434,8 +453,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		return res, err
 	}
 	var courseID, instructorID string
-	if err := pool.QueryRow(ctx, "SELECT id::text, instructor_id::text FROM courses LIMIT 1").Scan(&courseID, &instructorID); err != nil {
-		return res, fmt.Errorf("read seeded course: %w", err)
+	readCourse := func() error {
+		if err := pool.QueryRow(ctx, "SELECT id::text, instructor_id::text FROM courses LIMIT 1").Scan(&courseID, &instructorID); err != nil {
+			return fmt.Errorf("read seeded course: %w", err)
+		}
+		return nil
+	}
+	if !cfg.Roster {
+		if err := readCourse(); err != nil {
+			return res, err
+		}
 	}
 
 	// 2. Topics under a fresh prefix, deleted at the end.
@@ -466,6 +493,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		// service here listens on 127.0.0.1.
 		"NOTIFY_DEV=1",
 	}, cfg.ExtraEnv...)
+	if cfg.Roster {
+		env = append(env, ids.EnvNamespace+"="+RosterNamespace)
+	}
 	// The mock's APNs side and the push workers' APNs client share the dev
 	// key made here (the mock reads it from these variables too).
 	devs := cfg.Mix.devices(cfg.Users, cfg.Seed)
@@ -537,6 +567,40 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		res.Metrics[name] = "http://" + addr + "/metrics"
 		return addr, nil
+	}
+	if cfg.Roster {
+		// 3a. The students, from the platform's change stream.
+		delTopics, err := createRosterTopics(ctx, adm, topics.Topics)
+		if err != nil {
+			return res, err
+		}
+		defer delTopics()
+		users, _, _ := rosterTopics(topics.Prefix)
+		cfg.Say(fmt.Sprintf("writing the platform's snapshot as Debezium records: %d users, 1 course, %d enrollments (%s…)", cfg.Users+1, cfg.Users, users))
+		t0 := time.Now()
+		if err := produceRoster(ctx, cfg.Brokers, topics.Prefix, cfg.Users); err != nil {
+			return res, fmt.Errorf("write the roster records: %w", err)
+		}
+		raddr, err := metrics("roster")
+		if err != nil {
+			return res, err
+		}
+		if _, err := start("roster", append(rosterArgs(topics.Prefix), "--metrics-addr", raddr)...); err != nil {
+			return res, err
+		}
+		if err := waitRoster(ctx, cfg, pool, procs); err != nil {
+			return res, err
+		}
+		res.Roster, res.RosterSeconds = true, time.Since(t0).Seconds()
+		cfg.Say(fmt.Sprintf("roster: %d students and their enrollments applied from the topics in %.1f s", cfg.Users, res.RosterSeconds))
+		// As the seed does: the first event must not pay for the fresh
+		// rows' hint bits.
+		if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) users, enrollments"); err != nil {
+			return res, fmt.Errorf("vacuum the roster's tables: %w", err)
+		}
+		if err := readCourse(); err != nil {
+			return res, err
+		}
 	}
 	addr, err := metrics("cdc")
 	if err != nil {
@@ -716,6 +780,9 @@ func Print(w io.Writer, r Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "stage\tmeasured\tseed write-up\n")
 	fmt.Fprintf(tw, "students / devices\t%d / %d (%s)\t1,000,000 / 1,097,488 Web Push\n", r.Users, r.Subscriptions, r.Mix)
+	if r.Roster {
+		fmt.Fprintf(tw, "roster (Debezium records → notify run roster)\t%d students applied in %.1f s\t\n", r.Users, r.RosterSeconds)
+	}
 	fmt.Fprintf(tw, "publish response\t%.1f ms\t420 ms\n", r.PublishResponseMS)
 	fmt.Fprintf(tw, "commit → first notification\t%.2f s\t\n", r.CommitToFirstNotified)
 	fmt.Fprintf(tw, "fan-out (all notifications)\t%.2f s\t15.00 s\n", r.FanoutSeconds)
@@ -954,9 +1021,17 @@ func prepareScratch(ctx context.Context, cfg Config) (benchkit.Database, *pgxpoo
 		return db, nil, 0, 0, errors.Join(fmt.Errorf("connect to %s: %w", db.Name, err), db.Drop())
 	}
 	devs := cfg.Mix.devices(cfg.Users, cfg.Seed)
-	cfg.Say(fmt.Sprintf("seeding %d students, %d Web Push subscriptions, %d FCM and %d APNs devices into scratch database %s (dropped at the end)",
-		cfg.Users, devs.webpush, devs.fcm, devs.apns, db.Name))
-	r, err := seed.Load(ctx, pool, cfg.Mix.seedOptions(cfg.Users, cfg.Seed, pushBaseURL(cfg)))
+	what := fmt.Sprintf("%d students,", cfg.Users)
+	if cfg.Roster {
+		what = fmt.Sprintf("the devices of the roster's %d students:", cfg.Users)
+	}
+	cfg.Say(fmt.Sprintf("seeding %s %d Web Push subscriptions, %d FCM and %d APNs devices into scratch database %s (dropped at the end)",
+		what, devs.webpush, devs.fcm, devs.apns, db.Name))
+	o := cfg.Mix.seedOptions(cfg.Users, cfg.Seed, pushBaseURL(cfg))
+	if cfg.Roster {
+		o.DevicesOnly, o.UserID = true, rosterStudent
+	}
+	r, err := seed.Load(ctx, pool, o)
 	if err != nil {
 		pool.Close()
 		return db, nil, 0, 0, errors.Join(fmt.Errorf("seed: %w", err), db.Drop())

@@ -131,6 +131,46 @@ func TestEndToEndMix(t *testing.T) {
 	}
 }
 
+// TestEndToEndRoster runs the pipeline on students that came from the
+// platform's change stream (Config.Roster, `notify demo --roster`): the
+// seed writes devices only, so every notification is of a student, and
+// an enrollment, that a `notify run roster` process applied from
+// Debezium records with integer ids.
+func TestEndToEndRoster(t *testing.T) {
+	localtest.Short(t, "starts every service as a process")
+	bin := notifytest.Binary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := pipeline.Run(ctx, pipeline.Config{
+		Binary:      bin,
+		DatabaseURL: schematest.ServerURL(),
+		Brokers:     streamstest.Brokers(t),
+		Users:       1500,
+		Seed:        79,
+		Roster:      true,
+		Latency:     10 * time.Millisecond,
+		PushPort:    28445,
+		LogDir:      t.TempDir(),
+		Timeout:     3 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if !res.Roster || res.RosterSeconds <= 0 {
+		t.Errorf("roster %v in %v s, want the students from the roster", res.Roster, res.RosterSeconds)
+	}
+	if res.Notified != 1500 {
+		t.Errorf("notified %d, want the roster's 1500 students", res.Notified)
+	}
+	if res.Delivered != res.Subscriptions || res.Subscriptions == 0 || res.Lost != 0 || res.Duplicates != 0 {
+		t.Errorf("delivered %d of %d (lost %d, duplicates %d)", res.Delivered, res.Subscriptions, res.Lost, res.Duplicates)
+	}
+	if _, ok := res.CPUSeconds["roster"]; !ok {
+		t.Errorf("no roster process among %v", res.CPUSeconds)
+	}
+}
+
 func TestParseMix(t *testing.T) {
 	m, err := pipeline.ParseMix("webpush=1.097488,fcm=0.5,apns=0.25")
 	if err != nil || m != (pipeline.Mix{WebPush: 1.097488, FCM: 0.5, APNs: 0.25}) {

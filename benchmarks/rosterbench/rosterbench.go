@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -56,6 +58,20 @@ type Config struct {
 	// MaxBatch and Parallel are the service's. Defaults
 	// roster.DefaultMaxBatch and roster.DefaultParallel.
 	MaxBatch, Parallel int
+	// Rate, when positive, measures the apply lag at a steady load
+	// instead of the snapshot's rate: the service starts on the courses
+	// alone, then the run writes Rate changes per second for Duration
+	// (new users and their enrollments, taking turns; Users and
+	// Enrollments are ignored) and reports each change's lag from its
+	// produce call to the moment the roster's position (roster_positions,
+	// written in the transaction that applies it) covered it, polled
+	// every 10 ms. Default 0: the snapshot.
+	Rate int
+	// Duration of the steady load. Default 30 s.
+	Duration time.Duration
+	// CPUProfile, when set, receives a CPU profile of this process from
+	// the service's start to the last offset committed (go tool pprof).
+	CPUProfile string
 	// Logger receives progress. Default: discarded.
 	Logger *slog.Logger
 }
@@ -76,6 +92,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if c.Rate > 0 && c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
 	return c
 }
 
@@ -89,7 +108,9 @@ func (c Config) Validate() error {
 		return errors.New("rosterbench: brokers are required")
 	case c.Users < 1 || c.Enrollments < 0 || c.Courses < 1:
 		return fmt.Errorf("rosterbench: --users and --courses must be positive and --enrollments not negative, got %d, %d, %d", c.Users, c.Courses, c.Enrollments)
-	case int64(c.Enrollments) > int64(c.Users)*int64(c.Courses):
+	case c.Rate < 0 || c.Rate > 1_000_000 || c.Duration < 0:
+		return fmt.Errorf("rosterbench: --rate must be between 0 and 1000000 changes/s and --duration not negative, got %d and %s", c.Rate, c.Duration)
+	case c.Rate == 0 && int64(c.Enrollments) > int64(c.Users)*int64(c.Courses):
 		return fmt.Errorf("rosterbench: %d enrollments do not fit %d users in %d courses", c.Enrollments, c.Users, c.Courses)
 	}
 	return nil
@@ -123,6 +144,15 @@ type Result struct {
 	RowsUsers       int64 `json:"rows_users"`
 	RowsCourses     int64 `json:"rows_courses"`
 	RowsEnrollments int64 `json:"rows_enrollments"`
+	// The steady load (Config.Rate): the rate asked and the one sent,
+	// and the changes' apply lag.
+	Rate            int     `json:"rate,omitempty"`
+	RateSent        float64 `json:"rate_sent,omitempty"`
+	DurationSeconds float64 `json:"duration_seconds,omitempty"`
+	LagSamples      int     `json:"lag_samples,omitempty"`
+	LagP50MS        float64 `json:"lag_p50_ms,omitempty"`
+	LagP99MS        float64 `json:"lag_p99_ms,omitempty"`
+	LagMaxMS        float64 `json:"lag_max_ms,omitempty"`
 }
 
 // Run performs one run.
@@ -166,14 +196,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		_, _ = tk.Admin.DeleteTopics(dctx, usersT, coursesT, enrollT)
 		_, _ = tk.Admin.DeleteGroups(dctx, topics.Group(streams.GroupRoster))
 	}()
-
-	log.Info("writing records", "users", cfg.Users, "courses", cfg.Courses, "enrollments", cfg.Enrollments, "schemas", cfg.Schemas)
-	t0 := time.Now()
-	if res.RecordBytes, err = produce(ctx, cfg, usersT, coursesT, enrollT); err != nil {
+	if err := benchkit.WaitTopicsReady(ctx, tk.Admin, usersT, coursesT, enrollT); err != nil {
 		return res, err
 	}
-	res.ProduceSeconds = time.Since(t0).Seconds()
-	res.Changes = int64(cfg.Users + cfg.Courses + cfg.Enrollments)
+
+	if cfg.Rate > 0 {
+		res.Rate, res.Users, res.Enrollments = cfg.Rate, 0, 0
+	} else {
+		log.Info("writing records", "users", cfg.Users, "courses", cfg.Courses, "enrollments", cfg.Enrollments, "schemas", cfg.Schemas)
+		t0 := time.Now()
+		if res.RecordBytes, err = produce(ctx, cfg, usersT, coursesT, enrollT); err != nil {
+			return res, err
+		}
+		res.ProduceSeconds = time.Since(t0).Seconds()
+		res.Changes = int64(cfg.Users + cfg.Courses + cfg.Enrollments)
+	}
 
 	// A fixed set of connections, opened before the clock starts, so the
 	// Postgres CPU measured is exactly that of the backends serving the
@@ -214,6 +251,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return res, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	pg0 := backendsCPU(backends)
 	self0 := selfCPU()
 	start := time.Now()
@@ -221,6 +269,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	defer func() { _ = svc.Stop(context.Background()) }()
+	if cfg.Rate > 0 {
+		// The positions' poller on a connection of its own, apart from
+		// the measured ones.
+		poll, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			return res, err
+		}
+		defer poll.Close()
+		err = steady(ctx, cfg, &res, poll, tk.Admin, topics.Group(streams.GroupRoster), usersT, coursesT, enrollT, func() {
+			res.RosterCPUSeconds = selfCPU() - self0
+			res.PostgresCPUSeconds = backendsCPU(backends) - pg0
+			res.CPUSeconds = res.RosterCPUSeconds + res.PostgresCPUSeconds
+		})
+		return res, err
+	}
 	log.Info("applying")
 	if err := waitCommitted(ctx, tk.Admin, topics.Group(streams.GroupRoster), log, usersT, coursesT, enrollT); err != nil {
 		return res, err
@@ -367,6 +430,16 @@ func backendsCPU(pids []int) float64 {
 // Print writes r as a table.
 func Print(w io.Writer, r Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if r.Rate > 0 {
+		fmt.Fprintf(tw, "steady load\t%d changes/s asked, %.0f/s sent for %.1f s (%d changes: new users and their enrollments; schemas %v, %d partitions per topic, batch %d, parallel %d)\n",
+			r.Rate, r.RateSent, r.DurationSeconds, r.Changes, r.Schemas, r.Partitions, r.MaxBatch, r.Parallel)
+		fmt.Fprintf(tw, "apply lag\tp50 %.0f ms, p99 %.0f ms, max %.0f ms over %d changes (produce call → position committed, polled every 10 ms)\n",
+			r.LagP50MS, r.LagP99MS, r.LagMaxMS, r.LagSamples)
+		fmt.Fprintf(tw, "CPU\t%.2f s = this process (the roster, and the producer beside it) %.2f s + Postgres server %.2f s (%.1f µs per change)\n",
+			r.CPUSeconds, r.RosterCPUSeconds, r.PostgresCPUSeconds, r.CPUSeconds/float64(max(r.Changes, 1))*1e6)
+		_ = tw.Flush()
+		return
+	}
 	fmt.Fprintf(tw, "snapshot\t%d users, %d courses, %d enrollments (schemas %v, %d partitions per topic, batch %d, parallel %d)\n",
 		r.Users, r.Courses, r.Enrollments, r.Schemas, r.Partitions, r.MaxBatch, r.Parallel)
 	fmt.Fprintf(tw, "records written\t%d (%.1f MB values) in %.1f s, before the roster started\n", r.Changes, float64(r.RecordBytes)/1e6, r.ProduceSeconds)

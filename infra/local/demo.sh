@@ -13,6 +13,12 @@ fi
 mkdir -p "$LOCAL_DIR/bin"
 info "building notify"
 go build -o "$LOCAL_DIR/bin/notify" ./services/notify
+# The demo uses the servers started above, whatever the caller's environment says: with the
+# port overrides (a second checkout beside a running one) notify's defaults would point it
+# at the other checkout's servers, and the URL it prints for `notify status` with them.
+# (--database-url / --kafka-brokers still win: flags override the environment.)
+export NOTIFY_DATABASE_URL="postgres://postgres@$PG_HOST:$PG_PORT/notify?sslmode=disable"
+export NOTIFY_KAFKA_BROKERS="$KAFKA_HOST:$KAFKA_PORT"
 # Dev mode: the demo runs on the public dev secrets against the local mock, all on loopback.
 export NOTIFY_DEV=1
 exec "$LOCAL_DIR/bin/notify" demo "$@"

@@ -70,6 +70,12 @@ func (m Mapper) Map(s string) (uuid.UUID, error) {
 		return uuid.UUID{}, fmt.Errorf("%w: not UTF-8", ErrUnmapped)
 	}
 	if u, err := parseCanonical(s); err == nil {
+		if u == uuid.Nil {
+			// An erasure leaves the nil uuid where an erased user was a
+			// course's instructor or a material's author: no token or
+			// record may name it.
+			return uuid.UUID{}, fmt.Errorf("%w: the nil uuid stands for an erased user", ErrUnmapped)
+		}
 		return u, nil
 	}
 	if !m.set {

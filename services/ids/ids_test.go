@@ -24,7 +24,7 @@ func TestMap(t *testing.T) {
 	if a != b || a.Version() != 5 {
 		t.Fatalf("MapInt(42)=%v Map(\"42\")=%v", a, b)
 	}
-	for _, bad := range []string{"", strings.Repeat("x", MaxBytes+1), "\xff"} {
+	for _, bad := range []string{"", strings.Repeat("x", MaxBytes+1), "\xff", "00000000-0000-0000-0000-000000000000"} {
 		if _, err := m.Map(bad); !errors.Is(err, ErrUnmapped) {
 			t.Errorf("Map(%q) = %v, want ErrUnmapped", bad, err)
 		}

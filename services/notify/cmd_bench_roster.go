@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/benchmarks/rosterbench"
@@ -19,7 +20,7 @@ func init() {
 }
 
 func runBenchRoster(ctx context.Context, args []string) error {
-	fs := newFlagSet("bench roster", "--users N --enrollments M [--schemas] [--json FILE]")
+	fs := newFlagSet("bench roster", "--users N --enrollments M [--schemas] [--json FILE] | --rate R [--duration 30s]")
 	var infra infraFlags
 	infra.register(fs, true)
 	cfg := rosterbench.Config{Logger: newLogger()}
@@ -30,6 +31,9 @@ func runBenchRoster(ctx context.Context, args []string) error {
 	partitions := fs.Int("partitions", 3, "partitions of each platform topic")
 	fs.IntVar(&cfg.MaxBatch, "max-batch", roster.DefaultMaxBatch, "records of one partition per transaction")
 	fs.IntVar(&cfg.Parallel, "parallel", roster.DefaultParallel, "partitions applied at once")
+	fs.IntVar(&cfg.Rate, "rate", 0, "instead of the snapshot: write this many changes per second (new users and their enrollments) to the running roster for --duration and report the apply lag's p50/p99/max (--users and --enrollments are ignored)")
+	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long --rate writes")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the apply (this process: the roster service) to FILE (go tool pprof)")
 	jsonOut := fs.String("json", "", "also write the result as JSON to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err

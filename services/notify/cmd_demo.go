@@ -109,7 +109,7 @@ func (p *pipelineFlags) absPaths() error {
 }
 
 func runDemo(ctx context.Context, args []string) error {
-	fs := newFlagSet("demo", "[--users N] [--mix webpush=R,fcm=R,apns=R] [--latency 230ms] [flags]")
+	fs := newFlagSet("demo", "[--users N] [--roster] [--mix webpush=R,fcm=R,apns=R] [--latency 230ms] [flags]")
 	var p pipelineFlags
 	p.register(fs, 100_000)
 	inProcess := fs.String("kafka", "auto", "auto: use the configured broker, or an in-process Kafka-protocol broker when it is unreachable; external; in-process")
@@ -118,6 +118,7 @@ func runDemo(ctx context.Context, args []string) error {
 	promAddr := fs.String("prometheus-addr", "127.0.0.1:9090", "Prometheus' listen address with --prometheus")
 	pauseAt := fs.String("pause-at", "", "pause the event through the API once this share of the devices is pushed (e.g. 30%), hold it --pause-for, then resume")
 	pauseFor := fs.Duration("pause-for", 5*time.Second, "how long --pause-at holds the pause")
+	fs.BoolVar(&p.cfg.Roster, "roster", false, "take the students from the platform's change stream instead of the seed: write them, their instructor, the course and the enrollments as Debezium records (integer ids, the platform's own column names) to a roster topic, start notify run roster on it and publish once it has applied them (the seed then writes only their devices)")
 	trickle := fs.Int("trickle", 20, "beside the broadcast, send this many single-student notifications per second through POST /v1/notifications (the transactional lane) and show their live latency (0: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -174,7 +175,11 @@ func runDemo(ctx context.Context, args []string) error {
 	if p.cfg.Mix != nil {
 		mix = *p.cfg.Mix
 	}
-	fmt.Fprintf(out, "notify demo: %d students (devices %s), push service latency %s, %d push worker(s)\n", p.cfg.Users, mix, p.cfg.Latency, p.cfg.PushWorkers)
+	from := ""
+	if p.cfg.Roster {
+		from = " from a roster topic (Debezium records applied by notify run roster)"
+	}
+	fmt.Fprintf(out, "notify demo: %d students%s (devices %s), push service latency %s, %d push worker(s)\n", p.cfg.Users, from, mix, p.cfg.Latency, p.cfg.PushWorkers)
 	var res pipeline.Result
 	var tx *txbench.Result
 	if *trickle > 0 {
@@ -196,8 +201,12 @@ func runDemo(ctx context.Context, args []string) error {
 		fmt.Fprintln(out, "\nsmall notifications beside the broadcast:")
 		txbench.Print(out, *tx)
 	}
-	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     notify status %s --verify --database-url %s\n  metrics                   each service serves /metrics while it runs (notify run … --metrics-addr)\n",
-		res.LogDir, res.EventID, strings.Replace(p.inf.databaseURL, "/notify?", "/"+res.Database+"?", 1))
+	accounting := fmt.Sprintf("notify status %s --verify --database-url %s", res.EventID, strings.Replace(p.inf.databaseURL, "/notify?", "/"+res.Database+"?", 1))
+	if p.cfg.Roster {
+		accounting = "above (a --roster run's database is its own, dropped at its end)"
+	}
+	fmt.Fprintf(out, "\nWhere to look next:\n  logs of every service     %s\n  an event's accounting     %s\n  metrics                   each service serves /metrics while it runs (notify run … --metrics-addr)\n",
+		res.LogDir, accounting)
 	if err := benchkit.WriteJSON(p.jsonPath, res); err != nil {
 		return err
 	}

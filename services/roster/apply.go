@@ -373,13 +373,15 @@ func erase(ctx context.Context, tx pgx.Tx, dels []Change, res *Result) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlEraseFlagOn)
-	for _, q := range []string{sqlEraseDeliveries, sqlEraseNotifications, sqlEraseDevices} {
+	for _, q := range []string{sqlEraseDeliveries, sqlEraseHolds, sqlEraseNotifications, sqlEraseTargetRanges, sqlEraseDevices} {
 		b.Queue(q, targets)
 	}
 	b.Queue(sqlEraseEnrollments, targets, targetPos)
-	for _, q := range []string{sqlEraseIdempotency, sqlEraseUsers} {
+	b.Queue(sqlEraseIdempotency, targets)
+	for _, q := range sqlEraseReferences {
 		b.Queue(q, targets)
 	}
+	b.Queue(sqlEraseUsers, targets)
 	b.Queue(sqlEraseFlagOff)
 	b.Queue(sqlEraseTombstones, targets, targetPos)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {

@@ -15,8 +15,11 @@
 //
 // A deleted user is erased: every row of theirs in every table with a
 // user column — notifications in every partition, devices (each announced
-// as DeviceGone reason "erased"), their outcomes, enrollments, API
-// idempotency rows, the user row — in the transaction that applies the
+// as DeviceGone reason "erased"), their outcomes and push holds,
+// enrollments, preferences, API idempotency rows, the user row — and
+// their id in rows that are someone else's (a course's instructor, a
+// material's author, a notification's sender or user-list audience, a
+// push command's recorded range), in the transaction that applies the
 // delete. A tombstone (roster_erasures, keyed by the id's SHA-256) keeps a
 // replayed older record from creating the user again; a newer one creates
 // a new user.

@@ -153,11 +153,21 @@ WHERE ` + livePeriod + `
 //   - the outcomes of the student's devices, found through the student's
 //     notifications (push_deliveries has no user column and no index on
 //     the device alone: this probes its primary key per event);
+//   - the student's push holds, found the same way (push_holds' key);
 //   - the notifications (every partition: the parent's index per
-//     partition), then the devices (their triggers then find no
-//     notification of the student, so record no 'gone' outcome for them);
-//   - enrollments, API idempotency rows, the user row;
+//     partition), then the push commands' recorded ranges that start or
+//     end at the student (sqlEraseTargetRanges), then the devices (their
+//     triggers then find no notification of the student, so record no
+//     'gone' outcome for them);
+//   - enrollments, API idempotency rows;
+//   - the references to the user in rows that are not theirs
+//     (sqlEraseReferences): a course they teach, a material they wrote,
+//     a notification they sent or were listed in;
+//   - the user row (user_preferences goes with it: ON DELETE CASCADE);
 //   - the tombstones of the ordered erasures, and the counter.
+//
+// The erasure test (erasure_test.go) finds every column that can hold a
+// user id in the catalog and fails for one this list does not cover.
 const sqlEraseTargets = `
 SELECT v.id, u.id IS NOT NULL
 FROM unnest($1::uuid[], $2::bigint[]) AS v (id, pos)
@@ -183,7 +193,46 @@ USING notifications n, push_subscriptions s
 WHERE n.user_id = ANY($1::uuid[]) AND s.user_id = n.user_id
   AND d.event_id = n.event_id AND d.subscription_id = s.id`
 
+const sqlEraseHolds = `
+DELETE FROM push_holds h
+USING notifications n
+WHERE n.user_id = ANY($1::uuid[]) AND h.event_id = n.event_id AND h.user_id = n.user_id`
+
 const sqlEraseNotifications = `DELETE FROM notifications WHERE user_id = ANY($1::uuid[])`
+
+// sqlEraseTargetRanges: a push command's lo and hi are its first and last
+// student, and push_command_devices records them in event_target_ranges
+// so a redelivered copy of the command (same lo and hi) finds the range
+// counted. A bound that is an erased student moves inward to the nearest
+// student of the event still notified inside the range — the range stays
+// inside the command's, so the copy still overlaps it — and a range left
+// with no student is dropped (a copy would count nothing: its students'
+// notifications are gone). Runs after the notifications' delete; the
+// event's notifications are found by their key.
+const sqlEraseTargetRanges = `
+WITH hit AS (
+    SELECT r.event_id, r.first_user, r.last_user,
+        CASE WHEN r.first_user = ANY($1::uuid[]) THEN (
+            SELECT n.user_id FROM notifications n
+            WHERE n.event_id = r.event_id AND n.user_id > r.first_user AND n.user_id <= r.last_user
+            ORDER BY n.user_id LIMIT 1)
+        ELSE r.first_user END AS new_first,
+        CASE WHEN r.last_user = ANY($1::uuid[]) THEN (
+            SELECT n.user_id FROM notifications n
+            WHERE n.event_id = r.event_id AND n.user_id >= r.first_user AND n.user_id < r.last_user
+            ORDER BY n.user_id DESC LIMIT 1)
+        ELSE r.last_user END AS new_last
+    FROM event_target_ranges r
+    WHERE r.first_user = ANY($1::uuid[]) OR r.last_user = ANY($1::uuid[])
+), dropped AS (
+    DELETE FROM event_target_ranges r USING hit h
+    WHERE r.event_id = h.event_id AND r.first_user = h.first_user
+      AND (h.new_first IS NULL OR h.new_last IS NULL OR h.new_first > h.new_last)
+)
+UPDATE event_target_ranges r SET first_user = h.new_first, last_user = h.new_last
+FROM hit h
+WHERE r.event_id = h.event_id AND r.first_user = h.first_user
+  AND h.new_first IS NOT NULL AND h.new_last IS NOT NULL AND h.new_first <= h.new_last`
 
 const sqlEraseDevices = `DELETE FROM push_subscriptions WHERE user_id = ANY($1::uuid[])`
 
@@ -198,6 +247,22 @@ DELETE FROM enrollments e USING unnest($1::uuid[], $2::bigint[]) AS v (id, pos)
 WHERE e.user_id = v.id AND (v.pos IS NULL OR e.source_pos IS NULL OR e.source_pos < v.pos)`
 
 const sqlEraseIdempotency = `DELETE FROM api_idempotency WHERE user_id = ANY($1::uuid[])`
+
+// sqlEraseReferences replaces the user's id in rows that belong to
+// someone else — a course's instructor, a material's author, a
+// notification's sender — by the nil uuid, which no user can have (ids
+// and Validate refuse it), so the row stays for the students it concerns
+// and grants nobody anything; and takes the user out of the user-list
+// audiences of notifications. These columns have no index of their own:
+// each is scanned once per erasure batch (erasures are rare).
+var sqlEraseReferences = []string{
+	`UPDATE courses SET instructor_id = '00000000-0000-0000-0000-000000000000' WHERE instructor_id = ANY($1::uuid[])`,
+	`UPDATE materials SET author_id = '00000000-0000-0000-0000-000000000000' WHERE author_id = ANY($1::uuid[])`,
+	`UPDATE notification_events SET sender_user = '00000000-0000-0000-0000-000000000000' WHERE sender_user = ANY($1::uuid[])`,
+	`UPDATE notification_events
+	 SET user_ids = coalesce((SELECT array_agg(u ORDER BY o) FROM unnest(user_ids) WITH ORDINALITY AS a (u, o) WHERE u <> ALL($1::uuid[])), '{}')
+	 WHERE user_ids && $1::uuid[]`,
+}
 
 const sqlEraseUsers = `DELETE FROM users WHERE id = ANY($1::uuid[])`
 

@@ -65,6 +65,12 @@ type Options struct {
 	Preferences *Preferences
 	// Progress, if set, is called about once a second and at the end.
 	Progress func(Progress)
+	// DevicesOnly writes the devices alone: no instructor, course, users
+	// or enrollments, which come from elsewhere (the roster's topics in
+	// `notify demo --roster`). UserID is then required: student i's id,
+	// whose devices these are.
+	DevicesOnly bool
+	UserID      func(i int) uuid.UUID
 }
 
 // APNsToken is the device token of seeded APNs device id: 64 hex digits,
@@ -123,6 +129,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("apns-ratio must be between 0 and 1 (one APNs device per student at most), got %v", o.APNsRatio)
 	case o.FCMRatio > 0 && o.FCMToken == nil:
 		return errors.New("seed: an FCM token function is required with fcm-ratio > 0")
+	case o.DevicesOnly && o.UserID == nil:
+		return errors.New("seed: a user id function is required to seed devices only")
+	case o.DevicesOnly && o.Preferences != nil:
+		return errors.New("seed: preferences need the seed's own students, not devices only")
 	case o.Preferences != nil:
 		return o.Preferences.validate()
 	}
@@ -160,6 +170,7 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 
 	ds := newDataset(o)
+	ds.userID = o.UserID
 	res := Result{
 		CourseID:      uuidString(ds.course),
 		InstructorID:  uuidString(ds.instructor),
@@ -170,6 +181,10 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res.FCMDevices, res.APNsDevices = o.AppDevices()
 	var written atomic.Int64
 	total := 2*res.Users + res.Subscriptions + res.FCMDevices + res.APNsDevices
+	if o.DevicesOnly {
+		total -= 2 * res.Users
+		res.CourseID, res.InstructorID = "", ""
+	}
 	snapshot := func() Progress { return Progress{Rows: written.Load(), Total: total, Elapsed: time.Since(start)} }
 
 	stopProgress := make(chan struct{})
@@ -192,6 +207,9 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 
 	err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		if o.DevicesOnly {
+			return nil
+		}
 		return pgx.BeginFunc(ctx, c.Conn(), func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO users (id, name) VALUES ($1, 'Instructor')", ds.instructor); err != nil {
 				return fmt.Errorf("insert instructor: %w", err)
@@ -210,18 +228,20 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return copyTable(gctx, pool, "users", []string{"id", "name"}, &written, res.Users, func(i int, row []any) {
-			row[0] = ds.user(i)
-			row[1] = "Student " + strconv.Itoa(i+1)
+	if !o.DevicesOnly {
+		g.Go(func() error {
+			return copyTable(gctx, pool, "users", []string{"id", "name"}, &written, res.Users, func(i int, row []any) {
+				row[0] = ds.user(i)
+				row[1] = "Student " + strconv.Itoa(i+1)
+			})
 		})
-	})
-	g.Go(func() error {
-		return copyTable(gctx, pool, "enrollments", []string{"course_id", "user_id", "enrolled_at"}, &written, res.Users, func(i int, row []any) {
-			row[0] = ds.course
-			row[1], row[2] = ds.user(i), ds.enrolledAt(i)
+		g.Go(func() error {
+			return copyTable(gctx, pool, "enrollments", []string{"course_id", "user_id", "enrolled_at"}, &written, res.Users, func(i int, row []any) {
+				row[0] = ds.course
+				row[1], row[2] = ds.user(i), ds.enrolledAt(i)
+			})
 		})
-	})
+	}
 	g.Go(func() error { return copySubscriptions(gctx, pool, ds, o, &written) })
 	if apps := res.FCMDevices + res.APNsDevices; apps > 0 {
 		g.Go(func() error {
@@ -269,7 +289,11 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		p.Vacuuming = true
 		o.Progress(p)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) users, enrollments, push_subscriptions"); err != nil {
+	vacuum := "VACUUM (ANALYZE) users, enrollments, push_subscriptions"
+	if o.DevicesOnly {
+		vacuum = "VACUUM (ANALYZE) push_subscriptions"
+	}
+	if _, err := pool.Exec(ctx, vacuum); err != nil {
 		return res, fmt.Errorf("vacuum the seeded tables: %w", err)
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -287,6 +311,7 @@ func Load(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 // like a 1,000-student one.
 type dataset struct {
 	seed               uint64
+	userID             func(i int) uuid.UUID // Options.UserID
 	instructor, course [16]byte
 	// subs is the subscription count. Subscription index i (id i+1) below
 	// firsts belongs to student i, every student's first browser while
@@ -331,6 +356,9 @@ func (ds *dataset) student(i int) ([16]byte, time.Time) {
 
 // user is student i's id.
 func (ds *dataset) user(i int) [16]byte {
+	if ds.userID != nil {
+		return ds.userID(i)
+	}
 	id, _ := ds.student(i)
 	return id
 }

@@ -5,8 +5,13 @@ import (
 	"context"
 	"crypto/ecdh"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/push/apns"
@@ -249,5 +254,40 @@ func TestLoadLeavesSeededTablesVacuumed(t *testing.T) {
 		if pages == 0 || visible != pages || !vacuumed || !analysed {
 			t.Errorf("%s: %d of %d pages all-visible, vacuumed %v, analysed %v; want every page, both true", table, visible, pages, vacuumed, analysed)
 		}
+	}
+}
+
+// DevicesOnly writes the devices of students whose rows come from
+// elsewhere (the roster): no user, course or enrollment, and every
+// device owned by an id UserID gave.
+func TestLoadDevicesOnly(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	ctx := context.Background()
+	const users = 500
+	owners := map[uuid.UUID]bool{}
+	var mu sync.Mutex
+	userID := func(i int) uuid.UUID {
+		u := uuid.NewSHA1(uuid.NameSpaceOID, []byte(strconv.Itoa(i)))
+		mu.Lock()
+		owners[u] = true
+		mu.Unlock()
+		return u
+	}
+	if _, err := seed.Load(ctx, db.Pool, seed.Options{Users: users, DevicesOnly: true}); err == nil {
+		t.Fatal("DevicesOnly without UserID: no error")
+	}
+	res, err := seed.Load(ctx, db.Pool, seed.Options{Users: users, Seed: 5, DevicesOnly: true, UserID: userID, APNsRatio: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rosterRows, devices, strangers int64
+	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM users) + (SELECT count(*) FROM courses) + (SELECT count(*) FROM enrollments),
+		(SELECT count(*) FROM push_subscriptions), (SELECT count(*) FROM push_subscriptions WHERE NOT user_id = ANY($1))`,
+		slices.Collect(maps.Keys(owners))).Scan(&rosterRows, &devices, &strangers); err != nil {
+		t.Fatal(err)
+	}
+	if rosterRows != 0 || devices != res.Subscriptions+res.APNsDevices || devices == 0 || strangers != 0 || res.CourseID != "" {
+		t.Fatalf("roster rows %d, devices %d (want %d), of other users %d, course %q", rosterRows, devices, res.Subscriptions+res.APNsDevices, strangers, res.CourseID)
 	}
 }
