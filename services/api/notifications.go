@@ -215,14 +215,25 @@ var errRolledBack = errors.New("refused: rolled back")
 // be; any other error fails the group, and the queue writes each alone.
 func (s *Server) createNotificationsGroup(ctx context.Context, calls []*notificationCall) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Each request's checks run as it comes; every write of the
-		// group goes in one round trip at the end.
+		// Three round trips for the whole group: every key's claim, every
+		// user list's users, then every write. Checks that need more
+		// (a course, a template) run as each request comes.
+		if err := claimKeys(ctx, tx, calls); err != nil {
+			return err
+		}
+		known, err := s.lookUpUserLists(ctx, tx, calls)
+		if err != nil {
+			return err
+		}
 		var b pgx.Batch
 		for _, c := range calls {
-			if err := s.createNotificationIn(ctx, tx, &b, c); err != nil {
+			if !c.claimed {
+				continue
+			}
+			if err := s.queueNotification(ctx, tx, &b, c, known); err != nil {
 				return err
 			}
-			if c.refused != nil && c.claimed && c.key != "" {
+			if c.refused != nil && c.key != "" {
 				b.Queue(sqlReleaseKey, c.owner, c.key)
 			}
 		}
@@ -233,14 +244,82 @@ func (s *Server) createNotificationsGroup(ctx context.Context, calls []*notifica
 	})
 }
 
+// sqlClaimKeys is sqlClaimKey for a group (never two of the same key: the
+// queue keeps them apart), in key order so that two groups never wait for
+// each other's keys in opposite orders. It returns the keys it claimed.
+const sqlClaimKeys = `
+INSERT INTO api_idempotency (user_id, key, request_hash, status, response)
+SELECT t.user_id, t.key, t.hash, 201, '{}' FROM unnest($1::uuid[], $2::text[], $3::bytea[]) AS t(user_id, key, hash)
+ORDER BY t.user_id, t.key
+ON CONFLICT (user_id, key) DO NOTHING
+RETURNING user_id, key`
+
+// claimKeys claims the keys of calls in one statement and sets each call's
+// claimed (a call without a key is claimed).
+func claimKeys(ctx context.Context, tx pgx.Tx, calls []*notificationCall) error {
+	var owners []UUID
+	var keys []string
+	var hashes [][]byte
+	for _, c := range calls {
+		c.claimed, c.refused, c.res = c.key == "", nil, publishResult{}
+		if c.key != "" {
+			owners, keys, hashes = append(owners, c.owner), append(keys, c.key), append(hashes, c.hash)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, sqlClaimKeys, owners, keys, hashes)
+	if err != nil {
+		return fmt.Errorf("claim %d idempotency keys: %w", len(keys), err)
+	}
+	claimed := map[idemKey]bool{}
+	for rows.Next() {
+		var k idemKey
+		if err := rows.Scan(&k.user, &k.key); err != nil {
+			rows.Close()
+			return fmt.Errorf("claim idempotency keys: %w", err)
+		}
+		claimed[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("claim idempotency keys: %w", err)
+	}
+	for _, c := range calls {
+		if c.key != "" {
+			c.claimed = claimed[idemKey{c.owner, c.key}]
+		}
+	}
+	return nil
+}
+
+// lookUpUserLists looks up, in one statement, which of the users named by
+// the claimed calls' user lists exist (nil: no user list). An id that does
+// not map is left out here; the request's own checks refuse it.
+func (s *Server) lookUpUserLists(ctx context.Context, tx pgx.Tx, calls []*notificationCall) (notifications.KnownUsers, error) {
+	var all []uuid.UUID
+	for _, c := range calls {
+		if !c.claimed {
+			continue
+		}
+		for _, id := range c.req.Audience.UserIDs {
+			if u, err := s.cfg.IDs.Map(id); err == nil {
+				all = append(all, u)
+			}
+		}
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	return notifications.LookUpUsers(ctx, tx, all)
+}
+
 // sqlReleaseKey undoes a claim made in the same transaction, for a request
 // refused after its claim.
 const sqlReleaseKey = `DELETE FROM api_idempotency WHERE user_id = $1 AND key = $2`
 
 // createNotificationIn claims c's key in tx and queues its event and
-// stored answer on b. A refusal (the request's fault) is set on c, having
-// written nothing but the claim and queued nothing; an error is the
-// database's.
+// stored answer on b (queueNotification).
 func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *notificationCall) error {
 	c.claimed, c.refused, c.res = true, nil, publishResult{}
 	if c.key != "" {
@@ -254,7 +333,14 @@ func (s *Server) createNotificationIn(ctx context.Context, tx pgx.Tx, b *pgx.Bat
 			return fmt.Errorf("claim idempotency key: %w", err)
 		}
 	}
-	cr, err := notifications.QueueCreate(ctx, tx, b, s.cfg.IDs, c.sender, c.req, uuid.UUID(NewUUID()))
+	return s.queueNotification(ctx, tx, b, c, nil)
+}
+
+// queueNotification queues the event and stored answer of c, whose key is
+// claimed, on b. A refusal (the request's fault) is set on c, having queued
+// nothing; an error is the database's. known: see notifications.QueueCreate.
+func (s *Server) queueNotification(ctx context.Context, tx pgx.Tx, b *pgx.Batch, c *notificationCall, known notifications.KnownUsers) error {
+	cr, err := notifications.QueueCreate(ctx, tx, b, s.cfg.IDs, c.sender, c.req, uuid.UUID(NewUUID()), known)
 	if err != nil {
 		if isRefusal(err) {
 			c.refused = err

@@ -89,7 +89,7 @@ VALUES ($1, $2, $3, $4, $5::text::jsonb)`
 // Any other error is the database's.
 func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, eventID uuid.UUID) (Created, error) {
 	var b pgx.Batch
-	c, err := QueueCreate(ctx, tx, &b, m, s, r, eventID)
+	c, err := QueueCreate(ctx, tx, &b, m, s, r, eventID, nil)
 	if err != nil {
 		return Created{}, err
 	}
@@ -104,7 +104,11 @@ func Create(ctx context.Context, tx pgx.Tx, m ids.Mapper, s Sender, r Request, e
 // and the event exists once b has run in tx and tx commits. A caller that
 // writes more in the same transaction (the API's stored answer, other
 // requests' events) sends it all in one round trip.
-func QueueCreate(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m ids.Mapper, s Sender, r Request, eventID uuid.UUID) (Created, error) {
+//
+// known, if not nil, is which users exist among (at least) r's user list,
+// looked up by the caller for many requests at once (LookUpUsers); nil:
+// QueueCreate looks them up itself.
+func QueueCreate(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m ids.Mapper, s Sender, r Request, eventID uuid.UUID, known KnownUsers) (Created, error) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	if err := r.validateAt(now); err != nil {
 		return Created{}, err
@@ -138,7 +142,7 @@ func QueueCreate(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m ids.Mapper, s S
 			return Created{}, ErrForbidden
 		}
 		var err error
-		users, c.Unknown, err = knownUsers(ctx, tx, m, r.Audience.UserIDs)
+		users, c.Unknown, err = knownUsers(ctx, tx, m, r.Audience.UserIDs, known)
 		if err != nil {
 			return Created{}, err
 		}
@@ -213,7 +217,7 @@ func QueueCreate(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m ids.Mapper, s S
 // distinct: the slice walks them in order) and the ids it does not know
 // (as given, in request order). An id that cannot be mapped at all is a
 // bad request, not an unknown user.
-func knownUsers(ctx context.Context, tx pgx.Tx, m ids.Mapper, given []string) ([]uuid.UUID, []string, error) {
+func knownUsers(ctx context.Context, tx pgx.Tx, m ids.Mapper, given []string, set KnownUsers) ([]uuid.UUID, []string, error) {
 	mapped := make([]uuid.UUID, len(given))
 	for i, id := range given {
 		u, err := m.Map(id)
@@ -222,23 +226,48 @@ func knownUsers(ctx context.Context, tx pgx.Tx, m ids.Mapper, given []string) ([
 		}
 		mapped[i] = u
 	}
-	rows, err := tx.Query(ctx, sqlKnownUsers, mapped)
-	if err != nil {
-		return nil, nil, fmt.Errorf("look up users: %w", err)
+	if set == nil {
+		var err error
+		if set, err = LookUpUsers(ctx, tx, mapped); err != nil {
+			return nil, nil, err
+		}
 	}
-	known, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return nil, nil, fmt.Errorf("look up users: %w", err)
+	var known []uuid.UUID
+	for _, u := range mapped {
+		if _, ok := set[u]; ok {
+			known = append(known, u)
+		}
 	}
 	slices.SortFunc(known, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 	known = slices.Compact(known)
 	var unknown []string
 	for i, u := range mapped {
-		if _, found := slices.BinarySearchFunc(known, u, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }); !found {
+		if _, ok := set[u]; !ok {
 			unknown = append(unknown, given[i])
 		}
 	}
 	return known, unknown, nil
+}
+
+// KnownUsers is a set of user ids that exist (see QueueCreate).
+type KnownUsers map[uuid.UUID]struct{}
+
+// LookUpUsers returns which of ids are users: one index probe each, in one
+// statement, for one request's list or for many requests' at once.
+func LookUpUsers(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (KnownUsers, error) {
+	rows, err := tx.Query(ctx, sqlKnownUsers, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up users: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("look up users: %w", err)
+	}
+	set := make(KnownUsers, len(found))
+	for _, u := range found {
+		set[u] = struct{}{}
+	}
+	return set, nil
 }
 
 func utc(t *time.Time) *time.Time {
