@@ -47,7 +47,7 @@ func TestPlanGroupOfSmallEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	planner, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Logger: testLogger(), FirstSlice: slices.RunIn})
+	planner, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Logger: testLogger(), FirstSlice: slices.RunIn, FirstSlices: slices.RunManyIn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestPlanGroupTwiceInOneGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	planner, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Logger: testLogger(), FirstSlice: slices.RunIn})
+	planner, err := fanout.NewPlanner(db.Pool, fanout.PlannerConfig{Logger: testLogger(), FirstSlice: slices.RunIn, FirstSlices: slices.RunManyIn})
 	if err != nil {
 		t.Fatal(err)
 	}

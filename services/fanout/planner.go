@@ -68,6 +68,10 @@ type PlannerConfig struct {
 	// outbox row and one Kafka hop fewer. The Service sets its slice
 	// worker's (SliceWorker.RunIn).
 	FirstSlice func(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, skipExisting bool) (SliceResult, error)
+	// FirstSlices, if set beside FirstSlice, runs the first slices of a
+	// planning group's small events together, pipelined
+	// (SliceWorker.RunManyIn); unset, each runs through FirstSlice.
+	FirstSlices func(ctx context.Context, tx pgx.Tx, cmds []streams.SliceCommand) ([]SliceResult, error)
 	// Group is the most events planned in one transaction. Events handled
 	// at once (the planner's consumer takes many at a time) share their
 	// transaction's costs — its commit, its WAL flush, and the CDC
@@ -382,6 +386,8 @@ func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 		if err != nil {
 			return err
 		}
+		var cmds []streams.SliceCommand
+		var of []int // cmds[k] is calls[of[k]]'s
 		for _, i := range lists {
 			m := calls[i].m
 			outs[i].ranges = p.single
@@ -390,10 +396,27 @@ func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 			}
 			delete(fresh, m.eventID)
 			run := runStart{EventID: m.eventID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
-			if outs[i].sliced, err = p.cfg.FirstSlice(ctx, tx, firstSlices(run, p.single)[0], false); err != nil {
-				return fmt.Errorf("event %s: first slice: %w", m.eventID, err)
-			}
+			cmds, of = append(cmds, firstSlices(run, p.single)[0]), append(of, i)
 			outs[i].planned = true
+		}
+		if len(cmds) == 0 {
+			return nil
+		}
+		var sliced []SliceResult
+		if p.cfg.FirstSlices != nil {
+			if sliced, err = p.cfg.FirstSlices(ctx, tx, cmds); err != nil {
+				return fmt.Errorf("first slices of %d events: %w", len(cmds), err)
+			}
+		} else {
+			sliced = make([]SliceResult, len(cmds))
+			for k, cmd := range cmds {
+				if sliced[k], err = p.cfg.FirstSlice(ctx, tx, cmd, false); err != nil {
+					return fmt.Errorf("event %s: first slice: %w", cmd.EventID, err)
+				}
+			}
+		}
+		for k, i := range of {
+			outs[i].sliced = sliced[k]
 		}
 		return nil
 	})

@@ -289,73 +289,174 @@ func (w *SliceWorker) RunIn(ctx context.Context, tx pgx.Tx, cmd streams.SliceCom
 	return res, err
 }
 
+// RunManyIn runs several slice commands (of different ranges) in the
+// caller's transaction, as RunIn does each, in three round trips for all
+// of them: their range locks, their inserts, and their commands, ranges'
+// progress and runs' ends. The planner runs a group's first slices so
+// (PlannerConfig.FirstSlices). Any error fails tx as RunIn's does.
+func (w *SliceWorker) RunManyIn(ctx context.Context, tx pgx.Tx, cmds []streams.SliceCommand) ([]SliceResult, error) {
+	res := make([]SliceResult, len(cmds))
+	ptrs := make([]*SliceResult, len(cmds))
+	for i := range res {
+		ptrs[i] = &res[i]
+	}
+	err := w.runMany(ctx, tx, cmds, ptrs, false)
+	return res, err
+}
+
 // run is one attempt at cmd in tx; skipExisting selects the ON CONFLICT DO
 // NOTHING form of the insert.
 func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceCommand, res *SliceResult, skipExisting bool) error {
-	var lo, hi string
-	var cursor, url *string
-	var slicesDone int
-	var done, userList bool
-	var title, state string
-	var ev eventContent
-	err := tx.QueryRow(ctx, sqlLockRange, cmd.EventID, cmd.RangeIndex).Scan(&lo, &hi, &cursor, &slicesDone, &done, &title, &url, &state,
-		&userList, &ev.typ, &ev.body, &ev.data, &ev.priority, &ev.collapseKey, &ev.locales, &ev.defaultLocale, &ev.mandatory)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
+	return w.runMany(ctx, tx, []streams.SliceCommand{cmd}, []*SliceResult{res}, skipExisting)
+}
+
+// slice is one command's state through runMany's round trips.
+type slice struct {
+	cmd        streams.SliceCommand
+	res        *SliceResult
+	found      bool
+	lo, hi     string
+	cursor     *string
+	url        *string
+	slicesDone int
+	done       bool
+	userList   bool
+	title      string
+	state      string
+	ev         eventContent
+	// run: the slice is to be run (not skipped, parked or dropped).
+	run         bool
+	first, last *string
+	notified    int64
+	seconds     float64
+}
+
+// runMany runs cmds in tx, pipelined: every range lock in one round trip,
+// then every slice insert, then every slice's writes.
+func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.SliceCommand, res []*SliceResult, skipExisting bool) error {
+	sl := make([]slice, len(cmds))
+	var b pgx.Batch
+	for i, cmd := range cmds {
+		x := &sl[i]
+		x.cmd, x.res = cmd, res[i]
+		b.Queue(sqlLockRange, cmd.EventID, cmd.RangeIndex).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&x.lo, &x.hi, &x.cursor, &x.slicesDone, &x.done, &x.title, &x.url, &x.state,
+				&x.userList, &x.ev.typ, &x.ev.body, &x.ev.data, &x.ev.priority, &x.ev.collapseKey, &x.ev.locales, &x.ev.defaultLocale, &x.ev.mandatory)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			x.found = err == nil
+			return err
+		})
 	}
-	if err != nil {
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("lock range: %w", err)
 	}
-	switch {
-	case done || cmd.Seq < slicesDone:
-		res.Skipped = true
-		return nil
-	case cmd.Seq > slicesDone:
-		// The next command is written in the transaction that counts the
-		// previous slice, so a command ahead of its range cannot come from
-		// this pipeline.
-		return fmt.Errorf("%w: slice command seq %d ahead of range %d (%d slices done)", streams.ErrMalformed, cmd.Seq, cmd.RangeIndex, slicesDone)
-	}
-	if stop, err := w.controlSlice(ctx, tx, cmd, state, res); stop || err != nil {
-		return err
+	for i := range sl {
+		x := &sl[i]
+		cmd := x.cmd
+		switch {
+		case !x.found:
+			return fmt.Errorf("%w: no range %d planned for event %s", streams.ErrMalformed, cmd.RangeIndex, cmd.EventID)
+		case x.done || cmd.Seq < x.slicesDone:
+			x.res.Skipped = true
+			continue
+		case cmd.Seq > x.slicesDone:
+			// The next command is written in the transaction that counts
+			// the previous slice, so a command ahead of its range cannot
+			// come from this pipeline.
+			return fmt.Errorf("%w: slice command seq %d ahead of range %d (%d slices done)", streams.ErrMalformed, cmd.Seq, cmd.RangeIndex, x.slicesDone)
+		}
+		stop, err := w.controlSlice(ctx, tx, cmd, x.state, x.res)
+		if err != nil {
+			return err
+		}
+		x.run = !stop
 	}
 
-	// The database's cursor, not the command's, decides where the slice
-	// starts: it is the committed truth.
-	q, bound := sliceStatement(userList, cursor != nil, skipExisting), lo
-	if cursor != nil {
-		bound = *cursor
+	b = pgx.Batch{}
+	for i := range sl {
+		x := &sl[i]
+		if !x.run {
+			continue
+		}
+		cmd := x.cmd
+		// The database's cursor, not the command's, decides where the
+		// slice starts: it is the committed truth.
+		q, bound := sliceStatement(x.userList, x.cursor != nil, skipExisting), x.lo
+		if x.cursor != nil {
+			bound = *x.cursor
+		}
+		audience := cmd.CourseID // $1: the course, or the event of a user list
+		if x.userList {
+			audience = cmd.EventID
+		}
+		high := x.ev.priority != nil && *x.ev.priority == "high"
+		b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
+			w.cfg.Now(), x.ev.typ, TypePrefixes(x.ev.typ), x.ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
+			QueryRow(func(row pgx.Row) error {
+				return row.Scan(&x.res.Students, &x.first, &x.last, &x.res.Inserted)
+			})
 	}
-	audience := cmd.CourseID // $1: the course, or the event of a user list
-	if userList {
-		audience = cmd.EventID
+	if b.Len() == 0 {
+		return nil
 	}
-	var first, last *string
-	high := ev.priority != nil && *ev.priority == "high"
-	if err := tx.QueryRow(ctx, q, audience, bound, hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
-		w.cfg.Now(), ev.typ, TypePrefixes(ev.typ), ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
-		Scan(&res.Students, &first, &last, &res.Inserted); err != nil {
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("insert notifications: %w", err)
-	}
-	if first != nil {
-		res.FirstUser, res.LastUser = *first, *last
 	}
 
 	// What follows depends on nothing it returns but the run's end, so it
 	// goes in one round trip: the push command, the next slice command,
 	// the range's progress and, when the range is done, the run's end.
-	var b pgx.Batch
+	b = pgx.Batch{}
+	for i := range sl {
+		x := &sl[i]
+		if !x.run {
+			continue
+		}
+		if err := w.queueSliceWrites(&b, x); err != nil {
+			return err
+		}
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("record the slice (commands, range, run): %w", err)
+	}
+	for i := range sl {
+		x := &sl[i]
+		if !x.res.RunFinished {
+			continue
+		}
+		metricRunsFinished.Inc()
+		metricRunDuration.Update(x.seconds)
+		level := slog.LevelInfo
+		if x.notified <= int64(max(w.cfg.LaneStudents, 0)) {
+			level = slog.LevelDebug // a small event's end: one of thousands a minute
+		}
+		w.cfg.Logger.Log(ctx, level, "fan-out finished", "event_id", x.cmd.EventID, "notified", x.notified, "seconds", x.seconds)
+	}
+	return nil
+}
+
+// queueSliceWrites queues the writes of slice x, whose insert ran: its push
+// command, its range's next slice command, the range's progress and, when
+// the range is done, the run's end (x.res.RunFinished, x.notified and
+// x.seconds once b has run).
+func (w *SliceWorker) queueSliceWrites(b *pgx.Batch, x *slice) error {
+	cmd, res := x.cmd, x.res
+	if x.first != nil {
+		res.FirstUser, res.LastUser = *x.first, *x.last
+	}
 	ranges := max(cmd.Ranges, 1)
 	if res.Students > 0 {
 		pc := streams.PushCommand{
 			Version: streams.MessageVersion, EventID: cmd.EventID, CourseID: cmd.CourseID,
 			FirstUser: res.FirstUser, LastUser: res.LastUser, Students: int(res.Students),
-			Attempt: 1, Title: title, ExpiresAt: cmd.ExpiresAt,
+			Attempt: 1, Title: x.title, ExpiresAt: cmd.ExpiresAt,
 		}
-		if url != nil {
-			pc.URL = *url
+		if x.url != nil {
+			pc.URL = *x.url
 		}
-		ev.fill(&pc)
+		x.ev.fill(&pc)
 		enc, err := json.Marshal(pc)
 		if err != nil {
 			return fmt.Errorf("encode push command: %w", err)
@@ -366,7 +467,6 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		}
 		b.Queue(sqlInsertOutbox, agg, cmd.EventID, streams.TypePushCommand, string(enc), part)
 	}
-
 	res.RangeDone = res.Students < int64(cmd.SliceSize)
 	if !res.RangeDone {
 		enc, err := json.Marshal(nextSlice(cmd, res.LastUser))
@@ -381,12 +481,10 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 		newCursor = &res.LastUser
 	}
 	b.Queue(sqlUpdateRange, cmd.EventID, cmd.RangeIndex, newCursor, res.Inserted, res.RangeDone)
-	var notified int64
-	var seconds float64
 	if res.RangeDone {
 		b.Queue(sqlLockRun, cmd.EventID)
 		b.Queue(sqlFinishRun, cmd.EventID).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&notified, &seconds)
+			err := row.Scan(&x.notified, &x.seconds)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil // other ranges still open
 			}
@@ -396,19 +494,6 @@ func (w *SliceWorker) run(ctx context.Context, tx pgx.Tx, cmd streams.SliceComma
 			return err
 		})
 	}
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("record the slice (commands, range, run): %w", err)
-	}
-	if !res.RunFinished {
-		return nil
-	}
-	metricRunsFinished.Inc()
-	metricRunDuration.Update(seconds)
-	level := slog.LevelInfo
-	if notified <= int64(max(w.cfg.LaneStudents, 0)) {
-		level = slog.LevelDebug // a small event's end: one of thousands a minute
-	}
-	w.cfg.Logger.Log(ctx, level, "fan-out finished", "event_id", cmd.EventID, "notified", notified, "seconds", seconds)
 	return nil
 }
 
