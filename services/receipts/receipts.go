@@ -58,6 +58,10 @@ func (c Counts) Add(o Counts) Counts {
 	return Counts{Shown: c.Shown + o.Shown, Clicked: c.Clicked + o.Clicked, Read: c.Read + o.Read}
 }
 
+// SQLLoad is sqlLoad, for a reader that batches it with other
+// statements (services/eventstatus); ScanLoad reads its rows.
+const SQLLoad = sqlLoad
+
 // sqlLoad is an event's receipts by platform: the flushed counters plus
 // what still waits in the queue (a few seconds' worth while the flusher
 // runs), so the status is exact at any moment.
@@ -77,6 +81,11 @@ func Load(ctx context.Context, q Querier, eventID string) (map[string]Counts, er
 	if err != nil {
 		return nil, fmt.Errorf("load receipts of event %s: %w", eventID, err)
 	}
+	return ScanLoad(rows, eventID)
+}
+
+// ScanLoad reads the rows of SQLLoad for eventID, and closes them.
+func ScanLoad(rows pgx.Rows, eventID string) (map[string]Counts, error) {
 	defer rows.Close()
 	out := map[string]Counts{}
 	for rows.Next() {
