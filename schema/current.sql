@@ -634,7 +634,7 @@ END $$;
 -- Name: receipts_flush(integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.receipts_flush(lim integer, OUT taken bigint, OUT events integer) RETURNS record
+CREATE FUNCTION public.receipts_flush(lim integer, OUT taken bigint, OUT events integer, OUT by_platform jsonb) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -670,6 +670,14 @@ BEGIN
         ) e
         LEFT JOIN fanout_runs r ON r.event_id = e.event_id
     ) emitted;
+
+    SELECT coalesce(jsonb_object_agg(p.platform, jsonb_build_object('shown', p.shown, 'clicked', p.clicked, 'read', p.read)), '{}')
+    INTO by_platform
+    FROM (
+        SELECT x.platform, sum(x.shown) AS shown, sum(x.clicked) AS clicked, sum(x.read) AS read
+        FROM jsonb_to_recordset(delta) AS x(platform text, shown bigint, clicked bigint, read bigint)
+        GROUP BY x.platform
+    ) p;
 END $$;
 
 

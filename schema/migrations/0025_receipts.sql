@@ -73,8 +73,9 @@ END $$;
 -- running at once take different rows), adds them to the counters and
 -- writes one ReceiptsCounted lifecycle row per event they belong to, with
 -- the counts new since that event's previous record and its totals, all
--- by platform, in one transaction. taken < lim: the queue is empty.
-CREATE FUNCTION receipts_flush(lim integer, OUT taken bigint, OUT events integer)
+-- by platform, in one transaction. taken < lim: the queue is empty;
+-- by_platform sums what it took per platform (the flusher's metrics).
+CREATE FUNCTION receipts_flush(lim integer, OUT taken bigint, OUT events integer, OUT by_platform jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
     delta jsonb;
@@ -109,4 +110,12 @@ BEGIN
         ) e
         LEFT JOIN fanout_runs r ON r.event_id = e.event_id
     ) emitted;
+
+    SELECT coalesce(jsonb_object_agg(p.platform, jsonb_build_object('shown', p.shown, 'clicked', p.clicked, 'read', p.read)), '{}')
+    INTO by_platform
+    FROM (
+        SELECT x.platform, sum(x.shown) AS shown, sum(x.clicked) AS clicked, sum(x.read) AS read
+        FROM jsonb_to_recordset(delta) AS x(platform text, shown bigint, clicked bigint, read bigint)
+        GROUP BY x.platform
+    ) p;
 END $$;

@@ -50,6 +50,18 @@ var (
 	metricRecords = metrics.GetOrCreateCounter(`notify_receipts_lifecycle_records_total`)
 )
 
+// countReceipts adds flushed receipts to notify_receipts_total{kind,
+// platform}: the dashboard's funnel beside the delivered pushes.
+func countReceipts(by map[string]Counts) {
+	for platform, c := range by {
+		for kind, n := range map[string]int64{KindShown: c.Shown, KindClicked: c.Clicked, KindRead: c.Read} {
+			if n > 0 {
+				metrics.GetOrCreateCounter(fmt.Sprintf(`notify_receipts_total{kind=%q,platform=%q}`, kind, platform)).Add(int(n))
+			}
+		}
+	}
+}
+
 // NewFlusher validates cfg; nothing runs until Start.
 func NewFlusher(cfg FlusherConfig) (*Flusher, error) {
 	if cfg.Pool == nil {
@@ -105,19 +117,21 @@ func (f *Flusher) Stop(ctx context.Context) error { return f.Base.Stop(ctx, nil)
 // and tools).
 func (f *Flusher) Pass(ctx context.Context) (int64, error) { return f.pass(ctx, ctx) }
 
-const sqlFlush = `SELECT taken, events FROM receipts_flush($1)`
+const sqlFlush = `SELECT taken, events, by_platform FROM receipts_flush($1)`
 
 func (f *Flusher) pass(soft, hard context.Context) (int64, error) {
 	var total int64
 	for soft.Err() == nil {
 		var taken int64
 		var events int
-		if err := f.cfg.Pool.QueryRow(hard, sqlFlush, f.cfg.Batch).Scan(&taken, &events); err != nil {
+		var by map[string]Counts
+		if err := f.cfg.Pool.QueryRow(hard, sqlFlush, f.cfg.Batch).Scan(&taken, &events, &by); err != nil {
 			return total, fmt.Errorf("flush receipts: %w", err)
 		}
 		total += taken
 		metricFlushed.Add(int(taken))
 		metricRecords.Add(events)
+		countReceipts(by)
 		if taken < int64(f.cfg.Batch) {
 			break
 		}

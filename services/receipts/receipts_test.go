@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
 	"github.com/notify-dev/notify/schema/schematest"
@@ -190,10 +191,15 @@ func TestFlusherAggregates(t *testing.T) {
 	record(evA, st[:3], receipts.KindRead, receipts.PlatformInbox)
 	record(evB, st[:5], receipts.KindShown, receipts.PlatformFCM)
 	before, _ := receipts.Load(ctx, db.Pool, evA.String())
+	apnsShown := metrics.GetOrCreateCounter(`notify_receipts_total{kind="shown",platform="apns"}`)
+	apnsBefore := apnsShown.Get()
 
 	n, err := f.Pass(ctx)
 	if err != nil || n != 40+10+10+3+5 {
 		t.Fatalf("flushed %d, %v; want 68", n, err)
+	}
+	if d := apnsShown.Get() - apnsBefore; d != 10 {
+		t.Errorf("notify_receipts_total{kind=shown,platform=apns} moved by %d, want 10", d)
 	}
 	after, _ := receipts.Load(ctx, db.Pool, evA.String())
 	if fmt.Sprint(before) != fmt.Sprint(after) {
