@@ -56,7 +56,7 @@ func (s *Server) handleReceipt(w http.ResponseWriter, r *http.Request) {
 	}
 	user := UUID(claims.UserID)
 	if sw, ok := w.(*statusWriter); ok {
-		sw.who = "user:" + claims.UserID.String()
+		sw.who = claims.UserID.String()
 	}
 	if s.limiter != nil {
 		if ok, wait := s.limiter.allow(user, s.cfg.Now()); !ok {
