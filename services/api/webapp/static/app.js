@@ -181,8 +181,8 @@ function withMutes(rules, keys) {
 }
 
 async function saveSettings() {
-  // The rules this panel does not show, kept as they are (not shown: the
-  // fields hold what the user typed).
+  // Read the rules this panel does not show, to keep them; the fields keep
+  // what the user typed.
   if (!prefs) prefs = await api('/v1/me/preferences');
   const body = { types: withMutes(prefs.types, listed($('mute-types').value)), courses: withMutes(prefs.courses, listed($('mute-courses').value)) };
   const start = $('quiet-start').value, end = $('quiet-end').value;
