@@ -161,7 +161,7 @@ func dropExtensions(m map[string]any) {
 }
 
 // secrets are the settings compose must refuse to start without.
-var secrets = []string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT"}
+var secrets = []string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT", "NOTIFY_RECEIPT_KEY"}
 
 func testEnv() map[string]string {
 	env := map[string]string{}
@@ -244,13 +244,13 @@ type notifyService struct {
 var notifyServices = map[string]notifyService{
 	"migrate": {args: []string{"migrate"}, requires: []string{"NOTIFY_KAFKA_BROKERS"}, oneShot: true},
 	"api": {args: []string{"run", "api"}, listen: "8080", metrics: "9104", probe: []string{"/healthz", "/readyz"},
-		requires: []string{"NOTIFY_API_ADDR", "NOTIFY_API_METRICS_ADDR", "NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY"}},
+		requires: []string{"NOTIFY_API_ADDR", "NOTIFY_API_METRICS_ADDR", "NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY", "NOTIFY_RECEIPT_KEY"}},
 	"cdc": {args: []string{"run", "cdc", "--metrics-addr", ":9101"}, listen: "9101", metrics: "9101", probe: []string{"/metrics"},
 		requires: []string{"NOTIFY_KAFKA_BROKERS"}},
 	"fanout": {args: []string{"run", "fanout", "--metrics-addr", ":9102"}, listen: "9102", metrics: "9102", probe: []string{"/metrics"},
 		requires: []string{"NOTIFY_KAFKA_BROKERS"}},
 	"push": {args: []string{"run", "push", "--metrics-addr", ":9103"}, listen: "9103", metrics: "9103", probe: []string{"/metrics"},
-		requires: []string{"NOTIFY_KAFKA_BROKERS", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT"}},
+		requires: []string{"NOTIFY_KAFKA_BROKERS", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT", "NOTIFY_RECEIPT_KEY"}},
 }
 
 // entrypoint is the binary's path in the image, from infra/Dockerfile's ENTRYPOINT.

@@ -437,6 +437,36 @@ $$;
 
 
 --
+-- Name: notification_receipt(uuid, uuid, text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.notification_receipt(ev uuid, usr uuid, k text, plat text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    CASE k
+    WHEN 'shown' THEN
+        UPDATE notifications SET shown_at = now() WHERE event_id = ev AND user_id = usr AND shown_at IS NULL;
+    WHEN 'clicked' THEN
+        UPDATE notifications SET clicked_at = now() WHERE event_id = ev AND user_id = usr AND clicked_at IS NULL;
+    WHEN 'read' THEN
+        UPDATE notifications SET read_at = now() WHERE event_id = ev AND user_id = usr AND read_at IS NULL;
+    ELSE
+        RAISE EXCEPTION 'unknown receipt kind %', k USING ERRCODE = '22023';
+    END CASE;
+    IF FOUND THEN
+        INSERT INTO receipt_pending (event_id, platform, kind) VALUES (ev, plat, k);
+        RETURN true;
+    END IF;
+    PERFORM 1 FROM notifications WHERE event_id = ev AND user_id = usr;
+    IF FOUND THEN
+        RETURN false;
+    END IF;
+    RETURN NULL;
+END $$;
+
+
+--
 -- Name: push_command_devices(uuid, uuid, uuid); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -597,6 +627,57 @@ CREATE FUNCTION public.push_subscriptions_platform_fixed() RETURNS trigger
     AS $$
 BEGIN
     RAISE EXCEPTION 'push_subscriptions.platform cannot change (subscription %): event_platform_counters count devices per platform', OLD.id;
+END $$;
+
+
+--
+-- Name: receipts_flush(integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.receipts_flush(lim integer, OUT taken bigint, OUT events integer, OUT by_platform jsonb) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    delta jsonb;
+BEGIN
+    WITH t AS (
+        DELETE FROM receipt_pending
+        WHERE ctid = ANY (ARRAY(SELECT ctid FROM receipt_pending LIMIT lim FOR UPDATE SKIP LOCKED))
+        RETURNING event_id, platform, kind
+    ), d AS (
+        SELECT event_id, platform, count(*) FILTER (WHERE kind = 'shown') AS shown,
+               count(*) FILTER (WHERE kind = 'clicked') AS clicked, count(*) FILTER (WHERE kind = 'read') AS read
+        FROM t GROUP BY event_id, platform
+    ), up AS (
+        INSERT INTO event_receipt_counters AS c (event_id, platform, shown, clicked, read)
+        SELECT event_id, platform, shown, clicked, read FROM d
+        ON CONFLICT (event_id, platform) DO UPDATE
+        SET shown = c.shown + excluded.shown, clicked = c.clicked + excluded.clicked, read = c.read + excluded.read
+    )
+    SELECT coalesce(jsonb_agg(to_jsonb(d)), '[]'), coalesce(sum(d.shown + d.clicked + d.read), 0) INTO delta, taken FROM d;
+
+    -- A second statement sees the counters the first one wrote.
+    SELECT count(*) INTO events FROM (
+        SELECT lifecycle_emit('ReceiptsCounted', e.event_id::text, jsonb_build_object(
+            'event_id', e.event_id, 'type', r.type, 'course_id', r.course_id, 'at', lifecycle_time(now()),
+            'new', e.new,
+            'total', (SELECT jsonb_object_agg(c.platform, jsonb_build_object('shown', c.shown, 'clicked', c.clicked, 'read', c.read))
+                      FROM event_receipt_counters c WHERE c.event_id = e.event_id)))
+        FROM (
+            SELECT x.event_id, jsonb_object_agg(x.platform, jsonb_build_object('shown', x.shown, 'clicked', x.clicked, 'read', x.read)) AS new
+            FROM jsonb_to_recordset(delta) AS x(event_id uuid, platform text, shown bigint, clicked bigint, read bigint)
+            GROUP BY x.event_id
+        ) e
+        LEFT JOIN fanout_runs r ON r.event_id = e.event_id
+    ) emitted;
+
+    SELECT coalesce(jsonb_object_agg(p.platform, jsonb_build_object('shown', p.shown, 'clicked', p.clicked, 'read', p.read)), '{}')
+    INTO by_platform
+    FROM (
+        SELECT x.platform, sum(x.shown) AS shown, sum(x.clicked) AS clicked, sum(x.read) AS read
+        FROM jsonb_to_recordset(delta) AS x(platform text, shown bigint, clicked bigint, read bigint)
+        GROUP BY x.platform
+    ) p;
 END $$;
 
 
@@ -763,6 +844,20 @@ CREATE TABLE public.event_platform_counters (
 
 
 --
+-- Name: event_receipt_counters; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.event_receipt_counters (
+    event_id uuid NOT NULL,
+    platform text NOT NULL,
+    shown bigint DEFAULT 0 NOT NULL,
+    clicked bigint DEFAULT 0 NOT NULL,
+    read bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT event_receipt_counters_platform CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text, 'inbox'::text])))
+);
+
+
+--
 -- Name: event_target_ranges; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -901,7 +996,9 @@ CREATE TABLE public.notifications (
     event_id uuid NOT NULL,
     user_id uuid NOT NULL,
     created_at timestamp with time zone NOT NULL,
-    read_at timestamp with time zone
+    read_at timestamp with time zone,
+    shown_at timestamp with time zone,
+    clicked_at timestamp with time zone
 )
 PARTITION BY RANGE (event_id);
 
@@ -914,7 +1011,9 @@ CREATE TABLE public.notifications_default (
     event_id uuid NOT NULL,
     user_id uuid NOT NULL,
     created_at timestamp with time zone NOT NULL,
-    read_at timestamp with time zone
+    read_at timestamp with time zone,
+    shown_at timestamp with time zone,
+    clicked_at timestamp with time zone
 );
 
 
@@ -1064,6 +1163,20 @@ ALTER TABLE public.push_subscriptions ALTER COLUMN id ADD GENERATED BY DEFAULT A
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+
+--
+-- Name: receipt_pending; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.receipt_pending (
+    event_id uuid NOT NULL,
+    platform text NOT NULL,
+    kind text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT receipt_pending_kind CHECK ((kind = ANY (ARRAY['shown'::text, 'clicked'::text, 'read'::text]))),
+    CONSTRAINT receipt_pending_platform CHECK ((platform = ANY (ARRAY['webpush'::text, 'fcm'::text, 'apns'::text, 'inbox'::text])))
 );
 
 
@@ -1239,6 +1352,14 @@ ALTER TABLE ONLY public.event_counters
 
 ALTER TABLE ONLY public.event_platform_counters
     ADD CONSTRAINT event_platform_counters_pkey PRIMARY KEY (event_id, platform, shard);
+
+
+--
+-- Name: event_receipt_counters event_receipt_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.event_receipt_counters
+    ADD CONSTRAINT event_receipt_counters_pkey PRIMARY KEY (event_id, platform);
 
 
 --
@@ -1544,6 +1665,13 @@ CREATE INDEX push_holds_due ON public.push_holds USING btree (release_at) WHERE 
 --
 
 CREATE INDEX push_subscriptions_user ON public.push_subscriptions USING btree (user_id);
+
+
+--
+-- Name: receipt_pending_event; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX receipt_pending_event ON public.receipt_pending USING btree (event_id);
 
 
 --

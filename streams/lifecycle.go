@@ -18,11 +18,14 @@ const (
 	TypeEventResumed   = "EventResumed"
 	TypeEventCancelled = "EventCancelled"
 	TypeDeviceGone     = "DeviceGone"
+	// TypeReceiptsCounted is written by services/receipts' flusher, not
+	// by a trigger: one per event every few seconds while receipts come.
+	TypeReceiptsCounted = "ReceiptsCounted"
 )
 
 // LifecycleTypes lists every lifecycle event type.
 var LifecycleTypes = []string{TypeFanoutStarted, TypeFanoutFinished, TypePushFinished,
-	TypeEventPaused, TypeEventResumed, TypeEventCancelled, TypeDeviceGone}
+	TypeEventPaused, TypeEventResumed, TypeEventCancelled, TypeDeviceGone, TypeReceiptsCounted}
 
 // FanoutStarted: the event's fan-out began (its run was planned running, or
 // a scheduled run reached its send_at). Key: the event id.
@@ -105,6 +108,29 @@ type DeviceGone struct {
 	At         time.Time `json:"at"`
 }
 
+// ReceiptCounts are receipts of one platform: notifications the service
+// worker showed, that the student clicked, that the student read in the
+// inbox (under the platform "inbox").
+type ReceiptCounts struct {
+	Shown   int64 `json:"shown"`
+	Clicked int64 `json:"clicked"`
+	Read    int64 `json:"read"`
+}
+
+// ReceiptsCounted: students' receipts of the event, in aggregate (never
+// one record per student). New are the receipts counted since the
+// event's previous ReceiptsCounted, Total all of them so far, each by
+// platform (webpush, fcm, apns, inbox; a platform without receipts is
+// absent). Each student counts at most once per kind. Key: the event id.
+type ReceiptsCounted struct {
+	EventID  string                   `json:"event_id"`
+	Type     string                   `json:"type"`
+	CourseID string                   `json:"course_id,omitempty"`
+	New      map[string]ReceiptCounts `json:"new"`
+	Total    map[string]ReceiptCounts `json:"total"`
+	At       time.Time                `json:"at"`
+}
+
 // DecodeLifecycle parses a lifecycle record's value by its event type (the
 // eventType header) into one of the types above. Like
 // DecodeMaterialPublished it accepts the expanded object and Debezium's
@@ -129,6 +155,8 @@ func DecodeLifecycle(eventType string, b []byte) (any, error) {
 		v = new(EventStateChanged)
 	case TypeDeviceGone:
 		v = new(DeviceGone)
+	case TypeReceiptsCounted:
+		v = new(ReceiptsCounted)
 	default:
 		return nil, fmt.Errorf("%w: unknown lifecycle event type %q", ErrMalformed, eventType)
 	}

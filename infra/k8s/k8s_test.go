@@ -250,13 +250,13 @@ type service struct {
 
 var components = []service{
 	{"notify-api", []string{"run", "api", "--addr", ":8080", "--metrics-addr", ":9104"}, "/healthz", "/readyz", 8080, 9104,
-		[]string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY"}, true},
+		[]string{"NOTIFY_API_JWT_SECRET", "NOTIFY_VAPID_PUBLIC_KEY", "NOTIFY_RECEIPT_KEY"}, true},
 	{"notify-cdc", []string{"run", "cdc", "--metrics-addr", ":9101"}, "/metrics", "/metrics", 9101, 9101,
 		[]string{"NOTIFY_KAFKA_BROKERS"}, false},
 	{"notify-fanout", []string{"run", "fanout", "--metrics-addr", ":9102"}, "/metrics", "/metrics", 9102, 9102,
 		[]string{"NOTIFY_KAFKA_BROKERS"}, true},
 	{"notify-push", []string{"run", "push", "--metrics-addr", ":9103"}, "/metrics", "/metrics", 9103, 9103,
-		[]string{"NOTIFY_KAFKA_BROKERS", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT"}, true},
+		[]string{"NOTIFY_KAFKA_BROKERS", "NOTIFY_VAPID_PRIVATE_KEY", "NOTIFY_VAPID_SUBJECT", "NOTIFY_RECEIPT_KEY"}, true},
 }
 
 func TestDeployments(t *testing.T) {

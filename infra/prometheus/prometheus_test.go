@@ -42,6 +42,7 @@ import (
 	"github.com/notify-dev/notify/infra/prometheus"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
+	"github.com/notify-dev/notify/services/receipts"
 	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -263,6 +264,11 @@ func TestDashboardAndAlertsOnARealPipeline(t *testing.T) {
 		publish(t, apiAddr, strings.TrimSpace(string(token)), data.CourseID, fmt.Sprintf("Week %d notes", i+1))
 		time.Sleep(time.Second)
 	}
+
+	// A few students' service workers report their pushes shown and
+	// clicked, with the receipt tokens the dev-mode push worker minted
+	// (the dev key's): the receipts panels' data.
+	postReceipts(t, ctx, procs, db, apiAddr)
 
 	// Every panel's query answers with data.
 	panels := dashboardQueries(t)
@@ -568,6 +574,55 @@ func publish(t *testing.T, apiAddr, token, course, title string) {
 	if resp.StatusCode != http.StatusCreated {
 		raw, _ := io.ReadAll(resp.Body)
 		t.Fatalf("publish: %d %s", resp.StatusCode, raw)
+	}
+}
+
+// postReceipts posts shown and clicked for up to five delivered pushes,
+// as their service workers would.
+func postReceipts(t *testing.T, ctx context.Context, procs []*benchkit.Proc, db *schematest.Database, apiAddr string) {
+	t.Helper()
+	key, err := receipts.NewKey([]byte(receipts.DevKey), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type push struct{ event, user string }
+	var pushes []push
+	waitFor(t, ctx, procs, 60*time.Second, "delivered pushes", func() error {
+		rows, err := db.Pool.Query(ctx, `SELECT d.event_id::text, s.user_id::text FROM push_deliveries d
+			JOIN push_subscriptions s ON s.id = d.subscription_id WHERE d.status = 'delivered' LIMIT 5`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		pushes = pushes[:0]
+		for rows.Next() {
+			var p push
+			if err := rows.Scan(&p.event, &p.user); err != nil {
+				return err
+			}
+			pushes = append(pushes, p)
+		}
+		if len(pushes) == 0 {
+			return fmt.Errorf("none yet")
+		}
+		return rows.Err()
+	})
+	for _, p := range pushes {
+		tok := key.Minter(p.event, time.Now()).Token(p.user, receipts.PlatformWebPush)
+		for _, kind := range []string{receipts.KindShown, receipts.KindClicked} {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+apiAddr+"/v1/me/notifications/"+p.event+"/receipts", strings.NewReader(`{"kind":"`+kind+`"}`))
+			req.Header.Set("Authorization", "Receipt "+tok)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("receipt %s: %d %s", kind, resp.StatusCode, raw)
+			}
+		}
 	}
 }
 

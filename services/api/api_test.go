@@ -18,6 +18,7 @@ import (
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 // testEnv is one test's database with an instructor, a student and a
@@ -27,6 +28,7 @@ type testEnv struct {
 	db         *schematest.Database
 	srv        *Server
 	key        *auth.Key
+	receipts   *receipts.Key
 	instructor UUID
 	student    UUID
 	course     UUID
@@ -56,13 +58,17 @@ func newTestEnv(t testing.TB) *testEnv {
 	}
 	// Nor are requests rate-limited: the tests send many as one user
 	// (TestRateLimit has its own server).
+	rk, err := receipts.NewKey(testSecret, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := New(Config{Key: key, VAPIDPublicKey: vapid.PublicKey(), Logger: slog.New(slog.DiscardHandler),
-		PushEndpoints: endpoints, RateLimit: -1, AuthRateLimit: -1, AnyAPNsTopic: true}, db.Pool)
+		PushEndpoints: endpoints, RateLimit: -1, AuthRateLimit: -1, AnyAPNsTopic: true, Receipts: rk}, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	e := &testEnv{t: t, db: db, srv: srv, key: key, instructor: NewUUID(), student: NewUUID(), course: NewUUID()}
+	e := &testEnv{t: t, db: db, srv: srv, key: key, receipts: rk, instructor: NewUUID(), student: NewUUID(), course: NewUUID()}
 	e.exec(`INSERT INTO users (id, name) VALUES ($1, 'instructor'), ($2, 'student')`, e.instructor, e.student)
 	e.exec(`INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'Course')`, e.course, e.instructor)
 	e.exec(`INSERT INTO enrollments (course_id, user_id) VALUES ($1, $2)`, e.course, e.student)

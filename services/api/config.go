@@ -16,6 +16,7 @@ import (
 	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 // Defaults of Config.PublishBatch and Config.PublishConcurrency.
@@ -201,6 +202,12 @@ type Config struct {
 	// none, and those routes answer 503 secrets_key_not_configured while
 	// every other route works.
 	SecretsKey *secrets.Key
+	// Receipts verifies the receipt tokens the push workers put in each
+	// push (package receipts); it must be made from their secret. Default:
+	// none, and POST /v1/me/notifications/{event_id}/receipts answers 503
+	// receipts_not_configured while every other route works (inbox reads
+	// are still counted).
+	Receipts *receipts.Key
 	// PushEndpoints decides which subscription endpoints are accepted (see
 	// package endpoint). Default: the public push services only
 	// (endpoint.DefaultAllowedHosts), no dev hosts.

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/notify-dev/notify/services/notifications"
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 // Inbox page sizes.
@@ -60,8 +63,6 @@ const (
 		FROM notifications n JOIN fanout_runs r ON r.event_id = n.event_id
 		WHERE n.user_id = $1 AND (n.created_at, n.event_id) < ($3, $4)
 		ORDER BY n.created_at DESC, n.event_id DESC LIMIT $2`
-	// coalesce keeps the first read time: marking twice is a no-op.
-	sqlMarkRead = `UPDATE notifications SET read_at = coalesce(read_at, now()) WHERE event_id = $1 AND user_id = $2`
 )
 
 // inboxCursor is the last item of a page: (created_at, event_id).
@@ -200,13 +201,15 @@ func (s *Server) handleMarkRead(w http.ResponseWriter, r *http.Request, user UUI
 		writeError(w, e)
 		return
 	}
-	tag, err := s.pool.Exec(r.Context(), sqlMarkRead, ev, user)
-	if err != nil {
-		s.internalError(w, r, "mark notification read", err)
-		return
-	}
-	if tag.RowsAffected() == 0 {
+	// The first read sets read_at and counts a 'read' receipt (platform
+	// "inbox"); marking again keeps the first time and counts nothing.
+	_, err := receipts.Record(r.Context(), s.pool, uuid.UUID(ev), uuid.UUID(user), receipts.KindRead, receipts.PlatformInbox)
+	switch {
+	case errors.Is(err, receipts.ErrNoNotification):
 		writeError(w, newError(http.StatusNotFound, errNotificationNotFound, "no such notification"))
+		return
+	case err != nil:
+		s.internalError(w, r, "mark notification read", err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

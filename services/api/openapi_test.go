@@ -79,12 +79,17 @@ func loadContract() (*openapi3.T, routers.Router, error) {
 }
 
 // bearerShape is the document's view of security: a request without an
-// Authorization: Bearer <token> header is outside the contract (the server
-// answers 401). Whether the token verifies is the server's business.
+// Authorization: Bearer <token> header (Receipt <token> for the receipt
+// scheme) is outside the contract (the server answers 401). Whether the
+// token verifies is the server's business.
 func bearerShape(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	want := "Bearer"
+	if in.SecuritySchemeName == "receipt" {
+		want = "Receipt"
+	}
 	scheme, tok, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return errors.New("no bearer token")
+	if !ok || !strings.EqualFold(scheme, want) || strings.TrimSpace(tok) == "" {
+		return errors.New("no " + strings.ToLower(want) + " token")
 	}
 	return nil
 }

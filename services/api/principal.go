@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -142,14 +143,19 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (principal, boo
 	if lim != nil {
 		if ok, wait := lim.allow(p.key(), s.cfg.Now()); !ok {
 			s.m.rateLimited.Inc()
-			secs := retryAfterSeconds(wait)
-			w.Header().Set("Retry-After", strconv.Itoa(secs))
-			writeError(w, newError(http.StatusTooManyRequests, errRateLimited,
-				"too many requests: at most %g per second per %s (bursts of %d); retry after %d s", rate, who, burst, secs))
+			writeRateLimited(w, wait, rate, who, burst)
 			return principal{}, false
 		}
 	}
 	return p, true
+}
+
+// writeRateLimited answers 429 rate_limited with Retry-After.
+func writeRateLimited(w http.ResponseWriter, wait time.Duration, rate float64, who string, burst int) {
+	secs := retryAfterSeconds(wait)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	writeError(w, newError(http.StatusTooManyRequests, errRateLimited,
+		"too many requests: at most %g per second per %s (bursts of %d); retry after %d s", rate, who, burst, secs))
 }
 
 // tokenErrorMessages tell a client why its token was refused; none of them

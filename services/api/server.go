@@ -230,6 +230,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/me/preferences", s.authed(s.handleGetPreferences))
 	m.HandleFunc("PUT /v1/me/preferences", s.authed(s.handlePutPreferences))
 	m.HandleFunc("POST /v1/me/notifications/{event_id}/read", s.authed(s.handleMarkRead))
+	m.HandleFunc("POST /v1/me/notifications/{event_id}/receipts", s.handleReceipt)
 	m.HandleFunc("GET /v1/events/{event_id}", s.withPrincipal(s.handleEvent))
 	m.HandleFunc("POST /v1/events/{event_id}/pause", s.withPrincipal(s.handleControl(eventcontrol.Pause)))
 	m.HandleFunc("POST /v1/events/{event_id}/resume", s.withPrincipal(s.handleControl(eventcontrol.Resume)))

@@ -2,12 +2,15 @@ package eventstatus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 // ErrUnknownEvent is returned for an event that is neither published (a
@@ -37,8 +40,42 @@ type Report struct {
 	// EventDone is Finished and nothing more to push (Push.Done).
 	EventDone bool `json:"done"`
 	// PushDetail (students awaiting their push, counts per platform) comes
-	// last, after the fields the report had before it.
+	// after the fields the report had before it, Receipts last.
 	PushDetail
+	// Receipts are what the students did with the pushes and the inbox
+	// rows: the funnel target → delivered → shown → clicked, and read.
+	Receipts Receipts `json:"receipts"`
+}
+
+// Receipts are an event's receipts (package receipts), counted once per
+// student and kind: shown and clicked, reported by service workers and
+// apps with their push's receipt token, and read in the inbox. Platforms
+// splits them by the platform of each student's first receipt of a kind
+// ("inbox" for reads; a platform without receipts is absent); their sums
+// are the totals.
+type Receipts struct {
+	Shown     int64                      `json:"shown"`
+	Clicked   int64                      `json:"clicked"`
+	Read      int64                      `json:"read"`
+	Platforms map[string]receipts.Counts `json:"platforms"`
+}
+
+// MarshalJSON writes Platforms as an object even when nil, so readers
+// find the same shape for every event.
+func (r Receipts) MarshalJSON() ([]byte, error) {
+	type plain Receipts
+	if r.Platforms == nil {
+		r.Platforms = map[string]receipts.Counts{}
+	}
+	return json.Marshal(plain(r))
+}
+
+func newReceipts(by map[string]receipts.Counts) Receipts {
+	r := Receipts{Platforms: by}
+	for _, c := range by {
+		r.Shown, r.Clicked, r.Read = r.Shown+c.Shown, r.Clicked+c.Clicked, r.Read+c.Read
+	}
+	return r
 }
 
 // Batcher sends statements in one round trip; *pgxpool.Pool, *pgx.Conn
@@ -77,6 +114,7 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 	b.Queue(sqlFanoutRun, eventID)
 	b.Queue(sqlFanoutRanges, eventID)
 	b.Queue(sqlPushCounters, eventID)
+	b.Queue(receipts.SQLLoad, eventID)
 	br := q.SendBatch(ctx, &b)
 	defer func() {
 		if cerr := br.Close(); cerr != nil && err == nil {
@@ -108,23 +146,38 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 	if err := scanPush(rows, &ps); err != nil {
 		return Report{}, true, err
 	}
-	r.setPush(ps)
+	rows, err = br.Query()
+	if err != nil {
+		return Report{}, true, fmt.Errorf("receipts of %s: %w", eventID, err)
+	}
+	by, err := receipts.ScanLoad(rows, eventID)
+	if err != nil {
+		return Report{}, true, err
+	}
+	r.setPush(ps, by)
 	return r, true, nil
 }
 
-// RefreshPush reads the push accounting into r, keeping its fan-out part.
+// RefreshPush reads the push accounting and the receipts into r, keeping
+// its fan-out part.
 func (r *Report) RefreshPush(ctx context.Context, q Querier) error {
 	ps, err := LoadPush(ctx, q, r.EventID)
 	if err != nil {
 		return err
 	}
-	r.setPush(ps)
+	by, err := receipts.Load(ctx, q, r.EventID)
+	if err != nil {
+		return err
+	}
+	r.setPush(ps, by)
 	return nil
 }
 
-// setPush puts the push accounting into r and settles its state.
-func (r *Report) setPush(ps Push) {
+// setPush puts the push accounting and receipts into r and settles its
+// state.
+func (r *Report) setPush(ps Push, by map[string]receipts.Counts) {
 	r.PushCounts, r.PushDetail, r.PushCountsAt = ps.PushCounts, ps.PushDetail, time.Now()
+	r.Receipts = newReceipts(by)
 	r.settle()
 }
 

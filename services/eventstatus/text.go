@@ -79,6 +79,12 @@ func (r Report) WriteText(w io.Writer) error {
 		if r.NotConfigured > 0 {
 			row("not sent", fmt.Sprintf("%s of the failed have no provider configured for their platform (provider_not_configured): set the platform's credentials (README, Platforms and devices)", group(r.NotConfigured)))
 		}
+		row("funnel", funnelLine(r.PushCounts, r.Receipts))
+		for _, p := range r.Platforms.All() {
+			if c := r.Receipts.Platforms[p.Name]; c.Shown != 0 || c.Clicked != 0 {
+				row("  "+p.Name, fmt.Sprintf("%s shown, %s clicked", group(c.Shown), group(c.Clicked)))
+			}
+		}
 		state := "in progress"
 		if r.EventDone {
 			state = "done: every subscription has a final outcome"
@@ -102,6 +108,24 @@ func pushLine(c PushCounts) string {
 		s += fmt.Sprintf(", %s muted, %s capped, %s deferred", group(c.Muted), group(c.Capped), group(c.Deferred))
 	}
 	return s
+}
+
+// funnelLine is the event's funnel: target → delivered → shown →
+// clicked, each step with its share of the one before, and the inbox's
+// reads.
+func funnelLine(c PushCounts, rc Receipts) string {
+	s := fmt.Sprintf("%s target → %s delivered%s → %s shown%s → %s clicked%s",
+		group(c.Target), group(c.Delivered), share(c.Delivered, c.Target), group(rc.Shown), share(rc.Shown, c.Delivered),
+		group(rc.Clicked), share(rc.Clicked, rc.Shown))
+	return s + fmt.Sprintf("; %s read in the inbox", group(rc.Read))
+}
+
+// share is " (n%)", part of whole, "" when whole is 0.
+func share(part, whole int64) string {
+	if whole == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.0f%%)", 100*float64(part)/float64(whole))
 }
 
 // group formats n with thousands separators: 1000000 → 1,000,000.

@@ -21,6 +21,9 @@
 //	PushFinished    running → finished: every device has its final outcome
 //	                {notified, delivered, gone, failed, cancelled, expired}
 //	DeviceGone      a device was deleted {user_id, platform, device_id, reason}
+//	ReceiptsCounted students' receipts in aggregate {new, total}: by
+//	                services/receipts' flusher, not a trigger, one per event
+//	                every few seconds while receipts come
 //
 // The key is the event id (DeviceGone: the user id), so one event's
 // records arrive in the order of their transactions on one partition. The

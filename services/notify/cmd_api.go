@@ -14,6 +14,7 @@ import (
 	"github.com/notify-dev/notify/services/auth"
 	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/push/endpoint"
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 func init() {
@@ -101,6 +102,10 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 		if err != nil {
 			return nil, err
 		}
+		receiptKey, err := receipts.KeyFromEnv(log, devMode)
+		if err != nil {
+			return nil, err
+		}
 		endpoints, err := endpoint.FromEnv(os.Getenv, devMode)
 		if err != nil {
 			return nil, err
@@ -125,7 +130,7 @@ func apiFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*ho
 			return nil, err
 		}
 		srv, err := api.New(api.Config{Addr: *addr, Key: key, JWKS: jwks, IDs: idMap, VAPIDPublicKey: vapid, PushEndpoints: endpoints, Logger: log,
-			SecretsKey: secretsKey,
+			SecretsKey: secretsKey, Receipts: receiptKey,
 			APNsTopics: apnsTopics, AnyAPNsTopic: anyAPNsTopic,
 			AuthRateLimit: *authRate, AuthRateBurst: *authBurst,
 			PublishBatch: *pub.batch, PublishConcurrency: *pub.concurrency, NotificationBatch: *pub.notifications,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/services/lifecycle"
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 func init() {
@@ -36,6 +37,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
 	finishEvery := fs.Duration("finish-interval", lifecycle.DefaultFinishInterval, "how often running events whose pushes all have an outcome are moved to 'finished' (PushFinished on the lifecycle topic)")
+	receiptEvery := fs.Duration("receipt-flush-interval", receipts.DefaultFlushInterval, "how often students' queued receipts are counted and announced, one ReceiptsCounted per event on the lifecycle topic")
 	var ret retentionFlags
 	ret.register(fs)
 	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them (broker allows 6s–30m by default)")
@@ -102,7 +104,13 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
-		hsvc, err := ret.wrap(&fanoutFinishing{Service: svc, fin: fin}, pool, log)
+		flu, err := receipts.NewFlusher(receipts.FlusherConfig{Pool: pool, Interval: *receiptEvery, Logger: log.With("role", "receipt-flusher")})
+		if err != nil {
+			_ = svc.Stop(context.Background())
+			pool.Close()
+			return nil, usageError{msg: err.Error()}
+		}
+		hsvc, err := ret.wrap(&fanoutFinishing{Service: svc, fin: fin, flu: flu}, pool, log)
 		if err != nil {
 			_ = svc.Stop(context.Background())
 			pool.Close()
@@ -112,21 +120,30 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	}
 }
 
-// fanoutFinishing is the fan-out service with the lifecycle finisher beside
-// it: every fan-out process also finishes events (any number may, the
-// state's UPDATE decides). Failed and Ready are the fan-out's: the finisher
-// retries its passes and never fails on its own.
+// fanoutFinishing is the fan-out service with the lifecycle finisher and
+// the receipt flusher beside it: every fan-out process also finishes
+// events and announces receipts (any number may: the state's UPDATE, and
+// SKIP LOCKED, decide). Failed and Ready are the fan-out's: the other two
+// retry their passes and never fail on their own.
 type fanoutFinishing struct {
 	*fanout.Service
 	fin *lifecycle.Finisher
+	flu *receipts.Flusher
 }
 
 func (s *fanoutFinishing) Start(ctx context.Context) error {
 	if err := s.Service.Start(ctx); err != nil {
 		_ = s.fin.Stop(ctx)
+		_ = s.flu.Stop(ctx)
 		return err
 	}
 	if err := s.fin.Start(ctx); err != nil {
+		_ = s.Service.Stop(ctx)
+		_ = s.flu.Stop(ctx)
+		return err
+	}
+	if err := s.flu.Start(ctx); err != nil {
+		_ = s.fin.Stop(ctx)
 		_ = s.Service.Stop(ctx)
 		return err
 	}
@@ -134,7 +151,7 @@ func (s *fanoutFinishing) Start(ctx context.Context) error {
 }
 
 func (s *fanoutFinishing) Stop(ctx context.Context) error {
-	return errors.Join(s.fin.Stop(ctx), s.Service.Stop(ctx))
+	return errors.Join(s.flu.Stop(ctx), s.fin.Stop(ctx), s.Service.Stop(ctx))
 }
 
 // runAheadFlag checks --run-ahead (0: none) and maps it to

@@ -17,6 +17,7 @@ import (
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/receipts"
 	"github.com/notify-dev/notify/services/startstop"
 )
 
@@ -93,6 +94,9 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		}
 		vapid, err := vapidFromEnv(log, devMode, true)
 		if err != nil {
+			return nil, err
+		}
+		if cfg.Receipts, err = receipts.KeyFromEnv(log, devMode); err != nil {
 			return nil, err
 		}
 		if snd.Endpoints, err = endpoint.FromEnv(os.Getenv, devMode); err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 // FCM and APNs credentials that are set but wrong stop `notify run push`
@@ -26,6 +28,7 @@ func TestPushRefusesBadProviderCredentials(t *testing.T) {
 			}
 			t.Setenv(envVAPIDPrivateKey, realVAPIDKey)
 			t.Setenv(envVAPIDSubject, "mailto:ops@example.com")
+			t.Setenv(receipts.EnvKey, strings.Repeat("r", receipts.MinKeyBytes))
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}

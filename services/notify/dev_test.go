@@ -7,6 +7,7 @@ import (
 
 	"github.com/notify-dev/notify/services/api"
 	"github.com/notify-dev/notify/services/auth"
+	"github.com/notify-dev/notify/services/receipts"
 )
 
 const testSecret = "a-configured-secret-of-32-bytes-or-more"
@@ -33,6 +34,10 @@ func TestServicesRefuseDevSecretsOutsideDevMode(t *testing.T) {
 		{"push without VAPID key", map[string]string{envVAPIDPrivateKey: "", envVAPIDSubject: "mailto:ops@example.com"}, []string{"run", "push"}, envVAPIDPrivateKey},
 		{"push with the dev VAPID key", map[string]string{envVAPIDPrivateKey: api.DevVAPIDPrivateKey, envVAPIDSubject: "mailto:ops@example.com"}, []string{"run", "push"}, envVAPIDPrivateKey},
 		{"push without subject", map[string]string{envVAPIDPrivateKey: realVAPIDKey, envVAPIDSubject: ""}, []string{"run", "push"}, envVAPIDSubject},
+		{"api without receipt key", map[string]string{auth.EnvSecret: testSecret, envVAPIDPrivateKey: realVAPIDKey}, []string{"run", "api"}, receipts.EnvKey},
+		{"api with the dev receipt key", map[string]string{auth.EnvSecret: testSecret, envVAPIDPrivateKey: realVAPIDKey, receipts.EnvKey: receipts.DevKey}, []string{"run", "api"}, receipts.EnvKey},
+		{"push without receipt key", map[string]string{envVAPIDPrivateKey: realVAPIDKey, envVAPIDSubject: "mailto:ops@example.com"}, []string{"run", "push"}, receipts.EnvKey},
+		{"push with the dev receipt key", map[string]string{envVAPIDPrivateKey: realVAPIDKey, envVAPIDSubject: "mailto:ops@example.com", receipts.EnvKey: receipts.DevKey}, []string{"run", "push"}, receipts.EnvKey},
 		{"token without secret", map[string]string{auth.EnvSecret: ""}, []string{"token", "--user", "7b0ed7a6-2b9d-4a0c-9a51-3d9f4e61f0aa"}, auth.EnvSecret},
 		{"api dev mode on all interfaces", map[string]string{envDev: "1"}, []string{"run", "api", "--addr", ":8080"}, "--addr"},
 		{"api dev mode on a public address", nil, []string{"run", "api", "--dev", "--addr", "192.0.2.1:8080"}, "--addr"},
@@ -44,7 +49,7 @@ func TestServicesRefuseDevSecretsOutsideDevMode(t *testing.T) {
 		{"bad allow-list", map[string]string{envDev: "1", "NOTIFY_PUSH_ALLOWED_HOSTS": "a/b"}, []string{"run", "api"}, "NOTIFY_PUSH_ALLOWED_HOSTS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			for _, k := range []string{envDev, auth.EnvSecret, envVAPIDPrivateKey, envVAPIDPublicKey, envVAPIDSubject, "NOTIFY_PUSH_ALLOWED_HOSTS"} {
+			for _, k := range []string{envDev, auth.EnvSecret, envVAPIDPrivateKey, envVAPIDPublicKey, envVAPIDSubject, receipts.EnvKey, "NOTIFY_PUSH_ALLOWED_HOSTS"} {
 				t.Setenv(k, "")
 			}
 			for k, v := range c.env {

@@ -32,6 +32,7 @@ func TestAPINeedsOnlyTheVAPIDPublicKey(t *testing.T) {
 	devKey, _ := webpush.ParseVAPIDKey(api.DevVAPIDPrivateKey)
 	t.Setenv(envDev, "")
 	t.Setenv("NOTIFY_API_JWT_SECRET", strings.Repeat("s3cret-", 8))
+	t.Setenv("NOTIFY_RECEIPT_KEY", strings.Repeat("r3ceipt-", 8))
 	for _, c := range []struct{ pub, priv, want string }{
 		{"", "", envVAPIDPublicKey},
 		{"not-base64!", "", envVAPIDPublicKey},

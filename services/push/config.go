@@ -12,6 +12,7 @@ import (
 
 	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/receipts"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -85,6 +86,12 @@ type Config struct {
 	// apps are recorded provider_not_configured (and counted in
 	// notify_push_app_not_configured_total{app,platform}). Default nil.
 	Apps *AppProviders
+	// Receipts mints the receipt token each device's push carries
+	// ("receipt" in the Web Push payload, in FCM's data and APNs's custom
+	// keys), with which its service worker or app reports the push shown
+	// and clicked (package receipts). It must be made from the API's
+	// secret. Nil: pushes carry no token. Default nil.
+	Receipts *receipts.Key
 
 	// MaxInFlight caps sends that have started but whose outcome is not yet
 	// recorded in push_deliveries, over all commands of this worker. It is

@@ -59,7 +59,7 @@ type dispatcher struct {
 
 func (w *Worker) newDispatcher(ctx context.Context, cmd streams.PushCommand, n int) *dispatcher {
 	sendCtx, cancel := context.WithCancel(ctx)
-	return &dispatcher{w: w, cmd: &cmd, texts: newCommandTexts(cmd), ctx: sendCtx, cancel: cancel,
+	return &dispatcher{w: w, cmd: &cmd, texts: newCommandTexts(cmd, w.cfg.Receipts, time.Now()), ctx: sendCtx, cancel: cancel,
 		released: streams.PartitionReleased(ctx), results: make(chan result, n), dispatched: make(chan int, 1)}
 }
 
@@ -205,7 +205,7 @@ func (d *dispatcher) send(q queued) {
 		if ttl == 0 {
 			ttl = w.cfg.TTL // the remaining lifetime, else the configured TTL
 		}
-		del := *d.texts.of(q.rc)
+		del := d.texts.deliveryOf(q.rc)
 		del.Expedite = w.cfg.Lane
 		del.Device, del.TTL = q.rc.device(), ttl
 		out := q.p.Send(d.ctx, del)

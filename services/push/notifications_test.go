@@ -267,7 +267,10 @@ func TestTemplatedNotificationInEachStudentsLanguage(t *testing.T) {
 // runPipeline starts the relay, an in-process fan-out and, as `notify run
 // push` does, the push topic's worker and the transactional lane's, of all
 // three platforms, for pf.
-func runPipeline(t *testing.T, pf *platformFixture) {
+func runPipeline(t *testing.T, pf *platformFixture) { runPipelineWith(t, pf, func(*push.Config) {}) }
+
+// runPipelineWith is runPipeline with mod applied to both workers' config.
+func runPipelineWith(t *testing.T, pf *platformFixture, mod func(*push.Config)) {
 	t.Helper()
 	pf.startRelay()
 	svc, err := fanout.New(fanout.Config{Pool: pf.db.Pool, Brokers: pf.brokers, Topics: pf.topics, Logger: quietLogger(),
@@ -284,6 +287,6 @@ func runPipeline(t *testing.T, pf *platformFixture) {
 		_ = svc.Stop(ctx)
 	})
 	fc, ac := pf.providers(t)
-	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs = fc, ac })
-	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs, cfg.Lane = fc, ac, true })
+	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs = fc, ac; mod(cfg) })
+	pf.newWorker(func(cfg *push.Config) { cfg.FCM, cfg.APNs, cfg.Lane = fc, ac, true; mod(cfg) })
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -12,6 +14,7 @@ import (
 	"github.com/notify-dev/notify/services/notifications"
 	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/receipts"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -30,6 +33,10 @@ type pushPayload struct {
 	Type        string          `json:"type,omitempty"`
 	Data        json.RawMessage `json:"data,omitempty"`
 	CollapseKey string          `json:"collapse_key,omitempty"`
+	// Receipt is the device's receipt token (package receipts), with
+	// which the service worker reports the push shown and clicked. Last,
+	// so each device's token replaces the placeholder at a known place.
+	Receipt string `json:"receipt,omitempty"`
 }
 
 // commandTexts are a command's deliveries, built once per command — once
@@ -38,12 +45,24 @@ type commandTexts struct {
 	locales       map[string]streams.LocaleText
 	defaultLocale string
 	deliveries    map[string]*provider.Delivery
+	// minter mints each device's receipt token; the shared payloads then
+	// end in a placeholder of its length (receiptPlaceholder).
+	minter   receipts.Minter
+	receipts bool
 }
 
-func newCommandTexts(cmd streams.PushCommand) commandTexts {
+// newCommandTexts builds cmd's deliveries; with a receipt key (nil: none)
+// each device's gets its own receipt token, minted at now.
+func newCommandTexts(cmd streams.PushCommand, key *receipts.Key, now time.Time) commandTexts {
 	t := commandTexts{locales: cmd.Locales, defaultLocale: cmd.DefaultLocale, deliveries: map[string]*provider.Delivery{}}
+	if key != nil {
+		t.minter, t.receipts = key.Minter(cmd.EventID, now), true
+	}
 	add := func(tag string, c streams.PushCommand) {
 		d := newDelivery(c)
+		if t.receipts {
+			d.Payload = buildPayloadReceipt(c, receiptPlaceholder)
+		}
 		t.deliveries[tag] = &d
 	}
 	if len(cmd.Locales) == 0 {
@@ -71,6 +90,32 @@ func (t commandTexts) of(rc recipient) *provider.Delivery {
 	return t.deliveries[notifications.PickLocale(rc.locale, t.locales, t.defaultLocale)]
 }
 
+// deliveryOf is rc's delivery, a copy it may own: with receipts on, its
+// own token in Receipt and at the end of its payload.
+func (t commandTexts) deliveryOf(rc recipient) provider.Delivery {
+	d := *t.of(rc)
+	if !t.receipts {
+		return d
+	}
+	tok := t.minter.Token(rc.user, rc.platform)
+	if tok == "" {
+		return d
+	}
+	d.Receipt = tok
+	if at := len(d.Payload) - len(receiptPlaceholder) - len(`"}`); at > 0 && string(d.Payload[at:at+len(receiptPlaceholder)]) == receiptPlaceholder {
+		p := make([]byte, len(d.Payload))
+		copy(p, d.Payload)
+		copy(p[at:], tok)
+		d.Payload = p
+	}
+	return d
+}
+
+// receiptPlaceholder stands for the device's token in a command's shared
+// payload: as long as every token, of characters JSON does not escape, so
+// the payload's size is final before any token is minted.
+var receiptPlaceholder = strings.Repeat("0", receipts.TokenLen)
+
 // defaultTitle is shown when the command carries no title.
 const defaultTitle = "New course material"
 
@@ -86,8 +131,13 @@ const ellipsis = "…"
 // fit and ends with "…". The required ids are never touched; if they alone
 // do not fit, the payload is returned as is and the sender records it as a
 // permanent failure (payload too large).
-func buildPayload(cmd streams.PushCommand) []byte {
-	p := pushPayload{Title: cmd.Title, Body: cmd.Body, URL: cmd.URL, EventID: cmd.EventID, CourseID: cmd.CourseID, CollapseKey: cmd.CollapseKey}
+func buildPayload(cmd streams.PushCommand) []byte { return buildPayloadReceipt(cmd, "") }
+
+// buildPayloadReceipt is buildPayload with a receipt (never shortened:
+// it is one of the required fields).
+func buildPayloadReceipt(cmd streams.PushCommand, receipt string) []byte {
+	p := pushPayload{Title: cmd.Title, Body: cmd.Body, URL: cmd.URL, EventID: cmd.EventID, CourseID: cmd.CourseID, CollapseKey: cmd.CollapseKey,
+		Receipt: receipt}
 	if cmd.Type != streams.TypeMaterial {
 		p.Type = cmd.Type
 	}

@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/notify-dev/notify/services/push/webpush"
+	"github.com/notify-dev/notify/services/receipts"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -116,5 +120,43 @@ func TestEventTopicCollapsesResends(t *testing.T) {
 	}
 	if eventTopic("not-a-uuid") != "" {
 		t.Fatal("a non-uuid id got a topic")
+	}
+}
+
+// With receipts on, a payload at the limit still fits once a device's
+// token replaces the placeholder (the token's room is taken from the
+// optional fields, as for any required one), and each device's copy has
+// its own student's token while the shared payload keeps the placeholder.
+func TestPayloadReceiptTokenFitsAndIsPerDevice(t *testing.T) {
+	t.Parallel()
+	key, err := receipts.NewKey([]byte("receipt-secret-receipt-secret-32"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	title := "Week 1 & <intro>"
+	cmd := streams.PushCommand{EventID: evA, CourseID: evA, Title: title, URL: urlOfSize(fillTo(t, title))}
+	texts := newCommandTexts(cmd, key, time.Now())
+	alice, bob := recipient{user: evA, platform: "webpush"}, recipient{user: "b0000000-0000-4000-8000-00000000000b", platform: "webpush"}
+	da, db := texts.deliveryOf(alice), texts.deliveryOf(bob)
+	shared := texts.of(alice).Payload
+	for who, d := range map[string][]byte{"alice": da.Payload, "bob": db.Payload} {
+		p := decodePayload(t, d)
+		c, err := key.Verify(p.Receipt, uuid.MustParse(evA), time.Now())
+		if err != nil || len(d) != len(shared) {
+			t.Fatalf("%s: receipt %q: %v (%d bytes, shared %d)", who, p.Receipt, err, len(d), len(shared))
+		}
+		if want := map[string]string{"alice": alice.user, "bob": bob.user}[who]; c.UserID.String() != want {
+			t.Errorf("%s: token names %s", who, c.UserID)
+		}
+		if p.URL != "" || p.Title != title {
+			t.Errorf("%s: the token's room must come from the longer optional field, the URL: url %d bytes, title %q", who, len(p.URL), p.Title)
+		}
+	}
+	if !strings.Contains(string(shared), receiptPlaceholder) {
+		t.Error("the shared payload was written to")
+	}
+	// Without a key: no receipt member at all.
+	if p := decodePayload(t, newCommandTexts(cmd, nil, time.Now()).deliveryOf(alice).Payload); p.Receipt != "" {
+		t.Errorf("receipt %q without a key", p.Receipt)
 	}
 }

@@ -15,11 +15,12 @@ package push
 // Disabled subscriptions come back flagged: they are recorded without a
 // send.
 //
-// Each device's app and VAPID key (migration 0023) come from its row by
-// primary key: push_command_devices predates them.
+// Each device's app and VAPID key (migration 0023), and its student (for
+// the receipt token), come from its row by primary key:
+// push_command_devices predates them.
 const loadFreshSQL = `
 SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
-       s.consecutive_failures, s.disabled, ps.app, ps.vapid_key_id
+       s.consecutive_failures, s.disabled, ps.app, ps.vapid_key_id, ps.user_id::text
 FROM push_command_devices($1, $2, $3) s
 JOIN push_subscriptions ps ON ps.id = s.id
 ORDER BY s.id`
@@ -32,7 +33,7 @@ ORDER BY s.id`
 // loadFreshSQL, so a broadcast's devices cost what they did.
 const loadFreshLocalizedSQL = `
 SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
-       s.consecutive_failures, s.disabled, ps.app, ps.vapid_key_id, u.locale
+       s.consecutive_failures, s.disabled, ps.app, ps.vapid_key_id, ps.user_id::text, u.locale
 FROM push_command_devices($1, $2, $3) s
 JOIN push_subscriptions ps ON ps.id = s.id
 LEFT JOIN users u ON u.id = ps.user_id
@@ -45,7 +46,7 @@ ORDER BY s.id`
 // with NULL columns (platform too).
 const loadRetrySQL = `
 SELECT d.subscription_id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
-       coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false), s.app, s.vapid_key_id, u.locale
+       coalesce(s.consecutive_failures, 0), coalesce(s.disabled_at IS NOT NULL, false), s.app, s.vapid_key_id, s.user_id::text, u.locale
 FROM push_deliveries d
 LEFT JOIN push_subscriptions s ON s.id = d.subscription_id
 LEFT JOIN users u ON $4 AND u.id = s.user_id

@@ -49,6 +49,9 @@ type recipient struct {
 	// recorded failed without sending.
 	failures int32
 	disabled bool
+	// user is the device's student ("" for a retry's device deleted
+	// meanwhile): its receipt token names them.
+	user string
 	// locale is the student's users.locale, loaded for a templated event
 	// only ("" otherwise, or unset).
 	locale string
@@ -75,7 +78,8 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 		var r recipient
 		var platform, endpoint, token, topic, env, app, locale *string
 		var keyID *int64
-		dest := []any{&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled, &app, &keyID}
+		var user *string
+		dest := []any{&r.id, &platform, &endpoint, &r.p256dh, &r.auth, &token, &topic, &env, &r.failures, &r.disabled, &app, &keyID, &user}
 		if localized || isRetry(cmd) {
 			dest = append(dest, &locale)
 		}
@@ -83,6 +87,7 @@ func loadRecipients(ctx context.Context, pool *pgxpool.Pool, cmd streams.PushCom
 			return nil, fmt.Errorf("load recipients: %w", err)
 		}
 		r.locale = deref(locale)
+		r.user = deref(user)
 		if platform == nil {
 			r.deleted = true // a retry's device, deleted meanwhile
 		} else {

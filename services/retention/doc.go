@@ -20,8 +20,9 @@
 //     cancelled with a device or a student's push command not yet
 //     recorded — the day is refused and nothing changes;
 //  3. otherwise the day's fanout_ranges, event_counters,
-//     event_platform_counters, event_target_ranges and fanout_runs rows
-//     are deleted by event id range (a few rows per event, primary key
+//     event_platform_counters, event_target_ranges, receipt counters
+//     (and receipts still queued for them) and fanout_runs rows are
+//     deleted by event id range (a few rows per event, primary key
 //     range scans) and the partitions are dropped. DROP locks the parent
 //     ACCESS EXCLUSIVE for an instant; DETACH … CONCURRENTLY, which would
 //     not, is refused on a table with a default partition. LockTimeout

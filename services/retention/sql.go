@@ -73,6 +73,11 @@ const (
 	sqlDeleteNotificationEvents = `DELETE FROM notification_events WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 	sqlDeletePushHolds          = `DELETE FROM push_holds WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 	sqlDeleteIntakeEvents       = `DELETE FROM intake_events WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	// The day's receipt counters and any receipt still queued for them
+	// (migration 0025; the students' receipt times go with the
+	// notifications' partitions).
+	sqlDeleteReceiptCounters = `DELETE FROM event_receipt_counters WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteReceiptsQueued  = `DELETE FROM receipt_pending WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 )
 
 // Partition creation is migration 0013's SQL function, so the migration

@@ -26,6 +26,7 @@ import (
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/notify/notifytest"
+	"github.com/notify-dev/notify/services/receipts"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
 
@@ -48,7 +49,15 @@ import (
 //     and subscribed only on the click, as the typed-in user, the service
 //     worker's script URL is the plain sw.js, nothing connected to the
 //     listener, and the page and worker fetched from their own origin only,
-//     with no Content-Security-Policy violation.
+//     with no Content-Security-Policy violation;
+//  7. the service worker reports the push shown with the push's receipt
+//     token (once, though it came twice), a click on the notification
+//     counts clicked, and `notify status` shows the funnel;
+//  8. a course muted in the page's settings panel: its next material is
+//     in the inbox and never pushed (recorded muted);
+//  9. quiet hours around now, in the browser's own time zone (Asia/Seoul,
+//     the API's is UTC): the push is deferred, then shown in Firefox when
+//     they end, not before.
 //
 // The harness that reports and clicks is package firefox's, added to the
 // page by its own server; the shipped files have none.
@@ -61,7 +70,7 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	db := schematest.NewDatabase(t)
 	topics := streamstest.NewTopics(t)
 	brokers := streamstest.Brokers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, db.URL)
 	if err != nil {
@@ -140,7 +149,7 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 	crafted := url.Values{"token": {instructorToken}, "subscribe": {"1"}, "report": {"http://" + leak.Addr().String()}}
 
 	b, err := firefox.Start(firefox.Config{Firefox: ffPath, PushServerURL: "ws://" + wsAddr + "/", AppURL: apiURL + "/app/",
-		Token: studentToken, Query: crafted, Dir: filepath.Join(dir, "firefox"), Logf: t.Logf})
+		Token: studentToken, Query: crafted, Dir: filepath.Join(dir, "firefox"), Logf: t.Logf, TimeZone: browserZone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +245,86 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 		}
 	}
 
+	// 7. Receipts: the worker reported the first push shown with its
+	// token, once for the two copies; a click counts clicked.
+	if push.Payload.Receipt == "" {
+		t.Fatalf("the push carried no receipt token: %s", push.Raw)
+	}
+	waitReceipts(t, ctx, pool, eventID, receipts.Counts{Shown: 1})
+	if _, err := b.ClickNotification(ctx, eventID); err != nil {
+		t.Fatal(err)
+	}
+	waitReceipts(t, ctx, pool, eventID, receipts.Counts{Shown: 1, Clicked: 1})
+	if st := procs.output("status", eventID); !strings.Contains(st, "1 target → 1 delivered (100%) → 1 shown (100%) → 1 clicked (100%)") {
+		t.Errorf("notify status shows no funnel of one shown and clicked push:\n%s", st)
+	}
+
+	settings := func(s firefox.Settings) string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		r, err := b.SaveSettings(wctx, s)
+		if err != nil || !r.OK {
+			t.Fatalf("save settings %+v: %v %s", s, err, r.Error)
+		}
+		return string(r.Preferences)
+	}
+	deliveryStatus := func(ev string, want ...string) string {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			var status string
+			err := pool.QueryRow(ctx, `SELECT status FROM push_deliveries WHERE event_id = $1`, ev).Scan(&status)
+			if err == nil && slices.Contains(want, status) {
+				return status
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("event %s: delivery status %q (%v), want one of %v", ev, status, err, want)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	// 8. The course muted in the settings panel: the inbox row, no push.
+	if p := settings(firefox.Settings{MuteCourses: course}); !strings.Contains(p, `"`+course+`":{"push":false}`) {
+		t.Fatalf("muting the course stored %s", p)
+	}
+	muted := publish(t, apiURL, instructorToken, course, "Muted material", "")
+	deliveryStatus(muted, "muted")
+	var inbox int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM notifications WHERE event_id = $1 AND user_id = $2`, muted, student).Scan(&inbox); err != nil || inbox != 1 {
+		t.Fatalf("the muted material's inbox rows: %d (%v), want 1", inbox, err)
+	}
+	for _, r := range b.Reports() {
+		if r.Type == "push" && r.Payload.EventID == muted {
+			t.Fatalf("the muted material was pushed to the browser: %s", r.Raw)
+		}
+	}
+
+	// 9. Quiet hours from a minute ago to the next minute but one, on the
+	// browser's clock: the push waits for their end.
+	loc, err := time.LoadLocation(browserZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().In(loc)
+	end := now.Truncate(time.Minute).Add(2 * time.Minute)
+	p := settings(firefox.Settings{QuietStart: now.Add(-time.Minute).Format("15:04"), QuietEnd: end.Format("15:04")})
+	if !strings.Contains(p, `"time_zone":"`+browserZone+`"`) || strings.Contains(p, course) {
+		t.Fatalf("quiet hours stored %s, want the browser's zone %s and the course no longer muted", p, browserZone)
+	}
+	quiet := publish(t, apiURL, instructorToken, course, "Sent after quiet hours", "")
+	deliveryStatus(quiet, "deferred")
+	late := waitFor(3*time.Minute, "the deferred push after quiet hours", func(r firefox.Report) bool {
+		return r.Type == "push" && r.Payload.EventID == quiet
+	})
+	if late.Received.Before(end) {
+		t.Fatalf("the deferred push arrived at %s, before quiet hours ended at %s", late.Received.In(loc).Format(time.TimeOnly), end.Format(time.TimeOnly))
+	}
+	deliveryStatus(quiet, "delivered")
+	waitReceipts(t, ctx, pool, quiet, receipts.Counts{Shown: 1})
+	settings(firefox.Settings{})
+
 	// 5. Unsubscribed in the browser only: the push service says 410, the
 	// worker records gone and deletes the subscription.
 	if r := command("unsubscribe-browser", ""); !r.OK {
@@ -296,6 +385,26 @@ func TestFirefoxReceivesThePipelinesPushes(t *testing.T) {
 		if err := b.Screenshot(filepath.Join(dir, "app.png")); err != nil {
 			t.Log(err)
 		}
+	}
+}
+
+// browserZone is Firefox's time zone: not the machine's UTC, so quiet
+// hours prove the page sends the browser's.
+const browserZone = "Asia/Seoul"
+
+// waitReceipts waits until the event's Web Push receipts are want.
+func waitReceipts(t *testing.T, ctx context.Context, pool *pgxpool.Pool, eventID string, want receipts.Counts) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := receipts.Load(ctx, pool, eventID)
+		if err == nil && got["webpush"] == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event %s: receipts %v (%v), want webpush %+v", eventID, got, err, want)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -2,12 +2,20 @@
 // with the API and served by `notify run api` at /app/: a page that asks
 // for permission, subscribes with the API's VAPID key, posts the
 // subscription with the user's bearer token, lists the inbox and marks
-// items read, and a service worker that shows each push.
+// items read, edits the student's settings (GET|PUT /v1/me/preferences:
+// mute a course or a type, quiet hours in the browser's time zone, the
+// hourly cap), and a service worker that shows each push.
 //
 // The service worker shows a push with tag = the event id, so a repeated
 // push of the same event (a resend after a crash, a retry the push service
 // already delivered) replaces the notification instead of adding one: the
 // at-least-once pipeline looks exactly-once to the student.
+//
+// The worker reports each push shown, and the notification clicked, to
+// POST /v1/me/notifications/{event_id}/receipts on its own origin with
+// the push's receipt token (the payload's "receipt"): no login, which a
+// service worker does not have, and nothing a link could steer. The
+// notification's click opens its url whether or not the receipt arrives.
 //
 // No build step and no framework: four static files, embedded. Copy them
 // into your own site and change what you like; the contract is only the
@@ -41,7 +49,7 @@
 // the inbox's links leave no Referer behind.
 //
 // The page tells what it does as DOM events on window, named "notify"
-// with detail {type: status|error|subscribed|unsubscribed, …}, for a site
+// with detail {type: status|error|subscribed|unsubscribed|settings, …}, for a site
 // that embeds it in its own UI; nothing leaves the page that way. The
 // project's real-browser test (firefox_test.go, package firefox) listens
 // to them from a script of its own that its own server adds to the page.

@@ -26,10 +26,14 @@ func appendBody(b []byte, n Notification) ([]byte, error) {
 		b = append(b, `,"event_id":`...)
 		b = pushjson.AppendString(b, n.EventID)
 	}
+	if n.Receipt != "" {
+		b = append(b, `,"receipt":`...)
+		b = pushjson.AppendString(b, n.Receipt)
+	}
 	if len(n.Data) > 0 {
 		keys := make([]string, 0, len(n.Data))
 		for k := range n.Data {
-			if k == "aps" || k == "event_id" || k == "" || (k == "data" && n.RawData != nil) {
+			if k == "aps" || k == "event_id" || k == "" || (k == "data" && n.RawData != nil) || (k == "receipt" && n.Receipt != "") {
 				return nil, fmt.Errorf("data key %q is reserved", k)
 			}
 			keys = append(keys, k)

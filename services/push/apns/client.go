@@ -237,6 +237,10 @@ type Notification struct {
 	EventID string
 	// Title and Body are the alert's text.
 	Title, Body string
+	// Receipt, when set, is the "receipt" key: the device's receipt token
+	// (package receipts), with which the app reports the alert shown and
+	// opened.
+	Receipt string
 	// Data are further top-level keys of the body (course_id, url, …);
 	// "aps" and "event_id" are reserved, and "data" when RawData is set.
 	Data map[string]string

@@ -34,7 +34,7 @@ func (p *Provider) Send(ctx context.Context, d provider.Delivery) provider.Outco
 		env = Sandbox
 	}
 	n := Notification{DeviceToken: d.Device.Token, Environment: env, Topic: d.Device.Topic,
-		EventID: d.EventID, Title: d.Title, Body: d.Body, Data: d.Data, RawData: d.RawData, CollapseID: d.CollapseKey, TTL: d.TTL}
+		EventID: d.EventID, Title: d.Title, Body: d.Body, Data: d.Data, RawData: d.RawData, CollapseID: d.CollapseKey, TTL: d.TTL, Receipt: d.Receipt}
 	if d.High {
 		n.Priority = 10
 	}

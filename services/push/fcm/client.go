@@ -197,6 +197,10 @@ type Message struct {
 	// Type and Data (the notification's type and its sender's JSON object,
 	// as text: FCM data values are strings) go in data too, when set.
 	Type, Data string
+	// Receipt, when set, is data's "receipt": the device's receipt token
+	// (package receipts), with which the app reports the message shown and
+	// opened.
+	Receipt string
 	// CollapseKey, when set, is android.collapse_key instead of EventID.
 	CollapseKey string
 	// Priority is android.priority ("HIGH" or "NORMAL"); empty sends none
@@ -608,10 +612,10 @@ func appendMessage(b []byte, m *Message, ttlSecs int64) []byte {
 		b = pushjson.AppendString(b, m.Body)
 	}
 	b = append(b, '}')
-	if m.EventID != "" || m.CourseID != "" || m.URL != "" || m.Type != "" || m.Data != "" {
+	if m.EventID != "" || m.CourseID != "" || m.URL != "" || m.Type != "" || m.Data != "" || m.Receipt != "" {
 		b = append(b, `,"data":{`...)
 		sep := false
-		for _, kv := range [...]struct{ k, v string }{{"event_id", m.EventID}, {"course_id", m.CourseID}, {"url", m.URL}, {"type", m.Type}, {"data", m.Data}} {
+		for _, kv := range [...]struct{ k, v string }{{"event_id", m.EventID}, {"course_id", m.CourseID}, {"url", m.URL}, {"type", m.Type}, {"data", m.Data}, {"receipt", m.Receipt}} {
 			if kv.v == "" {
 				continue
 			}

@@ -35,7 +35,7 @@ func (p *Provider) Send(ctx context.Context, d provider.Delivery) provider.Outco
 		ttl = time.Second
 	}
 	m := Message{Token: d.Device.Token, Title: d.Title, Body: d.Body, EventID: d.EventID,
-		CourseID: d.CourseID, URL: d.URL, Type: d.Type, Data: string(d.RawData), CollapseKey: d.CollapseKey, TTL: ttl}
+		CourseID: d.CourseID, URL: d.URL, Type: d.Type, Data: string(d.RawData), CollapseKey: d.CollapseKey, TTL: ttl, Receipt: d.Receipt}
 	if d.High {
 		m.Priority = "HIGH"
 	}

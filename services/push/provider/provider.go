@@ -62,6 +62,10 @@ type Delivery struct {
 	// Topic its Topic header, built from EventID once per command.
 	Payload []byte
 	Topic   string
+	// Receipt is the device's receipt token (package receipts), "" for
+	// none: FCM's data and APNs's custom keys carry it as "receipt"; the
+	// Web Push Payload already has it.
+	Receipt string
 	// TTL is how long the push service keeps the message for an
 	// unreachable device: zero means the provider's default, NowOrNever
 	// deliver now or drop it.

@@ -67,6 +67,9 @@ type Config struct {
 	Dir string
 	// Logf, when set, receives one line per report.
 	Logf func(format string, args ...any)
+	// TimeZone is Firefox's (TZ), the browser's time zone the page sends
+	// with quiet hours. Default: the machine's.
+	TimeZone string
 }
 
 // Report is one thing the page ("page") or its service worker ("sw")
@@ -90,7 +93,11 @@ type Report struct {
 		URL      string `json:"url"`
 		EventID  string `json:"event_id"`
 		CourseID string `json:"course_id"`
+		Receipt  string `json:"receipt"`
 	} `json:"payload"`
+	// Preferences are the student's, as the API answered the settings
+	// command's save.
+	Preferences json.RawMessage `json:"preferences"`
 	Notifications []Notification `json:"notifications"`
 	// State is the page's, on loaded and on the state command.
 	State *PageState `json:"state"`
@@ -185,6 +192,9 @@ func Start(cfg Config) (*Browser, error) {
 	}
 	b.cmd = exec.Command(cfg.Firefox, "--headless", "--no-remote", "--profile", profile, b.page)
 	b.cmd.Env = append(os.Environ(), "HOME="+home, "MOZ_HEADLESS=1")
+	if cfg.TimeZone != "" {
+		b.cmd.Env = append(b.cmd.Env, "TZ="+cfg.TimeZone)
+	}
 	b.cmd.Stdout, b.cmd.Stderr = logf, logf
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := b.cmd.Start(); err != nil {
@@ -403,7 +413,40 @@ func (b *Browser) WaitFor(ctx context.Context, what string, match func(Report) b
 // buttons; unsubscribe-browser drops the subscription in the browser only
 // (the API is not told, as when the user clears the site's data).
 func (b *Browser) Command(ctx context.Context, action, tag string) (Report, error) {
-	id := b.enqueue(map[string]any{"action": action, "tag": tag})
+	return b.CommandWith(ctx, action, map[string]any{"tag": tag})
+}
+
+// Settings are what the settings command types into the page's panel
+// before it clicks Save: comma-separated ids and types to mute, quiet
+// hours as "HH:MM" in the browser's time zone, the hourly cap ("" for
+// none); an empty field is cleared.
+type Settings struct {
+	MuteCourses string `json:"mute_courses"`
+	MuteTypes   string `json:"mute_types"`
+	QuietStart  string `json:"quiet_start"`
+	QuietEnd    string `json:"quiet_end"`
+	Cap         string `json:"cap"`
+}
+
+// SaveSettings fills the page's settings panel with s and saves it, as a
+// user would; the result carries the preferences the API stored.
+func (b *Browser) SaveSettings(ctx context.Context, s Settings) (Report, error) {
+	return b.CommandWith(ctx, "settings", map[string]any{"settings": s})
+}
+
+// ClickNotification clicks the notification tagged tag (the service
+// worker's notificationclick handler runs on it).
+func (b *Browser) ClickNotification(ctx context.Context, tag string) (Report, error) {
+	return b.CommandWith(ctx, "click-notification", map[string]any{"tag": tag})
+}
+
+// CommandWith is Command with the command's arguments.
+func (b *Browser) CommandWith(ctx context.Context, action string, args map[string]any) (Report, error) {
+	cmd := map[string]any{"action": action}
+	for k, v := range args {
+		cmd[k] = v
+	}
+	id := b.enqueue(cmd)
 	return b.WaitFor(ctx, "the result of "+action, func(r Report) bool { return r.Type == "result" && r.ID == id }, nil)
 }
 

@@ -152,6 +152,47 @@ async function loadInbox(more) {
   return page;
 }
 
+// Settings are the student's preferences (GET|PUT /v1/me/preferences).
+// The panel edits mutes (push off, the inbox row kept), quiet hours in
+// this browser's time zone and the hourly cap; any other rule the student
+// has (set elsewhere) is kept as it is.
+const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+let prefs = null;
+const isMute = (rule) => rule.push === false && rule.inbox === undefined;
+const listed = (text) => text.split(',').map((s) => s.trim()).filter(Boolean);
+
+function showSettings(p) {
+  prefs = p;
+  const mutes = (rules) => Object.keys(rules).filter((k) => isMute(rules[k])).join(', ');
+  $('mute-courses').value = mutes(p.courses);
+  $('mute-types').value = mutes(p.types);
+  $('quiet-start').value = p.quiet_hours ? p.quiet_hours.start : '';
+  $('quiet-end').value = p.quiet_hours ? p.quiet_hours.end : '';
+  $('cap').value = p.max_pushes_per_hour || '';
+  $('zone').textContent = '(' + ((p.quiet_hours && p.quiet_hours.time_zone) || zone) + ')';
+}
+
+// withMutes is rules with exactly the listed keys muted.
+function withMutes(rules, keys) {
+  const out = {};
+  for (const [k, rule] of Object.entries(rules)) if (!isMute(rule)) out[k] = rule;
+  for (const k of keys) out[k] = Object.assign({}, out[k], { push: false });
+  return out;
+}
+
+async function saveSettings() {
+  // Read the rules this panel does not show, to keep them; the fields keep
+  // what the user typed.
+  if (!prefs) prefs = await api('/v1/me/preferences');
+  const body = { types: withMutes(prefs.types, listed($('mute-types').value)), courses: withMutes(prefs.courses, listed($('mute-courses').value)) };
+  const start = $('quiet-start').value, end = $('quiet-end').value;
+  if (start || end) body.quiet_hours = { start, end, time_zone: zone };
+  if ($('cap').value) body.max_pushes_per_hour = Number($('cap').value);
+  showSettings(await api('/v1/me/preferences', { method: 'PUT', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) }));
+  say('Settings saved.');
+  emit({ type: 'settings', preferences: prefs });
+}
+
 // pushState says whether this browser already has a subscription, without
 // making one: only the button turns push on. A push service that does not
 // answer yet (Firefox's, just after start) is no error worth showing.
@@ -173,6 +214,9 @@ function wire() {
   $('unsubscribe').onclick = () => unsubscribe().catch((e) => say(e.message, true));
   $('refresh').onclick = () => loadInbox(false).catch((e) => say(e.message, true));
   $('more').onclick = () => loadInbox(true).catch((e) => say(e.message, true));
+  $('save-settings').onclick = () => saveSettings().catch((e) => say(e.message, true));
+  $('settings').ontoggle = () => { if ($('settings').open) api('/v1/me/preferences').then(showSettings).catch((e) => say(e.message, true)); };
+  $('zone').textContent = '(' + zone + ')';
   navigator.serviceWorker.addEventListener('message', (ev) => { if (ev.data && ev.data.type === 'push') loadInbox(false).catch(() => {}); });
 }
 

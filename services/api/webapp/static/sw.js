@@ -1,9 +1,23 @@
 // notify's service worker: shows each push, one notification per event.
 // A push's payload is notify's JSON: {"title","event_id","course_id"?,"url"?,
 // "body"?,"type"?,"data"?,"collapse_key"?}.
-// It reads nothing from its own URL and sends nothing anywhere: the page's
-// open windows get a message (to refresh the inbox), and that is all.
+// "receipt" is the push's receipt token: with it the worker reports the
+// notification shown and clicked to its own origin (no login needed; the
+// token counts for this push's student and event only). It reads nothing
+// from its own URL and sends nothing else anywhere: the page's open
+// windows get a message (to refresh the inbox), and that is all.
 'use strict';
+
+// receipt reports kind ('shown', 'clicked') of an event. Best effort: a
+// lost receipt costs a count, never the notification.
+function receipt(eventId, token, kind) {
+  if (typeof token !== 'string' || token === '') return Promise.resolve();
+  return fetch('/v1/me/notifications/' + encodeURIComponent(eventId) + '/receipts', {
+    method: 'POST',
+    headers: { Authorization: 'Receipt ' + token, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ kind }),
+  }).catch(() => {});
+}
 
 self.addEventListener('install', () => self.skipWaiting());
 self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim()));
@@ -27,14 +41,16 @@ self.addEventListener('push', (event) => {
       body: typeof p.body === 'string' && p.body !== '' ? p.body : (p.type ? '' : 'New course material'),
       tag: collapse,
       renotify: false,
-      data: { url: p.url || '', event_id: p.event_id, course_id: p.course_id || '', type: p.type || '', data: p.data || null },
+      data: { url: p.url || '', event_id: p.event_id, course_id: p.course_id || '', type: p.type || '', data: p.data || null, receipt: p.receipt || '' },
     });
+    await receipt(p.event_id, p.receipt, 'shown');
     for (const c of await self.clients.matchAll({ type: 'window' })) c.postMessage({ type: 'push', event_id: p.event_id });
   })());
 });
 
 self.addEventListener('notificationclick', (event) => {
   event.notification.close();
-  const url = (event.notification.data && event.notification.data.url) || self.registration.scope;
-  event.waitUntil(self.clients.openWindow(url));
+  const d = event.notification.data || {};
+  // The receipt goes whether or not the window opens.
+  event.waitUntil(Promise.allSettled([receipt(d.event_id, d.receipt, 'clicked'), self.clients.openWindow(d.url || self.registration.scope)]));
 });

@@ -95,6 +95,26 @@
         const shown = await reg.getNotifications(cmd.tag ? { tag: cmd.tag } : {});
         return { notifications: shown.map((n) => ({ title: n.title, body: n.body, tag: n.tag })) };
       }
+      case 'settings': {
+        // As a user fills the settings panel and saves it.
+        const s = cmd.settings || {};
+        const fields = { 'mute-courses': s.mute_courses, 'mute-types': s.mute_types, 'quiet-start': s.quiet_start, 'quiet-end': s.quiet_end, cap: s.cap };
+        for (const [id, v] of Object.entries(fields)) document.getElementById(id).value = v || '';
+        return { preferences: (await click('save-settings', ['settings', 'error'])).preferences };
+      }
+      case 'click-notification': {
+        // A click on the shown notification: the worker's harness runs its
+        // notificationclick handler on it (a headless browser has no
+        // notification to click).
+        const reg = await navigator.serviceWorker.ready;
+        const answer = await new Promise((resolve) => {
+          const ch = new MessageChannel();
+          ch.port1.onmessage = (ev) => resolve(ev.data);
+          reg.active.postMessage({ harness: 'click', tag: cmd.tag }, [ch.port2]);
+        });
+        if (!answer.ok) throw new Error(answer.error);
+        return {};
+      }
       case 'close-notifications': {
         const reg = await navigator.serviceWorker.ready;
         for (const n of await reg.getNotifications()) n.close();

@@ -2,14 +2,30 @@
 // serves the shipped sw.js with this imported first (never shipped). It
 // wraps the worker's push handler to report, after the handler is done,
 // the decrypted payload and how many notifications carry its tag — to the
-// worker's own origin, the only one its policy allows.
+// worker's own origin, the only one its policy allows — and, asked by the
+// page's harness, runs the worker's notificationclick handler on a shown
+// notification, as a user's click would.
 'use strict';
 (function () {
   function report(obj) {
     return fetch('/harness/report', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(Object.assign({ from: 'sw' }, obj)) }).catch(() => {});
   }
   const add = self.addEventListener.bind(self);
+  let onClick = null;
+  add('message', (ev) => {
+    if (!ev.data || ev.data.harness !== 'click') return;
+    const reply = (v) => ev.ports[0].postMessage(v);
+    ev.waitUntil((async () => {
+      const [n] = await self.registration.getNotifications({ tag: ev.data.tag });
+      if (!n || !onClick) return reply({ ok: false, error: n ? 'no notificationclick handler' : 'no notification tagged ' + ev.data.tag });
+      const pending = [];
+      onClick.call(self, { notification: n, action: '', waitUntil: (p) => pending.push(p) });
+      await Promise.allSettled(pending);
+      reply({ ok: true });
+    })());
+  });
   self.addEventListener = function (type, listener, options) {
+    if (type === 'notificationclick') onClick = listener;
     if (type !== 'push') return add(type, listener, options);
     return add(type, (event) => {
       const pending = [];
