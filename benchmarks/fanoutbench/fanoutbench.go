@@ -527,6 +527,12 @@ func publish(ctx context.Context, pool *pgxpool.Pool, course string) (string, ti
 		return "", time.Time{}, err
 	}
 	defer tx.Rollback(context.Background())
+	// The planner plans the material row, not the record.
+	if _, err := tx.Exec(ctx, `INSERT INTO materials (id, event_id, course_id, author_id, title, body, published_at)
+		SELECT $1, $2, id, instructor_id, $4, '', $5 FROM courses WHERE id = $3`,
+		m.MaterialID, m.EventID, course, m.Title, m.PublishedAt); err != nil {
+		return "", time.Time{}, fmt.Errorf("publish: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::text::jsonb)`,
 		m.EventID, streams.AggregateMaterial, course, streams.TypeMaterialPublished, string(b)); err != nil {
 		return "", time.Time{}, fmt.Errorf("publish: %w", err)

@@ -182,6 +182,10 @@ type plan struct {
 // the event was planned before (a redelivery or replay), in which case
 // nothing is written.
 //
+// What is planned is the material's row (loadEvent), found by the event
+// id; m's other fields are only compared with it. An event without a row
+// fails with streams.ErrUnknownEvent.
+//
 // An event whose send_at is still ahead is planned 'scheduled': its run
 // and ranges are written, its first slice commands are not — the
 // Scheduler writes them at send_at (see schedule.go). One whose send_at has
@@ -192,50 +196,17 @@ func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, 
 			return false, fmt.Errorf("%w: material published %s: %v", streams.ErrMalformed, f.name, err)
 		}
 	}
-	return p.plan(ctx, plan{
-		eventID: m.EventID, typ: streams.TypeMaterial, courseID: &m.CourseID, materialID: &m.MaterialID,
-		title: m.Title, url: nonEmpty(m.URL), priority: "normal",
-		publishedAt: m.PublishedAt, sendAt: m.SendAt, expiresAt: m.ExpiresAt,
-	})
+	return p.plan(ctx, kindMaterial, claimFromMaterial(m))
 }
 
 // PlanNotification plans the fan-out of a notification as Plan does a
-// material's: its course's students, or its user list (one range: at most
-// 10,000 users, two slices).
+// material's, from its notification_events row: its course's students, or
+// its user list (one range: at most 10,000 users, two slices).
 func (p *Planner) PlanNotification(ctx context.Context, n streams.NotificationCreated) (bool, error) {
 	if _, err := parseUUID(n.EventID); err != nil {
 		return false, fmt.Errorf("%w: notification created event_id: %v", streams.ErrMalformed, err)
 	}
-	pl := plan{
-		eventID: n.EventID, typ: n.Type, audienceUsers: n.AudienceUsers,
-		title: n.Title, body: nonEmpty(n.Body), url: nonEmpty(n.URL), priority: n.Priority, collapseKey: nonEmpty(n.CollapseKey),
-		publishedAt: n.PublishedAt, sendAt: n.SendAt, expiresAt: n.ExpiresAt,
-	}
-	if n.CourseID != "" {
-		if _, err := parseUUID(n.CourseID); err != nil {
-			return false, fmt.Errorf("%w: notification created course_id: %v", streams.ErrMalformed, err)
-		}
-		pl.courseID = &n.CourseID
-	}
-	if len(n.Data) > 0 && string(n.Data) != "null" {
-		d := string(n.Data)
-		pl.data = &d
-	}
-	if pl.priority == "" {
-		pl.priority = "normal"
-	}
-	if len(n.Locales) > 0 {
-		b, err := json.Marshal(n.Locales)
-		if err != nil {
-			return false, fmt.Errorf("encode locales: %w", err)
-		}
-		l := string(b)
-		pl.locales, pl.defaultLocale = &l, nonEmpty(n.DefaultLocale)
-		if _, ok := n.Locales[n.DefaultLocale]; !ok {
-			return false, fmt.Errorf("%w: notification created default_locale %q is not one of its locales", streams.ErrMalformed, n.DefaultLocale)
-		}
-	}
-	return p.plan(ctx, pl)
+	return p.plan(ctx, kindNotification, claimFromNotification(n))
 }
 
 func nonEmpty(s string) *string {
@@ -245,23 +216,12 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
-	if m.sendAt != nil && m.expiresAt != nil && !m.expiresAt.After(*m.sendAt) {
-		// The API refuses this; anything else that writes it is wrong
-		// forever, and the run's CHECK would refuse it on every retry.
-		return false, fmt.Errorf("%w: event %s expires_at %s not after send_at %s", streams.ErrMalformed, m.eventID, m.expiresAt, m.sendAt)
-	}
-	scheduled := m.sendAt != nil && m.sendAt.After(time.Now())
-	state := stateRunning
-	if scheduled {
-		state = stateScheduled
-	}
-	courseID := ""
-	if m.courseID != nil {
-		courseID = *m.courseID
-	}
+// plan plans the event claim names, with the content the database holds
+// for it (loadEvent, in the planning transaction).
+func (p *Planner) plan(ctx context.Context, kind string, claim plan) (bool, error) {
+	var m plan
 	var ranges []Range
-	planned := false
+	planned, scheduled := false, false
 	// inline: the first slice of a one-range event runs in this
 	// transaction (PlannerConfig.FirstSlice). Should that fail in any way
 	// — existing notifications (23505), data the database refuses — the
@@ -269,10 +229,33 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 	// command left to the slice worker: the event is planned whatever its
 	// slice does, and a poison slice is dead-lettered as a slice command,
 	// not as the event.
-	inline := p.cfg.FirstSlice != nil && !scheduled
+	inline := p.cfg.FirstSlice != nil
 	var sliced SliceResult
+	compared := false
 	attempt := func(tx pgx.Tx) error {
 		var err error
+		if m, err = loadEvent(ctx, tx, kind, claim.eventID); err != nil {
+			return err
+		}
+		if !compared {
+			compared = true
+			if fields := differs(m, claim); len(fields) > 0 {
+				metricContentMismatch.Inc()
+				p.cfg.Logger.Warn("the record's content differs from the database's; planning the database's",
+					"event_id", m.eventID, "kind", kind, "fields", fields)
+			}
+		}
+		if m.sendAt != nil && m.expiresAt != nil && !m.expiresAt.After(*m.sendAt) {
+			// The API refuses this; anything else that writes it is
+			// wrong forever, and the run's CHECK would refuse it on
+			// every retry.
+			return fmt.Errorf("%w: event %s expires_at %s not after send_at %s", streams.ErrMalformed, m.eventID, m.expiresAt, m.sendAt)
+		}
+		scheduled = m.sendAt != nil && m.sendAt.After(time.Now())
+		state := stateRunning
+		if scheduled {
+			state = stateScheduled
+		}
 		if ranges, err = p.rangesFor(ctx, tx, m); err != nil {
 			return err
 		}
@@ -295,7 +278,7 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 			return fmt.Errorf("insert ranges: %w", err)
 		}
 		if !scheduled {
-			run := runStart{EventID: m.eventID, CourseID: courseID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
+			run := runStart{EventID: m.eventID, CourseID: deref(m.courseID), PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
 			if inline && len(ranges) == 1 {
 				if sliced, err = p.cfg.FirstSlice(ctx, tx, firstSlices(run, ranges)[0], false); err != nil {
 					return fmt.Errorf("first slice: %w", err)
@@ -308,11 +291,11 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 		return nil
 	}
 	err := pgx.BeginFunc(ctx, p.pool, attempt)
-	if inline && err != nil && ctx.Err() == nil {
+	if inline && err != nil && ctx.Err() == nil && !errors.Is(err, streams.ErrMalformed) {
 		if isUniqueViolation(err) {
 			metricSliceConflicts.Inc()
 		}
-		p.cfg.Logger.Warn("first slice in the plan failed; planning it for the slice worker", "event_id", m.eventID, "err", err)
+		p.cfg.Logger.Warn("first slice in the plan failed; planning it for the slice worker", "event_id", claim.eventID, "err", err)
 		inline, planned, sliced = false, false, SliceResult{}
 		err = pgx.BeginFunc(ctx, p.pool, attempt)
 	}
@@ -323,8 +306,9 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 		metricPushCommands.Inc()
 	}
 	if err != nil {
-		return false, fmt.Errorf("plan event %s: %w", m.eventID, err)
+		return false, fmt.Errorf("plan event %s: %w", claim.eventID, err)
 	}
+	courseID := deref(m.courseID)
 	switch {
 	case !planned:
 		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.eventID)
