@@ -60,8 +60,9 @@ type Worker struct {
 	// restoreGC undoes webpush.RaiseGCPercent, applied while the worker runs.
 	restoreGC func()
 
-	stats stats
-	ctl   *workerControl
+	stats   stats
+	ctl     *workerControl
+	content *contentCache
 }
 
 type stats struct {
@@ -123,6 +124,7 @@ func New(cfg Config) (*Worker, error) {
 	w.active = make(chan struct{}, activeN)
 	w.maxHolders = int64(max(1, cfg.MaxCommands-activeN))
 	w.ctl = newWorkerControl(cfg, w.m)
+	w.content = newContentCache(cfg.Pool, w.ctl.states)
 	w.log = cfg.Logger
 	if cfg.WorkerID != "" {
 		w.log = w.log.With("worker", cfg.WorkerID)
@@ -229,6 +231,11 @@ var decodeCommand = streams.DecodePushCommand
 func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	cmd, err := decodeCommand(r.Value)
 	if err != nil {
+		return err
+	}
+	// Before anything else: what the command says of its event's content
+	// is replaced by the event's row (content.go).
+	if err := w.withContent(ctx, &cmd); err != nil {
 		return err
 	}
 	w.m.inFlight.Inc()
