@@ -295,7 +295,7 @@ func Print(w io.Writer, res Result) {
 func ensureSeeded(ctx context.Context, pool *pgxpool.Pool, cfg Config, res *Result) (course string, err error) {
 	var enrolled int64
 	err = pool.QueryRow(ctx, `SELECT c.id::text, (SELECT count(*) FROM enrollments e WHERE e.course_id = c.id)
-		FROM courses c LIMIT 1`).Scan(&course, &enrolled)
+		FROM courses c WHERE c.id <> $1 LIMIT 1`, warmCourse).Scan(&course, &enrolled)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		cfg.Say("seeding %d students into %s (once; later runs reuse them)", cfg.Users, res.Database)
@@ -482,7 +482,13 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	case <-wctx.Done():
 		return nil, errors.New("fan-out consumers did not join their groups within 2 minutes")
 	}
-	warm, _, err := publish(ctx, pool, newUUID())
+	// The warm-up event goes to a course without students: every hop
+	// runs, nothing is notified. The planner plans the material's row,
+	// so the course must exist.
+	if _, err := pool.Exec(ctx, sqlWarmCourse, warmCourse, warmInstructor); err != nil {
+		return nil, fmt.Errorf("warm-up course: %w", err)
+	}
+	warm, _, err := publish(ctx, pool, warmCourse)
 	if err != nil {
 		return nil, err
 	}
@@ -491,6 +497,17 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	}
 	return p, nil
 }
+
+// warmCourse is the warm-up's course (no students), taught by
+// warmInstructor; fixed ids, so the persistent database holds one.
+const (
+	warmCourse     = "f0f0f0f0-0000-4000-8000-000000000001"
+	warmInstructor = "f0f0f0f0-0000-4000-8000-000000000002"
+)
+
+const sqlWarmCourse = `
+WITH u AS (INSERT INTO users (id, name) VALUES ($2, 'warm-up instructor') ON CONFLICT DO NOTHING)
+INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'warm-up') ON CONFLICT DO NOTHING`
 
 // measure publishes one event for course and returns how many students it
 // notified and the seconds from its outbox commit to the commit of its
