@@ -950,7 +950,9 @@ CREATE TABLE public.materials (
     body text NOT NULL,
     url text,
     published_at timestamp with time zone NOT NULL,
-    event_id uuid
+    event_id uuid,
+    send_at timestamp with time zone,
+    expires_at timestamp with time zone
 );
 
 
@@ -966,6 +968,16 @@ CREATE TABLE public.notification_events (
     course_id uuid,
     user_ids uuid[],
     created_at timestamp with time zone NOT NULL,
+    title text,
+    body text,
+    url text,
+    data jsonb,
+    locales jsonb,
+    default_locale text,
+    priority text,
+    collapse_key text,
+    send_at timestamp with time zone,
+    expires_at timestamp with time zone,
     CONSTRAINT notification_events_audience CHECK ((num_nonnulls(course_id, user_ids) = 1)),
     CONSTRAINT notification_events_sender CHECK ((num_nonnulls(sender_service, sender_user) = 1))
 );

@@ -269,7 +269,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		duration:  metrics.GetOrCreateHistogram(`notify_consumer_handler_duration_seconds{` + labels + `}`),
 		inFlight:  metrics.GetOrCreateGauge(`notify_consumer_in_flight{`+labels+`}`, nil),
 	}
-	for _, reason := range []string{ReasonMalformed, ReasonDataError, ReasonRetriesExhausted} {
+	for _, reason := range []string{ReasonMalformed, ReasonDataError, ReasonRetriesExhausted, ReasonUnknownEvent} {
 		c.m.dead[reason] = metrics.GetOrCreateCounter(`notify_consumer_records_total{` + labels + `,outcome="` + reason + `"}`)
 	}
 	opts := append(ClientOpts(cfg.Brokers, cfg.Component),

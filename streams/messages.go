@@ -19,6 +19,7 @@ var ErrMalformed = errors.New("malformed record")
 // MaterialPublished is the payload of the outbox row the publish transaction
 // writes (aggregatetype "material", type "MaterialPublished"). Other teams
 // consume it from outbox.event.material, so fields are only ever added.
+// The planner takes only EventID from it and plans the material's row.
 type MaterialPublished struct {
 	EventID     string    `json:"event_id"`
 	MaterialID  string    `json:"material_id"`
@@ -38,7 +39,9 @@ type MaterialPublished struct {
 // services/notifications.Create writes (aggregatetype "notification", type
 // "NotificationCreated", key the event id): a notification of any type,
 // to a course's students or to a list of users. The planner plans it as it
-// plans a MaterialPublished. Fields are only ever added.
+// plans a MaterialPublished: from the event's notification_events row,
+// which holds the same content; the record's is for other consumers.
+// Fields are only ever added.
 type NotificationCreated struct {
 	EventID string `json:"event_id"`
 	// Type is what the notification is, e.g. "assignment.due"
@@ -145,7 +148,10 @@ type PushCommand struct {
 	Attempt         int        `json:"attempt"`
 	NotBefore       *time.Time `json:"not_before,omitempty"`
 	SubscriptionIDs []int64    `json:"subscription_ids,omitempty"`
-	// Title and URL are carried so a worker need not read the material.
+	// Title and URL, like every content field below, are the event's
+	// fanout_runs row as the writer read it, for readers of the topic. The
+	// push worker does not trust them: it sends its event's fanout_runs
+	// row (services/push, content.go).
 	Title string `json:"title,omitempty"`
 	URL   string `json:"url,omitempty"`
 	// Type is the event's type (absent in commands written before types:

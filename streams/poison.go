@@ -21,7 +21,17 @@ const (
 	// times with errors that were not an outage. The value is the record as
 	// received; dlq.error carries the last error.
 	ReasonRetriesExhausted = "retries_exhausted"
+	// ReasonUnknownEvent: the record names an event that Postgres does
+	// not hold (ErrUnknownEvent). Only the transaction that creates an
+	// event writes its row, before the event reaches Kafka, so such a
+	// record was not written by notify's pipeline (or its event is gone).
+	ReasonUnknownEvent = "unknown_event"
 )
+
+// ErrUnknownEvent marks a record whose event id has no row in Postgres
+// to take the event's content from. It wraps ErrMalformed: the record is
+// dead-lettered at once, never retried, never acted on.
+var ErrUnknownEvent = fmt.Errorf("%w: no such event in the database", ErrMalformed)
 
 // poison is the cause of a record the consumer gives up on.
 type poison struct {
@@ -41,11 +51,14 @@ func (p *poison) Unwrap() error { return p.err }
 
 // ReasonOf names why cause, an error the consumer passed to
 // ConsumerConfig.OnMalformed, dead-letters its record: ReasonDataError,
-// ReasonRetriesExhausted or ReasonMalformed.
+// ReasonRetriesExhausted, ReasonUnknownEvent or ReasonMalformed.
 func ReasonOf(cause error) string {
 	var p *poison
 	if errors.As(cause, &p) {
 		return p.reason
+	}
+	if errors.Is(cause, ErrUnknownEvent) {
+		return ReasonUnknownEvent
 	}
 	return ReasonMalformed
 }

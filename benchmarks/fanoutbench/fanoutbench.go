@@ -302,7 +302,7 @@ func ensureSeeded(ctx context.Context, pool *pgxpool.Pool, cfg Config, res *Resu
 func ensureSeededWith(ctx context.Context, pool *pgxpool.Pool, cfg Config, name string, o seed.Options) (course string, seconds float64, err error) {
 	var enrolled int64
 	err = pool.QueryRow(ctx, `SELECT c.id::text, (SELECT count(*) FROM enrollments e WHERE e.course_id = c.id)
-		FROM courses c LIMIT 1`).Scan(&course, &enrolled)
+		FROM courses c WHERE c.id <> $1 LIMIT 1`, warmCourse).Scan(&course, &enrolled)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		cfg.Say("seeding %d students into %s (once; later runs reuse them)", o.Users, name)
@@ -490,7 +490,13 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	case <-wctx.Done():
 		return nil, errors.New("fan-out consumers did not join their groups within 2 minutes")
 	}
-	warm, _, err := publish(ctx, pool, newUUID())
+	// The warm-up event goes to a course without students: every hop
+	// runs, nothing is notified. The planner plans the material's row,
+	// so the course must exist.
+	if _, err := pool.Exec(ctx, sqlWarmCourse, warmCourse, warmInstructor); err != nil {
+		return nil, fmt.Errorf("warm-up course: %w", err)
+	}
+	warm, _, err := publish(ctx, pool, warmCourse)
 	if err != nil {
 		return nil, err
 	}
@@ -499,6 +505,17 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool, db benchkit.Database
 	}
 	return p, nil
 }
+
+// warmCourse is the warm-up's course (no students), taught by
+// warmInstructor; fixed ids, so the persistent database holds one.
+const (
+	warmCourse     = "f0f0f0f0-0000-4000-8000-000000000001"
+	warmInstructor = "f0f0f0f0-0000-4000-8000-000000000002"
+)
+
+const sqlWarmCourse = `
+WITH u AS (INSERT INTO users (id, name) VALUES ($2, 'warm-up instructor') ON CONFLICT DO NOTHING)
+INSERT INTO courses (id, instructor_id, title) VALUES ($1, $2, 'warm-up') ON CONFLICT DO NOTHING`
 
 // measure publishes one event for course and returns it, how many
 // students it notified and the seconds from its outbox commit to the commit of its
@@ -535,6 +552,12 @@ func publish(ctx context.Context, pool *pgxpool.Pool, course string) (string, ti
 		return "", time.Time{}, err
 	}
 	defer tx.Rollback(context.Background())
+	// The planner plans the material row, not the record.
+	if _, err := tx.Exec(ctx, `INSERT INTO materials (id, event_id, course_id, author_id, title, body, published_at)
+		SELECT $1, $2, id, instructor_id, $4, '', $5 FROM courses WHERE id = $3`,
+		m.MaterialID, m.EventID, course, m.Title, m.PublishedAt); err != nil {
+		return "", time.Time{}, fmt.Errorf("publish: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::text::jsonb)`,
 		m.EventID, streams.AggregateMaterial, course, streams.TypeMaterialPublished, string(b)); err != nil {
 		return "", time.Time{}, fmt.Errorf("publish: %w", err)

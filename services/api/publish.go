@@ -46,6 +46,9 @@ type PublishResponse struct {
 //     a concurrent request holding the same key makes it wait for that
 //     transaction and then yield no row, and then neither the material nor
 //     the event is written (the caller replays the stored response).
+//   - The material row holds everything the planner plans (title, url,
+//     course, publish time, schedule: migration 0026); the event's
+//     payload is for other consumers, never the planner's source.
 //   - The last column counts the rows written: 2 (material + event) or 0.
 const sqlPublish = `
 WITH course AS (
@@ -60,8 +63,8 @@ WITH course AS (
     SELECT instructor_id FROM course
     WHERE (course.instructor_id = $2 OR $16) AND ($3 = '' OR EXISTS (SELECT 1 FROM claim))
 ), material AS (
-    INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at)
-    SELECT $6, $7, $1, allowed.instructor_id, $8, $9, NULLIF($10, ''), $11 FROM allowed
+    INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at, send_at, expires_at)
+    SELECT $6, $7, $1, allowed.instructor_id, $8, $9, NULLIF($10, ''), $11, $17, $18 FROM allowed
     RETURNING 1
 ), event AS (
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
@@ -192,7 +195,8 @@ func (s *Server) publish(ctx context.Context, p principal, course UUID, req Publ
 	row, err := s.batch.publish(publishArgs{
 		course: course, user: user, anyCourse: p.Has(auth.ScopeNotificationsSend), key: key, hash: hash, response: string(resp),
 		materialID: materialID, eventID: eventID, title: req.Title, body: req.Body, url: req.URL,
-		publishedAt: publishedAt, aggregateID: course.String(), payload: string(payload),
+		publishedAt: publishedAt, sendAt: optionalTime(req.SendAt), expiresAt: optionalTime(req.ExpiresAt),
+		aggregateID: course.String(), payload: string(payload),
 	})
 	if err != nil {
 		return publishResult{}, fmt.Errorf("publish to course %s: %w", course, err)

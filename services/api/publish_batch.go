@@ -40,6 +40,7 @@ type publishArgs struct {
 	materialID, eventID  UUID
 	title, body, url     string
 	publishedAt          time.Time
+	sendAt, expiresAt    *time.Time
 	aggregateID, payload string
 }
 
@@ -212,7 +213,7 @@ func (s *Server) publishRowAlone(ctx context.Context, a publishArgs) (publishRow
 	err := s.pool.QueryRow(ctx, sqlPublish,
 		a.course, a.user, a.key, a.hash, a.response,
 		a.materialID, a.eventID, a.title, a.body, a.url, a.publishedAt,
-		outboxAggregateType, a.aggregateID, outboxEventType, a.payload, a.anyCourse,
+		outboxAggregateType, a.aggregateID, outboxEventType, a.payload, a.anyCourse, a.sendAt, a.expiresAt,
 	).Scan(&r.instructor, &r.written)
 	return r, err
 }
@@ -227,9 +228,10 @@ const sqlPublishGroup = `
 WITH req AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::text[], $6::uuid[],
                          $7::uuid[], $8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::text[], $13::text[],
-                         $16::bool[])
+                         $16::bool[], $17::timestamptz[], $18::timestamptz[])
         WITH ORDINALITY AS r(course_id, user_id, key, hash, response, material_id,
-                             event_id, title, body, url, published_at, aggregate_id, payload, any_course, n)
+                             event_id, title, body, url, published_at, aggregate_id, payload, any_course,
+                             send_at, expires_at, n)
 ), checked AS (
     SELECT r.*, c.instructor_id FROM req r LEFT JOIN courses c ON c.id = r.course_id
 ), claim AS (
@@ -244,8 +246,8 @@ WITH req AS (
     WHERE (ch.instructor_id = ch.user_id OR ch.any_course)
       AND (ch.key = '' OR EXISTS (SELECT 1 FROM claim WHERE claim.user_id = ch.user_id AND claim.key = ch.key))
 ), material AS (
-    INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at)
-    SELECT material_id, event_id, course_id, instructor_id, title, body, NULLIF(url, ''), published_at
+    INSERT INTO materials (id, event_id, course_id, author_id, title, body, url, published_at, send_at, expires_at)
+    SELECT material_id, event_id, course_id, instructor_id, title, body, NULLIF(url, ''), published_at, send_at, expires_at
     FROM allowed ORDER BY n
     RETURNING event_id
 ), event AS (
@@ -269,6 +271,7 @@ func (s *Server) publishGroup(ctx context.Context, group []*publishCall) ([]publ
 		urls, aggregates, payloads        = make([]string, n), make([]string, n), make([]string, n)
 		hashes                            = make([][]byte, n)
 		times                             = make([]time.Time, n)
+		sendAts, expiresAts               = make([]*time.Time, n), make([]*time.Time, n)
 		anyCourse                         = make([]bool, n)
 	)
 	for i, c := range group {
@@ -277,11 +280,12 @@ func (s *Server) publishGroup(ctx context.Context, group []*publishCall) ([]publ
 		keys[i], responses[i], titles[i], bodies[i] = a.key, a.response, a.title, a.body
 		urls[i], aggregates[i], payloads[i] = a.url, a.aggregateID, a.payload
 		hashes[i], times[i], anyCourse[i] = a.hash, a.publishedAt, a.anyCourse
+		sendAts[i], expiresAts[i] = a.sendAt, a.expiresAt
 	}
 	rows, err := s.pool.Query(ctx, sqlPublishGroup,
 		courses, users, keys, hashes, responses, materials,
 		events, titles, bodies, urls, times, aggregates, payloads,
-		outboxAggregateType, outboxEventType, anyCourse)
+		outboxAggregateType, outboxEventType, anyCourse, sendAts, expiresAts)
 	if err != nil {
 		return nil, fmt.Errorf("publish group of %d: %w", n, err)
 	}

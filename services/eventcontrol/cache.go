@@ -120,8 +120,9 @@ func (c *StateCache) State(ctx context.Context, eventID string) string {
 	return s
 }
 
-// Observe records a state read under the run row's lock (Park's answer),
-// fresher than the cache's.
+// Observe records a state just read elsewhere — under the run row's lock
+// (Park's answer), or with the event's content (the push worker's first
+// read of an event) — as fresh as one the cache reads itself.
 func (c *StateCache) Observe(eventID, state string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

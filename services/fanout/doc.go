@@ -4,8 +4,12 @@
 //
 // # Planner
 //
-// The Planner consumes MaterialPublished events. For each it runs one
-// transaction: insert fanout_runs(event_id) — if the row exists the event
+// The Planner consumes MaterialPublished and NotificationCreated events.
+// For each it runs one transaction: read the event's row by the record's
+// event id (materials or notification_events: what is planned is what the
+// creating transaction wrote, never what the record claims; no row, and
+// the record is dead-lettered unknown_event — content.go), insert
+// fanout_runs(event_id) with that content — if the row exists the event
 // was planned already and nothing else happens — then split the 128-bit
 // uuid space into R equal ranges (user ids are random v4 uuids, so equal
 // ranges hold about equal numbers of students), insert one fanout_ranges row

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
@@ -93,10 +94,7 @@ func publishWith(t testing.TB, pool *pgxpool.Pool, c course, at time.Time, edit 
 		if err := tx.QueryRow(ctx, `SELECT gen_random_uuid()::text, gen_random_uuid()::text`).Scan(&m.EventID, &m.MaterialID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO materials (id, course_id, author_id, title, body, url, published_at, event_id)
-			VALUES ($1, $2, $3, $4, 'body', $5, $6, $7)`, m.MaterialID, c.ID, c.Instructor, m.Title, m.URL, m.PublishedAt, m.EventID); err != nil {
-			return err
-		}
+		schematest.InsertMaterial(t, tx, m)
 		b, _ := json.Marshal(m)
 		_, err := tx.Exec(ctx, `INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5::text::jsonb)`,
 			m.EventID, streams.AggregateMaterial, c.ID, streams.TypeMaterialPublished, string(b))

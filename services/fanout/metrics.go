@@ -5,9 +5,13 @@ import "github.com/VictoriaMetrics/metrics"
 // Fan-out metrics, in the default set (served by notify run fanout's
 // /metrics).
 var (
-	metricRunsPlanned  = metrics.GetOrCreateCounter(`notify_fanout_runs_planned_total`)
-	metricRowsInserted = metrics.GetOrCreateCounter(`notify_fanout_rows_inserted_total`)
-	metricSlicesDone   = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="done"}`)
+	metricRunsPlanned = metrics.GetOrCreateCounter(`notify_fanout_runs_planned_total`)
+	// Records whose content differed from their event's row: planned with
+	// the row's (see loadEvent). Anything but 0 is a forged or damaged
+	// record.
+	metricContentMismatch = metrics.GetOrCreateCounter(`notify_fanout_content_mismatch_total`)
+	metricRowsInserted    = metrics.GetOrCreateCounter(`notify_fanout_rows_inserted_total`)
+	metricSlicesDone      = metrics.GetOrCreateCounter(`notify_fanout_slices_total{outcome="done"}`)
 	// Commands that found their work committed: run ahead by the worker
 	// that ran the slice before (see SliceWorker.Handle), redelivered or
 	// replayed.

@@ -217,7 +217,8 @@ type plan struct {
 
 // Plan plans the fan-out of one published material. It reports false when
 // the event was planned before (a redelivery or replay), in which case
-// nothing is written.
+// nothing is written. The record names the event; what is planned is the
+// content Postgres holds for it (content.go).
 //
 // An event whose send_at is still ahead is planned 'scheduled': its run
 // and ranges are written, its first slice commands are not — the
@@ -229,11 +230,7 @@ func (p *Planner) Plan(ctx context.Context, m streams.MaterialPublished) (bool, 
 			return false, fmt.Errorf("%w: material published %s: %v", streams.ErrMalformed, f.name, err)
 		}
 	}
-	return p.plan(ctx, plan{
-		eventID: m.EventID, typ: streams.TypeMaterial, courseID: &m.CourseID, materialID: &m.MaterialID,
-		title: m.Title, url: nonEmpty(m.URL), priority: "normal",
-		publishedAt: m.PublishedAt, sendAt: m.SendAt, expiresAt: m.ExpiresAt,
-	})
+	return p.plan(ctx, kindMaterial, claimFromMaterial(m))
 }
 
 // PlanNotification plans the fan-out of a notification as Plan does a
@@ -243,36 +240,7 @@ func (p *Planner) PlanNotification(ctx context.Context, n streams.NotificationCr
 	if _, err := parseUUID(n.EventID); err != nil {
 		return false, fmt.Errorf("%w: notification created event_id: %v", streams.ErrMalformed, err)
 	}
-	pl := plan{
-		eventID: n.EventID, typ: n.Type, audienceUsers: n.AudienceUsers,
-		title: n.Title, body: nonEmpty(n.Body), url: nonEmpty(n.URL), priority: n.Priority, collapseKey: nonEmpty(n.CollapseKey),
-		publishedAt: n.PublishedAt, sendAt: n.SendAt, expiresAt: n.ExpiresAt,
-	}
-	if n.CourseID != "" {
-		if _, err := parseUUID(n.CourseID); err != nil {
-			return false, fmt.Errorf("%w: notification created course_id: %v", streams.ErrMalformed, err)
-		}
-		pl.courseID = &n.CourseID
-	}
-	if len(n.Data) > 0 && string(n.Data) != "null" {
-		d := string(n.Data)
-		pl.data = &d
-	}
-	if pl.priority == "" {
-		pl.priority = "normal"
-	}
-	if len(n.Locales) > 0 {
-		b, err := json.Marshal(n.Locales)
-		if err != nil {
-			return false, fmt.Errorf("encode locales: %w", err)
-		}
-		l := string(b)
-		pl.locales, pl.defaultLocale = &l, nonEmpty(n.DefaultLocale)
-		if _, ok := n.Locales[n.DefaultLocale]; !ok {
-			return false, fmt.Errorf("%w: notification created default_locale %q is not one of its locales", streams.ErrMalformed, n.DefaultLocale)
-		}
-	}
-	return p.plan(ctx, pl)
+	return p.plan(ctx, kindNotification, claimFromNotification(n))
 }
 
 func nonEmpty(s string) *string {
@@ -295,20 +263,23 @@ type planned struct {
 	sliced  SliceResult
 }
 
-// planCall is one event waiting in the planner's group-commit queue.
+// planCall is one event waiting in the planner's group-commit queue: what
+// its record claims, and once loaded the database's content m.
 type planCall struct {
+	kind  string
+	claim plan
+	// now is when the record was handled: send_at is compared with it,
+	// so that a plan retried alone after a failed group is planned as the
+	// group would have.
+	now time.Time
 	m   plan
-	out planned
+	// compared: the claim was checked against the content (once).
+	compared bool
+	out      planned
 }
 
-func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
-	if m.sendAt != nil && m.expiresAt != nil && !m.expiresAt.After(*m.sendAt) {
-		// The API refuses this; anything else that writes it is wrong
-		// forever, and the run's CHECK would refuse it on every retry.
-		return false, fmt.Errorf("%w: event %s expires_at %s not after send_at %s", streams.ErrMalformed, m.eventID, m.expiresAt, m.sendAt)
-	}
-	m.sched = m.sendAt != nil && m.sendAt.After(time.Now())
-	c := &planCall{m: m}
+func (p *Planner) plan(ctx context.Context, kind string, claim plan) (bool, error) {
+	c := &planCall{kind: kind, claim: claim, now: time.Now()}
 	var err error
 	if p.group != nil {
 		err = p.group.Do(ctx, c)
@@ -316,19 +287,16 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 		err = p.planAlone(ctx, c)
 	}
 	if err != nil {
-		return false, fmt.Errorf("plan event %s: %w", m.eventID, err)
+		return false, fmt.Errorf("plan event %s: %w", claim.eventID, err)
 	}
-	out := c.out
+	m, out := c.m, c.out
 	if out.sliced.Students > 0 {
 		metricSlicesDone.Inc()
 		metricSlicesInline.Inc()
 		metricRowsInserted.Add(int(out.sliced.Inserted))
 		metricPushCommands.Inc()
 	}
-	courseID := ""
-	if m.courseID != nil {
-		courseID = *m.courseID
-	}
+	courseID := deref(m.courseID)
 	switch {
 	case !out.planned:
 		p.cfg.Logger.Info("event already planned; nothing to do", "event_id", m.eventID)
@@ -352,9 +320,30 @@ func (p *Planner) plan(ctx context.Context, m plan) (bool, error) {
 	return out.planned, nil
 }
 
+// accept takes the database's content m for c: it counts and logs a claim
+// that differs (once), refuses a schedule no plan can keep, and decides
+// whether the event is scheduled.
+func (p *Planner) accept(c *planCall, m plan) error {
+	if !c.compared {
+		c.compared = true
+		if fields := differs(m, c.claim); len(fields) > 0 {
+			metricContentMismatch.Inc()
+			p.cfg.Logger.Warn("the record's content differs from the database's; planning the database's",
+				"event_id", m.eventID, "kind", c.kind, "fields", fields)
+		}
+	}
+	if m.sendAt != nil && m.expiresAt != nil && !m.expiresAt.After(*m.sendAt) {
+		// The API refuses this; anything else that writes it is wrong
+		// forever, and the run's CHECK would refuse it on every retry.
+		return fmt.Errorf("%w: event %s expires_at %s not after send_at %s", streams.ErrMalformed, m.eventID, m.expiresAt, m.sendAt)
+	}
+	m.sched = m.sendAt != nil && m.sendAt.After(c.now)
+	c.m = m
+	return nil
+}
+
 // scheduled reports whether the event's send_at is still ahead.
-// It is decided once, when the record is handled, so that a plan retried
-// alone after a failed group is planned as the group would have.
+// It is decided against the time the record was handled (planCall.now).
 func (m plan) scheduled() bool { return m.sched }
 
 // planGroup plans several events in one transaction (the group-commit
@@ -364,6 +353,24 @@ func (m plan) scheduled() bool { return m.sched }
 func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 	outs := make([]planned, len(calls))
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// Every event's content in one round trip.
+		loads := make([]eventLoad, len(calls))
+		var b pgx.Batch
+		for i, c := range calls {
+			loads[i].queue(&b, c.kind, c.claim.eventID)
+		}
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("load %d events: %w", len(calls), err)
+		}
+		for i, c := range calls {
+			m, err := loads[i].result()
+			if err == nil {
+				err = p.accept(c, m)
+			}
+			if err != nil {
+				return fmt.Errorf("event %s: %w", c.claim.eventID, err)
+			}
+		}
 		// The group's small events — user lists, due now — have their
 		// runs and their one range written by one statement for all of
 		// them; each then runs its first slice. Any other event is planned
@@ -376,7 +383,7 @@ func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 			}
 			var err error
 			if outs[i], err = p.planIn(ctx, tx, c.m, p.cfg.FirstSlice != nil); err != nil {
-				return fmt.Errorf("event %s: %w", c.m.eventID, err)
+				return fmt.Errorf("event %s: %w", c.claim.eventID, err)
 			}
 		}
 		if len(lists) == 0 {
@@ -472,16 +479,22 @@ func (p *Planner) planAlone(ctx context.Context, c *planCall) error {
 	inline := p.cfg.FirstSlice != nil
 	var out planned
 	attempt := func(tx pgx.Tx) error {
-		var err error
+		m, err := loadEvent(ctx, tx, c.kind, c.claim.eventID)
+		if err == nil {
+			err = p.accept(c, m)
+		}
+		if err != nil {
+			return err
+		}
 		out, err = p.planIn(ctx, tx, c.m, inline)
 		return err
 	}
 	err := pgx.BeginFunc(ctx, p.pool, attempt)
-	if inline && err != nil && ctx.Err() == nil && !c.m.scheduled() {
+	if inline && err != nil && ctx.Err() == nil && !errors.Is(err, streams.ErrMalformed) {
 		if isUniqueViolation(err) {
 			metricSliceConflicts.Inc()
 		}
-		p.cfg.Logger.Warn("first slice in the plan failed; planning it for the slice worker", "event_id", c.m.eventID, "err", err)
+		p.cfg.Logger.Warn("first slice in the plan failed; planning it for the slice worker", "event_id", c.claim.eventID, "err", err)
 		inline = false
 		err = pgx.BeginFunc(ctx, p.pool, attempt)
 	}
@@ -502,10 +515,7 @@ func (p *Planner) planIn(ctx context.Context, tx pgx.Tx, m plan, inline bool) (p
 	if scheduled {
 		state = stateScheduled
 	}
-	courseID := ""
-	if m.courseID != nil {
-		courseID = *m.courseID
-	}
+	courseID := deref(m.courseID)
 	var out planned
 	var err error
 	if out.ranges, err = p.rangesFor(ctx, tx, m); err != nil {

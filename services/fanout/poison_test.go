@@ -63,29 +63,44 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestPoisonMaterialIsDeadLettered: four well-formed material events whose
-// title holds \u0000 — Postgres refuses it in the planner's insert (SQLSTATE
-// 22021) — as many as the planner has slots. They go to the DLQ as
-// data_error and are committed, and a fan-out published after them runs;
-// retried forever they held every slot and no fan-out of any course ran.
-func TestPoisonMaterialIsDeadLettered(t *testing.T) {
+// TestPoisonEventsAreDeadLettered: four well-formed event records the
+// planner can never plan, as many as it has slots — two materials whose
+// event has no row in Postgres (a record not written by the pipeline:
+// unknown_event, at once) and two notifications whose row holds a
+// priority the run's check refuses (SQLSTATE 23514: data_error). They go
+// to the DLQ and are committed, nothing is planned for them, and a fan-out
+// published after them runs; retried forever they held every slot and no
+// fan-out of any course ran.
+func TestPoisonEventsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
 	topics := streamstest.NewTopics(t)
-	published := time.Now()
+	ctx := context.Background()
+	published := time.Now().UTC().Truncate(time.Microsecond)
 	c := seedCourse(t, db.Pool, 50, published.Add(-time.Hour))
 	cl := streamstest.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	const poisoned = 4 // the planner's MaxInFlight
-	for i := 0; i < poisoned; i++ {
-		var m streams.MaterialPublished
-		if err := db.Pool.QueryRow(context.Background(), `SELECT gen_random_uuid()::text, gen_random_uuid()::text`).Scan(&m.EventID, &m.MaterialID); err != nil {
+	produce := func(topic, typ, eventID string, v any) {
+		b, _ := json.Marshal(v)
+		r := &kgo.Record{Topic: topic, Partition: 0, Key: []byte(c.ID), Value: b,
+			Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(eventID)}, {Key: "eventType", Value: []byte(typ)}}}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		m.CourseID, m.Title, m.PublishedAt = c.ID, "week\u00001", published
-		b, _ := json.Marshal(m)
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topics.Material(), Partition: 0, Key: []byte(c.ID), Value: b}).FirstErr(); err != nil {
+	}
+	poisoned := map[string]string{} // event → the reason it must get
+	for range 2 {
+		m := streams.MaterialPublished{EventID: newUUID(t, db), MaterialID: newUUID(t, db), CourseID: c.ID, Title: "week 1", PublishedAt: published}
+		produce(topics.Material(), streams.TypeMaterialPublished, m.EventID, m)
+		poisoned[m.EventID] = streams.ReasonUnknownEvent
+	}
+	for range 2 {
+		n := streams.NotificationCreated{EventID: newUUID(t, db), Type: "x.y", CourseID: c.ID, Sender: "service:s", Title: "t", Priority: "urgent", PublishedAt: published}
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO notification_events (event_id, type, sender_service, course_id, created_at, title, priority)
+			VALUES ($1, 'x.y', 's', $2, $3, 't', 'urgent')`, n.EventID, c.ID, published); err != nil {
 			t.Fatal(err)
 		}
+		produce(topics.Notification(), streams.TypeNotificationCreated, n.EventID, n)
+		poisoned[n.EventID] = streams.ReasonDataError
 	}
 	startService(t, db.Pool, topics, 1, 100)
 	// Only once the poison holds the slots: the good event must get past it.
@@ -96,14 +111,22 @@ func TestPoisonMaterialIsDeadLettered(t *testing.T) {
 		t.Fatalf("status %+v, want 50 notified", st)
 	}
 	committedTo(t, topics.Group(streams.GroupFanoutPlanner), topics.Material(), 0, -1)
+	committedTo(t, topics.Group(streams.GroupFanoutPlanner), topics.Notification(), 0, -1)
 	ds := dlqRecords(t, topics)
-	if len(ds) != poisoned {
-		t.Fatalf("%d dead letters, want %d: %+v", len(ds), poisoned, ds)
+	if len(ds) != len(poisoned) {
+		t.Fatalf("%d dead letters, want %d: %+v", len(ds), len(poisoned), ds)
 	}
 	for _, d := range ds {
-		if d.Reason != streams.ReasonDataError || d.Topic != topics.Material() || !strings.Contains(d.Error, "22021") {
-			t.Fatalf("dead letter %+v, want data_error from %s naming SQLSTATE 22021", d, topics.Material())
+		id := d.Header("id")
+		want, ok := poisoned[id]
+		if !ok || d.Reason != want || (want == streams.ReasonDataError && !strings.Contains(d.Error, "23514")) ||
+			(want == streams.ReasonUnknownEvent && !strings.Contains(d.Error, "no row in Postgres")) {
+			t.Fatalf("dead letter %+v, want %s", d, want)
 		}
+		delete(poisoned, id)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM fanout_runs WHERE event_id <> $1`, ev.EventID); n != 0 {
+		t.Fatalf("%d runs planned for the poisoned events", n)
 	}
 }
 

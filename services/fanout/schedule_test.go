@@ -181,6 +181,7 @@ func TestSchedulerSkipsCancelled(t *testing.T) {
 	sendAt := time.Now().Add(300 * time.Millisecond)
 	m := streams.MaterialPublished{EventID: newUUID(t, db), MaterialID: newUUID(t, db), CourseID: c.ID, Title: "t",
 		PublishedAt: time.Now().UTC().Truncate(time.Microsecond), SendAt: &sendAt}
+	schematest.InsertMaterial(t, db.Pool, m)
 	if planned, err := p.Plan(ctx, m); err != nil || !planned {
 		t.Fatalf("plan: %v %v", planned, err)
 	}
@@ -201,7 +202,8 @@ func TestSchedulerSkipsCancelled(t *testing.T) {
 	// send_at already past when planned (a late delivery): at once.
 	past := time.Now().Add(-time.Second)
 	late := m
-	late.EventID, late.SendAt = newUUID(t, db), &past
+	late.EventID, late.MaterialID, late.SendAt = newUUID(t, db), newUUID(t, db), &past
+	schematest.InsertMaterial(t, db.Pool, late)
 	if planned, err := p.Plan(ctx, late); err != nil || !planned {
 		t.Fatalf("plan: %v %v", planned, err)
 	}
@@ -211,7 +213,8 @@ func TestSchedulerSkipsCancelled(t *testing.T) {
 
 	// expires_at not after send_at can never be planned: malformed.
 	bad := m
-	bad.EventID, bad.ExpiresAt = newUUID(t, db), &sendAt
+	bad.EventID, bad.MaterialID, bad.ExpiresAt = newUUID(t, db), newUUID(t, db), &sendAt
+	schematest.InsertMaterial(t, db.Pool, bad)
 	if _, err := p.Plan(ctx, bad); !isMalformed(err) {
 		t.Fatalf("expires_at = send_at: %v, want malformed", err)
 	}
@@ -235,6 +238,7 @@ func TestSchedulersStartEachOnce(t *testing.T) {
 		at := sendAt.Add(time.Duration(i) * time.Millisecond)
 		m := streams.MaterialPublished{EventID: ids[i], MaterialID: newUUID(t, db), CourseID: c.ID, Title: "t",
 			PublishedAt: time.Now().UTC().Truncate(time.Microsecond), SendAt: &at}
+		schematest.InsertMaterial(t, db.Pool, m)
 		if _, err := p.Plan(ctx, m); err != nil {
 			t.Fatal(err)
 		}

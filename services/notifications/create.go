@@ -68,9 +68,13 @@ const (
 	// each, ≤ 10,000).
 	sqlKnownUsers = `SELECT id FROM users WHERE id = ANY($1::uuid[])`
 
+	// sqlInsertEvent writes the event with its content (migration 0026):
+	// the planner plans what this row says, never what a Kafka record
+	// claims. $8.. are contentArgs'.
 	sqlInsertEvent = `
-INSERT INTO notification_events (event_id, type, sender_service, sender_user, course_id, user_ids, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`
+INSERT INTO notification_events (event_id, type, sender_service, sender_user, course_id, user_ids, created_at,
+                                 title, body, url, data, locales, default_locale, priority, collapse_key, send_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text::jsonb, $12::text::jsonb, $13, $14, $15, $16, $17)`
 
 	sqlInsertOutbox = `
 INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
@@ -78,9 +82,10 @@ VALUES ($1, $2, $3, $4, $5::text::jsonb)`
 )
 
 // Create validates r, maps and checks its audience, and writes the event
-// in tx: its notification_events row (the sender and the audience) and
-// its outbox row (NotificationCreated on outbox.event.notification, with
-// the content), so the event exists exactly when tx commits. Nothing
+// in tx: its notification_events row (the sender, the audience and the
+// content the planner plans) and its outbox row (NotificationCreated on
+// outbox.event.notification, carrying the same content for other
+// consumers), so the event exists exactly when tx commits. Nothing
 // reaches Kafka or the fan-out before that. eventID is the caller's, so a
 // retry can know its id before the write (the API's idempotency record,
 // a CloudEvent's id).
@@ -208,9 +213,35 @@ func QueueCreate(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m ids.Mapper, s S
 	if users != nil {
 		list = users
 	}
-	b.Queue(sqlInsertEvent, eventID, r.Type, service, s.UserID, course, list, now)
+	args := append([]any{eventID, r.Type, service, s.UserID, course, list, now}, contentArgs(ev)...)
+	b.Queue(sqlInsertEvent, args...)
 	b.Queue(sqlInsertOutbox, eventID, streams.AggregateNotification, eventID.String(), streams.TypeNotificationCreated, string(payload))
 	return c, nil
+}
+
+// contentArgs are sqlInsertEvent's content parameters ($8–$17), taken
+// from the record written beside the row, so the two say the same.
+func contentArgs(ev streams.NotificationCreated) []any {
+	var data, locales *string
+	if len(ev.Data) > 0 && string(ev.Data) != "null" {
+		d := string(ev.Data)
+		data = &d
+	}
+	if len(ev.Locales) > 0 {
+		// A map of strings: it encodes.
+		b, _ := json.Marshal(ev.Locales)
+		l := string(b)
+		locales = &l
+	}
+	return []any{ev.Title, nonEmpty(ev.Body), nonEmpty(ev.URL), data, locales, nonEmpty(ev.DefaultLocale),
+		ev.Priority, nonEmpty(ev.CollapseKey), ev.SendAt, ev.ExpiresAt}
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // knownUsers maps ids and splits them into the users notify knows (sorted,

@@ -88,7 +88,7 @@ func runMigrate(ctx context.Context, args []string) error {
 		n, err := streams.BrokerCount(kctx, adm)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%w (is Kafka up at %v? start it with: bash infra/local/up.sh, or pass --no-kafka)", err, brokers)
+			return fmt.Errorf("%w (%s)", err, kafkaHint(err, fmt.Sprintf("is Kafka up at %v? start it with: bash infra/local/up.sh, or pass --no-kafka", brokers)))
 		}
 		if err := replicationFits(t, n, brokers); err != nil {
 			return err
@@ -120,7 +120,7 @@ func runMigrate(ctx context.Context, args []string) error {
 			return replicationFits(t, re.Brokers, brokers)
 		}
 		if err != nil {
-			return fmt.Errorf("%w (is Kafka up at %v? start it with: bash infra/local/up.sh, or pass --no-kafka)", err, brokers)
+			return fmt.Errorf("%w (%s)", err, kafkaHint(err, fmt.Sprintf("is Kafka up at %v? start it with: bash infra/local/up.sh, or pass --no-kafka", brokers)))
 		}
 	}
 	// Existing topics keep their replicas (changing them is a partition

@@ -75,10 +75,21 @@ func (f *infraFlags) waitInfra(ctx context.Context, h *hosted, bound time.Durati
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("ensure topics (is Kafka up at %s?): %w", f.brokers, err)
+			return fmt.Errorf("ensure topics (%s): %w", kafkaHint(err, fmt.Sprintf("is Kafka up at %s?", f.brokers)), err)
 		}
 	}
 	return nil
+}
+
+// kafkaHint is what to check after a failed Kafka request: the
+// credentials when the broker refused them (a broker that answers is up),
+// otherwise fallback.
+func kafkaHint(err error, fallback string) string {
+	if errors.Is(err, kerr.SaslAuthenticationFailed) {
+		return fmt.Sprintf("the broker refused the credentials: check %s, %s and %s",
+			streams.EnvKafkaSASLMechanism, streams.EnvKafkaSASLUsername, streams.EnvKafkaSASLPassword)
+	}
+	return fallback
 }
 
 // infraAttempt bounds one attempt of waitInfra, so a broker or database

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventcontrol"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/push"
@@ -71,10 +72,8 @@ func (w *sendWatch) last() (int64, time.Time) {
 // that it has a control state.
 func (f *fixture) plan(eventID string) {
 	f.t.Helper()
-	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO fanout_runs (event_id, course_id, material_id, title, published_at, ranges, slice_size)
-		VALUES ($1, $2, gen_random_uuid(), 'Week 1 notes', now(), 1, 5000)`, eventID, f.course); err != nil {
-		f.t.Fatal(err)
-	}
+	schematest.InsertRun(f.t, f.db.Pool, streams.PushCommand{EventID: eventID, CourseID: f.course, Type: streams.TypeMaterial,
+		Title: fixtureTitle, URL: fixtureURL})
 }
 
 func (f *fixture) control(eventID string, a eventcontrol.Action) (eventcontrol.Result, time.Time) {

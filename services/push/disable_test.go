@@ -29,11 +29,7 @@ func TestFailingSubscriptionsAreDisabled(t *testing.T) {
 	total := int64(f.seed.Subscriptions)
 	for ev := 1; ev <= 3; ev++ {
 		if ev > 1 {
-			f.eventID = newUUID()
-			if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO notifications (event_id, user_id, created_at)
-				SELECT $1, user_id, now() FROM enrollments WHERE course_id = $2`, f.eventID, f.course); err != nil {
-				t.Fatal(err)
-			}
+			f.newEvent()
 		}
 		f.produceCommands(f.commands(3))
 		st := f.waitSettled(time.Minute)

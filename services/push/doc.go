@@ -12,8 +12,11 @@
 // students in that range who were notified of the event (joined to
 // notifications), minus every subscription that already has a
 // push_deliveries row for the event — on a redelivery after a crash or a
-// replay, those were handled. The payload (title, url, event_id, course_id)
-// is encoded once. Sends run concurrently; outcomes are written in batches
+// replay, those were handled. What is sent is the event's: its fanout_runs
+// row, read once per event and kept (content.go), replaces whatever the
+// command claims, and a command of an event without a run is
+// dead-lettered. The payload (title, url, event_id, course_id) is encoded
+// once. Sends run concurrently; outcomes are written in batches
 // (one multi-row upsert per BatchSize outcomes, one round trip, together
 // with deleting gone subscriptions and queueing retries, all in one
 // transaction). The handler returns — and the consumer may commit — only

@@ -16,8 +16,11 @@ import (
 	"github.com/notify-dev/notify/streams"
 )
 
-// withExpiry sets expires_at on every command.
-func withExpiry(cmds []streams.PushCommand, at time.Time) []streams.PushCommand {
+// withExpiry sets the event's expires_at, in its run (what the worker
+// sends by) and on every command (as the slice worker writes them).
+func (f *fixture) withExpiry(cmds []streams.PushCommand, at time.Time) []streams.PushCommand {
+	f.t.Helper()
+	f.exec(`UPDATE fanout_runs SET expires_at = $2 WHERE event_id = $1`, f.eventID, at)
 	for i := range cmds {
 		cmds[i].ExpiresAt = &at
 	}
@@ -40,7 +43,7 @@ func TestExpiryMidRun(t *testing.T) {
 	})
 	<-w.Ready() // the topics are there: the worker owns their partitions
 	expiresAt := time.Now().Add(3 * time.Second)
-	cmds := withExpiry(f.commands(3), expiresAt)
+	cmds := f.withExpiry(f.commands(3), expiresAt)
 	f.produceCommands(cmds)
 	st := f.waitSettled(2 * time.Minute)
 	f.waitCaughtUp(time.Minute)
@@ -89,7 +92,7 @@ func TestExpiredDeadLetterRedriven(t *testing.T) {
 	w := f.newWorker(func(c *push.Config) { c.MaxAttempts = 1 })
 	<-w.Ready()
 	expiresAt := time.Now().Add(2 * time.Second)
-	f.produceCommands(withExpiry(f.commands(2), expiresAt))
+	f.produceCommands(f.withExpiry(f.commands(2), expiresAt))
 	st := f.waitSettled(time.Minute)
 	f.waitCaughtUp(time.Minute)
 	if st.Failed != st.Target || st.Expired != 0 {
@@ -171,7 +174,7 @@ func TestExpiryTTLIsRemainingLifetime(t *testing.T) {
 	<-w.Ready()
 	const life = 90 * time.Minute
 	start := time.Now()
-	f.produceCommands(withExpiry(f.commands(2), start.Add(life)))
+	f.produceCommands(f.withExpiry(f.commands(2), start.Add(life)))
 	st := f.waitSettled(time.Minute)
 	elapsed := time.Since(start)
 	if st.Delivered != st.Target {

@@ -147,17 +147,27 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 		t.Fatalf("seed: %v", err)
 	}
 	f.course = f.seed.CourseID
-	f.eventID = newUUID()
-	if _, err := f.db.Pool.Exec(ctx, `INSERT INTO notifications (event_id, user_id, created_at)
-		SELECT $1, user_id, now() FROM enrollments WHERE course_id = $2`, f.eventID, f.course); err != nil {
-		t.Fatal(err)
-	}
+	f.newEvent()
 	rows, _ := f.db.Pool.Query(ctx, `SELECT user_id::text FROM notifications WHERE event_id = $1 ORDER BY user_id`, f.eventID)
 	f.users, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// newEvent makes f.eventID a new event of the course, as the fan-out
+// leaves it: its run (what the worker sends: fixtureTitle, fixtureURL,
+// whatever a command claims) and a notification for every student.
+func (f *fixture) newEvent() {
+	f.t.Helper()
+	f.eventID = newUUID()
+	schematest.InsertRun(f.t, f.db.Pool, streams.PushCommand{EventID: f.eventID, CourseID: f.course, Type: streams.TypeMaterial,
+		Title: fixtureTitle, URL: fixtureURL})
+	if _, err := f.db.Pool.Exec(f.ctx, `INSERT INTO notifications (event_id, user_id, created_at)
+		SELECT $1, user_id, now() FROM enrollments WHERE course_id = $2`, f.eventID, f.course); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 func quietLogger() *slog.Logger {
@@ -178,6 +188,12 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 func newUUID() string { return uuid.NewString() }
 
+// The content of the fixture's event (its fanout_runs row).
+const (
+	fixtureTitle = "Week 1 notes"
+	fixtureURL   = "https://learn.example.com/week1"
+)
+
 // commands splits the notified students into n push commands, as the
 // fan-out would.
 func (f *fixture) commands(n int) []streams.PushCommand {
@@ -188,7 +204,7 @@ func (f *fixture) commands(n int) []streams.PushCommand {
 		out = append(out, streams.PushCommand{
 			Version: streams.MessageVersion, EventID: f.eventID, CourseID: f.course,
 			FirstUser: chunk[0], LastUser: chunk[len(chunk)-1], Students: len(chunk), Attempt: 1,
-			Title: "Week 1 notes", URL: "https://learn.example.com/week1",
+			Type: streams.TypeMaterial, Title: fixtureTitle, URL: fixtureURL,
 		})
 	}
 	return out

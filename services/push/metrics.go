@@ -36,6 +36,10 @@ import (
 //	                                        devices recorded failed because
 //	                                        their app does not exist or has
 //	                                        no credentials for the platform
+//	notify_push_content_mismatch_total      commands whose content differed
+//	                                        from their event's fanout_runs
+//	                                        row (sent with the row's; see
+//	                                        content.go)
 type workerMetrics struct {
 	set *metrics.Set
 
@@ -43,7 +47,7 @@ type workerMetrics struct {
 	inFlight, held, unrecorded                             *metrics.Gauge
 
 	delivered, gone, failed, retrying, deferred, deadLettered *metrics.Counter
-	disabled, heldRetries                                     *metrics.Counter
+	disabled, heldRetries, contentMismatch                    *metrics.Counter
 
 	recordDuration, loadDuration *metrics.Histogram
 	lagTotal                     *metrics.Gauge
@@ -72,6 +76,7 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.deadLettered = m.counter(`notify_push_recorded_total{status="dead_lettered"}`)
 	m.disabled = m.counter(`notify_push_subscriptions_disabled_total`)
 	m.heldRetries = m.counter(`notify_push_held_retries_total`)
+	m.contentMismatch = m.counter(`notify_push_content_mismatch_total`)
 	m.recordDuration = m.histogram(`notify_push_record_duration_seconds`)
 	m.loadDuration = m.histogram(`notify_push_load_duration_seconds`)
 	m.lagTotal = m.gauge(`notify_push_group_lag_total`)

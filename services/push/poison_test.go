@@ -11,20 +11,20 @@ import (
 )
 
 // TestPoisonCommandIsDeadLetteredAndCommitted: a well-formed early retry
-// whose re-queue Postgres refuses for its data (a title with \u0000, which
-// jsonb cannot store: SQLSTATE 22P05) goes to the DLQ as data_error with the
-// database's message and is committed, instead of being retried forever
-// while its partition's commits wait; the command behind it on the same
-// partition is delivered.
+// whose re-queue Postgres refuses for its data (here a check constraint
+// the test adds to the outbox, SQLSTATE 23514) goes to the DLQ as
+// data_error with the database's message and is committed, instead of
+// being retried forever while its partition's commits wait; the command
+// behind it on the same partition is delivered.
 func TestPoisonCommandIsDeadLetteredAndCommitted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{users: 20, subsRatio: 1.0})
+	f.exec(`ALTER TABLE outbox ADD CONSTRAINT poison CHECK (NOT (payload @> '{"attempt": 2, "subscription_ids": [1]}'))`)
 	w := f.newWorker(func(c *push.Config) { c.HoldMax = 100 * time.Millisecond })
 	<-w.Ready()
 	far := time.Now().Add(time.Hour)
 	poison := f.commands(1)[0]
 	poison.Attempt, poison.NotBefore, poison.SubscriptionIDs = 2, &far, []int64{1}
-	poison.Title = "week\u00001"
 	b, err := json.Marshal(poison)
 	if err != nil {
 		t.Fatal(err)
@@ -44,8 +44,8 @@ func TestPoisonCommandIsDeadLetteredAndCommitted(t *testing.T) {
 		t.Fatalf("%d dead letters %+v, want 1", len(ds), ds)
 	}
 	d := ds[0]
-	if d.Reason != streams.ReasonDataError || d.Partition != part || d.Offset != 0 || !strings.Contains(d.Error, "22P05") || string(d.Value) != string(b) {
-		t.Fatalf("dead letter %+v (error %q), want data_error of %d@0 naming SQLSTATE 22P05 with the command as received", d, d.Error, part)
+	if d.Reason != streams.ReasonDataError || d.Partition != part || d.Offset != 0 || !strings.Contains(d.Error, "23514") || string(d.Value) != string(b) {
+		t.Fatalf("dead letter %+v (error %q), want data_error of %d@0 naming SQLSTATE 23514 with the command as received", d, d.Error, part)
 	}
 }
 

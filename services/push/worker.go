@@ -65,8 +65,9 @@ type Worker struct {
 	// restoreGC undoes webpush.RaiseGCPercent, applied while the worker runs.
 	restoreGC func()
 
-	stats stats
-	ctl   *workerControl
+	stats   stats
+	ctl     *workerControl
+	content *contentCache
 	// recorder records the flushes of several commands in one
 	// transaction; nil when Config.RecordGroup is 1.
 	recorder *groupcommit.Queue[*recording]
@@ -131,6 +132,7 @@ func New(cfg Config) (*Worker, error) {
 	w.active = make(chan struct{}, activeN)
 	w.maxHolders = int64(max(1, cfg.MaxCommands-activeN))
 	w.ctl = newWorkerControl(cfg, w.m)
+	w.content = newContentCache(cfg.Pool, w.ctl.states)
 	w.log = cfg.Logger
 	if cfg.WorkerID != "" {
 		w.log = w.log.With("worker", cfg.WorkerID)
@@ -256,6 +258,11 @@ var decodeCommand = streams.DecodePushCommand
 func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	cmd, err := decodeCommand(r.Value)
 	if err != nil {
+		return err
+	}
+	// Before anything else: what the command says of its event's content
+	// is replaced by the event's row (content.go).
+	if err := w.withContent(ctx, &cmd); err != nil {
 		return err
 	}
 	w.m.inFlight.Inc()
