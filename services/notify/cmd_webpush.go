@@ -12,8 +12,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/apps"
+	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
 
