@@ -500,3 +500,32 @@ func TestAppsAccounting(t *testing.T) {
 		t.Errorf("series add up to %d outcomes, the event has %d", sum, total)
 	}
 }
+
+// An app's FCM project at its rate limit: app b's FCM devices beyond the
+// first second's burst wait in their command for the bucket's tokens
+// (the dispatcher wakes on the next one due, not on a release) while the
+// command's other devices go ahead, and every one is sent once.
+func TestAppsFCMRateLimit(t *testing.T) {
+	t.Parallel()
+	af := newAppsFixture(t, 240)
+	// 600 a minute: a burst of 10, then one per 100 ms, for b's 48.
+	if _, err := af.store.Rotate(af.ctx, "b", apps.Spec{FCMRateLimit: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := af.store.Get(af.ctx, "b"); err != nil || a.FCM.RateLimit != 600 {
+		t.Fatalf("app b after rotate: %+v, %v; want rate limit 600", a.FCM, err)
+	}
+	fc, ac := af.providers(t)
+	ap := af.appProviders(t, time.Hour, metrics.NewSet())
+	af.newWorker(func(c *push.Config) { c.FCM, c.APNs, c.Apps = fc, ac, ap })
+	af.produceCommands(af.commands(2))
+	af.waitSettled(2 * time.Minute)
+	af.waitCaughtUp(time.Minute)
+	af.verify()
+	if n := af.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status NOT IN ('delivered', 'gone')`, af.eventID); n != 0 {
+		t.Fatalf("%d outcomes neither delivered nor gone", n)
+	}
+	if msB := af.mockB.Stats(); msB.FCM.Unique != af.nFCMB || msB.FCM.Duplicates != 0 || af.nFCMB <= 10 {
+		t.Fatalf("app b's mock: fcm %+v; want %d (more than the burst of 10) once each", msB.FCM, af.nFCMB)
+	}
+}
