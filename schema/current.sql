@@ -747,9 +747,13 @@ CREATE TABLE public.apps (
     apns_topics text[],
     apns_environment text,
     apns_endpoint text,
+    fcm_rate_limit integer,
+    apns_connections integer,
     CONSTRAINT apps_apns CHECK ((((apns_key IS NULL) = (apns_key_id IS NULL)) AND ((apns_key IS NULL) = (apns_team_id IS NULL)) AND ((apns_key IS NULL) = (apns_environment IS NULL)) AND ((apns_key IS NULL) = ((cardinality(apns_topics) IS NULL) OR (cardinality(apns_topics) = 0))))),
+    CONSTRAINT apps_apns_connections CHECK (((apns_connections >= 1) AND (apns_connections <= 100))),
     CONSTRAINT apps_apns_environment CHECK ((apns_environment = ANY (ARRAY['sandbox'::text, 'production'::text]))),
     CONSTRAINT apps_fcm CHECK ((((fcm_credentials IS NULL) = (fcm_project_id IS NULL)) AND ((fcm_credentials IS NULL) = (fcm_client_email IS NULL)))),
+    CONSTRAINT apps_fcm_rate_limit CHECK (((fcm_rate_limit >= 1) AND (fcm_rate_limit <= 100000000))),
     CONSTRAINT apps_name CHECK ((name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'::text))
 );
 

@@ -41,6 +41,7 @@ type appWire struct {
 	FCM *struct {
 		Credentials json.RawMessage `json:"credentials"`
 		Endpoint    *string         `json:"endpoint"`
+		RateLimit   *int            `json:"rate_limit"`
 	} `json:"fcm"`
 	APNs *struct {
 		Key         *string  `json:"key"`
@@ -49,6 +50,7 @@ type appWire struct {
 		Topics      []string `json:"topics"`
 		Environment *string  `json:"environment"`
 		Endpoint    *string  `json:"endpoint"`
+		Connections *int     `json:"connections"`
 	} `json:"apns"`
 }
 
@@ -91,8 +93,14 @@ func decodeAppSpec(b []byte, rotate bool) (apps.Spec, *Error) {
 			s.FCMCredentials = f.Credentials
 		}
 		s.FCMEndpoint = str(f.Endpoint)
-		if len(s.FCMCredentials) == 0 && s.FCMEndpoint == "" {
-			return s, newError(http.StatusBadRequest, errInvalidApp, "fcm: give credentials or endpoint")
+		if f.RateLimit != nil {
+			if *f.RateLimit < 1 {
+				return s, newError(http.StatusBadRequest, errInvalidApp, "fcm.rate_limit: want messages a minute, at least 1")
+			}
+			s.FCMRateLimit = *f.RateLimit
+		}
+		if len(s.FCMCredentials) == 0 && s.FCMEndpoint == "" && s.FCMRateLimit == 0 {
+			return s, newError(http.StatusBadRequest, errInvalidApp, "fcm: give credentials, endpoint or rate_limit")
 		}
 	}
 	if a := w.APNs; a != nil {
@@ -102,6 +110,12 @@ func decodeAppSpec(b []byte, rotate bool) (apps.Spec, *Error) {
 		}
 		s.APNsKeyID, s.APNsTeamID, s.APNsTopics = str(a.KeyID), str(a.TeamID), a.Topics
 		s.APNsEnvironment, s.APNsEndpoint = str(a.Environment), str(a.Endpoint)
+		if a.Connections != nil {
+			if *a.Connections < 1 {
+				return s, newError(http.StatusBadRequest, errInvalidApp, "apns.connections: want at least 1")
+			}
+			s.APNsConnections = *a.Connections
+		}
 	}
 	return s, nil
 }
@@ -114,6 +128,7 @@ var appFields = map[string]string{
 	"fcm-credentials": "fcm.credentials", "fcm-endpoint": "fcm.endpoint",
 	"apns-key": "apns.key", "apns-key-id": "apns.key_id", "apns-team-id": "apns.team_id",
 	"apns-topics": "apns.topics", "apns-environment": "apns.environment", "apns-endpoint": "apns.endpoint",
+	"fcm-rate-limit": "fcm.rate_limit", "apns-connections": "apns.connections",
 }
 
 // appError answers a Store error.

@@ -115,7 +115,11 @@ type FCM struct {
 	ProjectID   string `json:"project_id"`
 	ClientEmail string `json:"client_email"`
 	// Endpoint is FCM's origin; "" is fcm.DefaultEndpoint.
-	Endpoint    string                   `json:"endpoint,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	// RateLimit is the messages a minute each push worker sends to the
+	// project; 0: the worker's default (600,000, FCM's published default
+	// quota).
+	RateLimit   int                      `json:"rate_limit,omitempty"`
 	Credentials Secret[*fcm.Credentials] `json:"-"`
 }
 
@@ -129,8 +133,11 @@ type APNs struct {
 	Environment string   `json:"environment"`
 	// Endpoint replaces Apple's origins; "" is Apple's (production or
 	// sandbox by the device's environment).
-	Endpoint string                    `json:"endpoint,omitempty"`
-	Key      Secret[*ecdsa.PrivateKey] `json:"-"`
+	Endpoint string `json:"endpoint,omitempty"`
+	// Connections is the HTTP/2 connections each push worker opens to
+	// APNs with this key; 0: the client's default (16).
+	Connections int                       `json:"connections,omitempty"`
+	Key         Secret[*ecdsa.PrivateKey] `json:"-"`
 }
 
 // HasTopic reports whether topic is one of the app's bundle ids.
@@ -183,6 +190,9 @@ type Spec struct {
 	// FCM: the service-account JSON and FCM's origin.
 	FCMCredentials []byte
 	FCMEndpoint    string
+	// FCMRateLimit is messages a minute per push worker (1–100,000,000);
+	// 0 keeps the stored one (the default when none).
+	FCMRateLimit int
 	// APNs: the .p8 PEM, its key id, the team id, the bundle ids, the
 	// environment (default production) and an origin replacing Apple's.
 	APNsKey         []byte
@@ -191,6 +201,9 @@ type Spec struct {
 	APNsTopics      []string
 	APNsEnvironment string
 	APNsEndpoint    string
+	// APNsConnections is connections per push worker (1–100); 0 keeps
+	// the stored one (the default when none).
+	APNsConnections int
 }
 
 var appleIDRE = regexp.MustCompile(`^[A-Za-z0-9]{1,64}$`)
@@ -207,9 +220,12 @@ type parsed struct {
 func (s Spec) hasVAPID() bool {
 	return s.VAPIDPrivateKey != "" || s.VAPIDSubject != "" || s.NewVAPIDKey
 }
-func (s Spec) hasFCM() bool { return len(s.FCMCredentials) > 0 || s.FCMEndpoint != "" }
+func (s Spec) hasFCM() bool {
+	return len(s.FCMCredentials) > 0 || s.FCMEndpoint != "" || s.FCMRateLimit != 0
+}
 func (s Spec) hasAPNs() bool {
-	return len(s.APNsKey) > 0 || s.APNsKeyID != "" || s.APNsTeamID != "" || len(s.APNsTopics) > 0 || s.APNsEnvironment != "" || s.APNsEndpoint != ""
+	return len(s.APNsKey) > 0 || s.APNsKeyID != "" || s.APNsTeamID != "" || len(s.APNsTopics) > 0 || s.APNsEnvironment != "" ||
+		s.APNsEndpoint != "" || s.APNsConnections != 0
 }
 
 // parse checks every field given and parses the private parts. It never
@@ -244,6 +260,12 @@ func (s Spec) parse() (parsed, error) {
 		if err := checkOrigin(s.FCMEndpoint); err != nil {
 			return p, invalid("fcm-endpoint", "%v", err)
 		}
+	}
+	if s.FCMRateLimit < 0 || s.FCMRateLimit > 100_000_000 {
+		return p, invalid("fcm-rate-limit", "%d: want messages a minute, 1 to 100000000", s.FCMRateLimit)
+	}
+	if s.APNsConnections < 0 || s.APNsConnections > 100 {
+		return p, invalid("apns-connections", "%d: want 1 to 100 connections", s.APNsConnections)
 	}
 	if len(s.APNsKey) > 0 {
 		if _, err := apns.ParsePrivateKey(s.APNsKey); err != nil {

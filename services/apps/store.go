@@ -75,7 +75,9 @@ type row struct {
 	apnsURL                      string
 	apnsTopics                   []string
 	apnsSealed                   []byte
-	keys                         []keyRow
+	// fcmRate and apnsConns: 0 is unset (the worker's default).
+	fcmRate, apnsConns int
+	keys               []keyRow
 }
 
 type keyRow struct {
@@ -90,7 +92,7 @@ const (
 	sqlAppColumns = `name, version, created_at, updated_at, coalesce(vapid_subject, ''),
 		coalesce(fcm_project_id, ''), coalesce(fcm_client_email, ''), coalesce(fcm_endpoint, ''), fcm_credentials,
 		coalesce(apns_team_id, ''), coalesce(apns_key_id, ''), coalesce(apns_environment, ''), coalesce(apns_endpoint, ''),
-		coalesce(apns_topics, '{}'), apns_key`
+		coalesce(apns_topics, '{}'), apns_key, coalesce(fcm_rate_limit, 0), coalesce(apns_connections, 0)`
 	sqlSelectApps    = `SELECT ` + sqlAppColumns + ` FROM apps ORDER BY name`
 	sqlSelectApp     = `SELECT ` + sqlAppColumns + ` FROM apps WHERE name = $1`
 	sqlSelectAppLock = sqlSelectApp + ` FOR UPDATE`
@@ -98,14 +100,16 @@ const (
 	sqlSelectKeys = `SELECT app, id, public_key, private_key, created_at, retired_at FROM app_vapid_keys
 		WHERE $1::text IS NULL OR app = $1 ORDER BY app, id DESC`
 	sqlInsertApp = `INSERT INTO apps (name, vapid_subject, fcm_project_id, fcm_client_email, fcm_endpoint, fcm_credentials,
-			apns_team_id, apns_key_id, apns_environment, apns_endpoint, apns_topics, apns_key)
+			apns_team_id, apns_key_id, apns_environment, apns_endpoint, apns_topics, apns_key, fcm_rate_limit, apns_connections)
 		VALUES ($1, nullif($2, ''), nullif($3, ''), nullif($4, ''), nullif($5, ''), $6,
-			nullif($7, ''), nullif($8, ''), nullif($9, ''), nullif($10, ''), nullif($11::text[], '{}'), $12)
+			nullif($7, ''), nullif($8, ''), nullif($9, ''), nullif($10, ''), nullif($11::text[], '{}'), $12,
+			nullif($13::int, 0), nullif($14::int, 0))
 		ON CONFLICT (name) DO NOTHING`
 	sqlUpdateApp = `UPDATE apps SET vapid_subject = nullif($2, ''), fcm_project_id = nullif($3, ''),
 			fcm_client_email = nullif($4, ''), fcm_endpoint = nullif($5, ''), fcm_credentials = $6,
 			apns_team_id = nullif($7, ''), apns_key_id = nullif($8, ''), apns_environment = nullif($9, ''),
 			apns_endpoint = nullif($10, ''), apns_topics = nullif($11::text[], '{}'), apns_key = $12,
+			fcm_rate_limit = nullif($13::int, 0), apns_connections = nullif($14::int, 0),
 			version = version + 1, updated_at = now()
 		WHERE name = $1`
 	sqlRetireKeys  = `UPDATE app_vapid_keys SET retired_at = now() WHERE app = $1 AND retired_at IS NULL`
@@ -124,7 +128,7 @@ func scanRow(r pgx.Row) (row, error) {
 	var a row
 	err := r.Scan(&a.name, &a.version, &a.createdAt, &a.updatedAt, &a.vapidSubject,
 		&a.fcmProject, &a.fcmEmail, &a.fcmURL, &a.fcmSealed,
-		&a.apnsTeam, &a.apnsKeyID, &a.apnsEnv, &a.apnsURL, &a.apnsTopics, &a.apnsSealed)
+		&a.apnsTeam, &a.apnsKeyID, &a.apnsEnv, &a.apnsURL, &a.apnsTopics, &a.apnsSealed, &a.fcmRate, &a.apnsConns)
 	return a, err
 }
 
@@ -210,10 +214,11 @@ func (s *Store) public(r row) App {
 		}
 	}
 	if r.fcmSealed != nil {
-		a.FCM = &FCM{ProjectID: r.fcmProject, ClientEmail: r.fcmEmail, Endpoint: r.fcmURL}
+		a.FCM = &FCM{ProjectID: r.fcmProject, ClientEmail: r.fcmEmail, Endpoint: r.fcmURL, RateLimit: r.fcmRate}
 	}
 	if r.apnsSealed != nil {
-		a.APNs = &APNs{TeamID: r.apnsTeam, KeyID: r.apnsKeyID, Topics: r.apnsTopics, Environment: r.apnsEnv, Endpoint: r.apnsURL}
+		a.APNs = &APNs{TeamID: r.apnsTeam, KeyID: r.apnsKeyID, Topics: r.apnsTopics, Environment: r.apnsEnv, Endpoint: r.apnsURL,
+			Connections: r.apnsConns}
 	}
 	return a
 }
@@ -268,6 +273,17 @@ func (s *Store) open(r row) (App, error) {
 		a.APNs.Key = NewSecret(k)
 	}
 	return a, nil
+}
+
+// Open is one app with its credentials opened, as Load has it: what
+// `notify webpush|fcm|apns send --app` sends with. ErrNotFound when there
+// is no such app.
+func (s *Store) Open(ctx context.Context, name string) (App, error) {
+	rows, err := read(ctx, s.pool, name, false)
+	if err != nil {
+		return App{}, err
+	}
+	return s.open(rows[0])
 }
 
 // Load returns every app with its credentials opened, as of one
@@ -521,7 +537,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 
 func (r row) args() []any {
 	return []any{r.name, r.vapidSubject, r.fcmProject, r.fcmEmail, r.fcmURL, r.fcmSealed,
-		r.apnsTeam, r.apnsKeyID, r.apnsEnv, r.apnsURL, r.apnsTopics, r.apnsSealed}
+		r.apnsTeam, r.apnsKeyID, r.apnsEnv, r.apnsURL, r.apnsTopics, r.apnsSealed, r.fcmRate, r.apnsConns}
 }
 
 func (s *Store) seal(app, field string, b []byte) ([]byte, error) {
@@ -569,6 +585,9 @@ func (s *Store) applyFCM(r *row, spec Spec, p parsed) error {
 	if spec.FCMEndpoint != "" {
 		r.fcmURL = strings.TrimSuffix(spec.FCMEndpoint, "/")
 	}
+	if spec.FCMRateLimit != 0 {
+		r.fcmRate = spec.FCMRateLimit
+	}
 	return nil
 }
 
@@ -608,6 +627,9 @@ func (s *Store) applyAPNs(r *row, spec Spec, p parsed) error {
 	}
 	if spec.APNsEndpoint != "" {
 		r.apnsURL, _ = apns.ParseEndpoint(spec.APNsEndpoint)
+	}
+	if spec.APNsConnections != 0 {
+		r.apnsConns = spec.APNsConnections
 	}
 	switch {
 	case r.apnsTeam == "":

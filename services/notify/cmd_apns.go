@@ -15,6 +15,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
+	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/push/apns"
 	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/provider"
@@ -69,6 +70,8 @@ func runAPNsSend(ctx context.Context, args []string) error {
 	caFile := fs.String("ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout")
 	dev := devFlag(fs)
+	var appf appFlag
+	appf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -95,8 +98,21 @@ func runAPNsSend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	app, err := appf.load(ctx)
+	if err != nil {
+		return err
+	}
+	if app != nil && !flagSet(fs, "topic") {
+		*topic = "" // NOTIFY_APNS_TOPIC is the environment's app's: the app's first bundle id instead
+	}
+	if app != nil && *topic != "" && !app.APNs.HasTopic(*topic) {
+		return usageError{msg: fmt.Sprintf("--topic %q is not one of app %s's bundle ids", *topic, app.Name)}
+	}
+	if app != nil && app.APNs != nil && !flagSet(fs, "environment") {
+		env = apns.Environment(app.APNs.Environment)
+	}
 	client, cfg, err := apnsClientFromEnv(log, devMode, apnsClientSettings{
-		CAFile: *caFile, Topic: *topic, RequireTopic: true, Timeout: *timeout, DialTimeout: *timeout, Metrics: metrics.NewSet(),
+		CAFile: *caFile, Topic: *topic, RequireTopic: true, Timeout: *timeout, DialTimeout: *timeout, Metrics: metrics.NewSet(), App: app,
 	})
 	if err != nil {
 		return err
@@ -216,17 +232,41 @@ func apnsConfigFromEnv(log *slog.Logger, dev bool) (apns.Config, error) {
 		return cfg, fmt.Errorf("invalid %s: %w", envAPNsKeyFile, err)
 	}
 	cfg.Key = key
+	return cfg, apnsGuard(&cfg, strings.TrimSpace(os.Getenv(envAPNsEndpoint)), envAPNsEndpoint, dev)
+}
+
+// apnsConfigOfApp is apnsConfigFromEnv for an app's stored key (`notify
+// apns send --app`): its key, ids, first bundle id and endpoint, under the
+// same dial guard.
+func apnsConfigOfApp(app *apps.App, dev bool) (apns.Config, error) {
+	k := app.APNs
+	if k == nil {
+		return apns.Config{}, fmt.Errorf("app %q has no APNs key (notify apps rotate %s --apns-key-file …)", app.Name, app.Name)
+	}
+	cfg := apns.Config{Key: k.Key.Value(), KeyID: k.KeyID, TeamID: k.TeamID, MaxConnections: k.Connections}
+	if len(k.Topics) > 0 {
+		cfg.Topic = k.Topics[0]
+	}
+	return cfg, apnsGuard(&cfg, k.Endpoint, "app "+app.Name+"'s APNs endpoint", dev)
+}
+
+// apnsGuard sets cfg's endpoint (raw, named setting in errors; "" for
+// Apple's) and its dial guard: the push-endpoint policy
+// (NOTIFY_PUSH_ALLOWED_HOSTS, default Apple's hosts) plus the endpoint as
+// named and, when it names this machine, loopback addresses.
+func apnsGuard(cfg *apns.Config, raw, setting string, dev bool) error {
+	var err error
 	hosts := pushendpoint.DefaultAllowedHosts
 	if v := strings.TrimSpace(os.Getenv(pushendpoint.EnvAllowedHosts)); v != "" {
 		if hosts, err = pushendpoint.ParseAllowedHosts(v); err != nil {
-			return cfg, fmt.Errorf("invalid %s: %w", pushendpoint.EnvAllowedHosts, err)
+			return fmt.Errorf("invalid %s: %w", pushendpoint.EnvAllowedHosts, err)
 		}
 	}
 	allowLoopback := dev
-	if raw := strings.TrimSpace(os.Getenv(envAPNsEndpoint)); raw != "" {
+	if raw != "" {
 		origin, err := apns.ParseEndpoint(raw)
 		if err != nil {
-			return cfg, fmt.Errorf("invalid %s: %w", envAPNsEndpoint, err)
+			return fmt.Errorf("invalid %s: %w", setting, err)
 		}
 		cfg.Endpoint = origin
 		u, _ := url.Parse(origin)
@@ -237,10 +277,10 @@ func apnsConfigFromEnv(log *slog.Logger, dev bool) (apns.Config, error) {
 	}
 	policy, err := pushendpoint.New(pushendpoint.Options{AllowedHosts: hosts, Dev: allowLoopback})
 	if err != nil {
-		return cfg, fmt.Errorf("invalid %s / %s: %w", pushendpoint.EnvAllowedHosts, envAPNsEndpoint, err)
+		return fmt.Errorf("invalid %s / %s: %w", pushendpoint.EnvAllowedHosts, setting, err)
 	}
 	cfg.Dial = policy.Dialer(30 * time.Second)
-	return cfg, nil
+	return nil
 }
 
 // apnsClientSettings are what the callers of apnsClientFromEnv choose; the
@@ -255,13 +295,22 @@ type apnsClientSettings struct {
 	Timeout, DialTimeout time.Duration
 	TTL                  time.Duration // 0: apns.DefaultTTL
 	Metrics              *metrics.Set
+	// App, when set, replaces NOTIFY_APNS_*: its stored key, ids, bundle
+	// ids and endpoint (--app).
+	App *apps.App
 }
 
 // apnsClientFromEnv builds the APNs client of `notify apns send` and of
 // the push worker from apnsConfigFromEnv. It returns the configuration too
 // (its Endpoint and Topic, for reports).
 func apnsClientFromEnv(log *slog.Logger, devMode bool, s apnsClientSettings) (*apns.Client, apns.Config, error) {
-	cfg, err := apnsConfigFromEnv(log, devMode)
+	var cfg apns.Config
+	var err error
+	if s.App != nil {
+		cfg, err = apnsConfigOfApp(s.App, devMode)
+	} else {
+		cfg, err = apnsConfigFromEnv(log, devMode)
+	}
 	if err != nil {
 		return nil, cfg, err
 	}

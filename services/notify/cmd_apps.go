@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/apps/secrets"
+	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -159,6 +161,7 @@ type credentialFlags struct {
 	fcmFile, fcmEndpoint                   string
 	apnsKeyFile, apnsKeyID, apnsTeamID     string
 	apnsTopics, apnsEnvironment, apnsEndpt string
+	fcmRateLimit, apnsConnections          int
 }
 
 func (c *credentialFlags) register(fs *flag.FlagSet, rotate bool) {
@@ -175,12 +178,18 @@ func (c *credentialFlags) register(fs *flag.FlagSet, rotate bool) {
 	fs.StringVar(&c.apnsTopics, "apns-topics", "", "comma-separated bundle ids this app's devices may name; the first is the default")
 	fs.StringVar(&c.apnsEnvironment, "apns-environment", "", "production (default) or sandbox")
 	fs.StringVar(&c.apnsEndpt, "apns-endpoint", "", "an origin replacing Apple's (default "+apns.ProductionEndpoint+")")
+	fs.IntVar(&c.fcmRateLimit, "fcm-rate-limit", 0, "messages a minute each push worker sends to this app's FCM project (default 600000, FCM's default quota)")
+	fs.IntVar(&c.apnsConnections, "apns-connections", 0, "HTTP/2 connections each push worker opens to APNs with this app's key (default 16)")
 }
 
 func (c *credentialFlags) spec(name string) (apps.Spec, error) {
 	s := apps.Spec{Name: name, VAPIDSubject: c.vapidSubject, NewVAPIDKey: c.newVAPIDKey,
 		FCMEndpoint: c.fcmEndpoint, APNsKeyID: c.apnsKeyID, APNsTeamID: c.apnsTeamID,
-		APNsEnvironment: c.apnsEnvironment, APNsEndpoint: c.apnsEndpt}
+		APNsEnvironment: c.apnsEnvironment, APNsEndpoint: c.apnsEndpt,
+		FCMRateLimit: c.fcmRateLimit, APNsConnections: c.apnsConnections}
+	if c.fcmRateLimit < 0 || c.apnsConnections < 0 {
+		return s, usageError{msg: "--fcm-rate-limit and --apns-connections must be positive"}
+	}
 	if c.vapidKeyFile != "" {
 		b, err := os.ReadFile(c.vapidKeyFile)
 		if err != nil {
@@ -278,14 +287,23 @@ func printApp(a apps.App) {
 		if ep == "" {
 			ep = fcm.DefaultEndpoint
 		}
-		fmt.Printf("  fcm      project %s, %s, endpoint %s\n", f.ProjectID, f.ClientEmail, ep)
+		rate := "default " + strconv.Itoa(push.DefaultFCMRateLimit)
+		if f.RateLimit > 0 {
+			rate = strconv.Itoa(f.RateLimit)
+		}
+		fmt.Printf("  fcm      project %s, %s, endpoint %s, rate limit %s/min per worker\n", f.ProjectID, f.ClientEmail, ep, rate)
 	}
 	if p := a.APNs; p != nil {
 		ep := p.Endpoint
 		if ep == "" {
 			ep = "Apple's"
 		}
-		fmt.Printf("  apns     team %s, key %s, %s, topics %s, endpoint %s\n", p.TeamID, p.KeyID, p.Environment, strings.Join(p.Topics, ","), ep)
+		conns := "default"
+		if p.Connections > 0 {
+			conns = strconv.Itoa(p.Connections)
+		}
+		fmt.Printf("  apns     team %s, key %s, %s, topics %s, endpoint %s, connections %s per worker\n", p.TeamID, p.KeyID, p.Environment,
+			strings.Join(p.Topics, ","), ep, conns)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/push/fcm"
 	"github.com/notify-dev/notify/services/push/provider"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -66,6 +68,8 @@ func runFCMSend(ctx context.Context, args []string) error {
 	caFile := fs.String("ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout (each of the token exchange and the send)")
 	dev := devFlag(fs)
+	var appf appFlag
+	appf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -84,8 +88,12 @@ func runFCMSend(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	app, err := appf.load(ctx)
+	if err != nil {
+		return err
+	}
 	client, creds, endpoint, err := fcmClientFromEnv(log, devMode, fcmClientSettings{
-		CAFile: *caFile, Timeout: *timeout, DialTimeout: *timeout, TTL: *ttl, Metrics: metrics.NewSet(),
+		CAFile: *caFile, Timeout: *timeout, DialTimeout: *timeout, TTL: *ttl, Metrics: metrics.NewSet(), App: app,
 	})
 	if err != nil {
 		return err
@@ -114,14 +122,25 @@ type fcmClientSettings struct {
 	TTL                  time.Duration // 0: fcm.DefaultTTL
 	MaxInFlight          int           // 0: the client's default
 	Metrics              *metrics.Set
+	// App, when set, replaces NOTIFY_FCM_*: its stored service account
+	// and endpoint (--app).
+	App *apps.App
 }
 
 // fcmClientFromEnv builds the FCM client of `notify fcm send` and of the
 // push worker: credentials from fcmCredentialsFromEnv, the origin from
 // NOTIFY_FCM_ENDPOINT. It returns the credentials and origin for reports.
 func fcmClientFromEnv(log *slog.Logger, devMode bool, s fcmClientSettings) (*fcm.Client, *fcm.Credentials, string, error) {
-	creds, err := fcmCredentialsFromEnv(log, devMode)
-	if err != nil {
+	var creds *fcm.Credentials
+	var err error
+	endpoint := strings.TrimRight(envOr(envFCMEndpoint, fcm.DefaultEndpoint), "/")
+	if s.App != nil {
+		f := s.App.FCM
+		if f == nil {
+			return nil, nil, "", fmt.Errorf("app %q has no FCM credentials (notify apps rotate %s --fcm-credentials FILE)", s.App.Name, s.App.Name)
+		}
+		creds, endpoint = f.Credentials.Value(), cmp.Or(f.Endpoint, fcm.DefaultEndpoint)
+	} else if creds, err = fcmCredentialsFromEnv(log, devMode); err != nil {
 		return nil, nil, "", err
 	}
 	var roots *x509.CertPool
@@ -130,7 +149,6 @@ func fcmClientFromEnv(log *slog.Logger, devMode bool, s fcmClientSettings) (*fcm
 			return nil, nil, "", fmt.Errorf("--ca: %w", err)
 		}
 	}
-	endpoint := strings.TrimRight(envOr(envFCMEndpoint, fcm.DefaultEndpoint), "/")
 	client, err := fcm.New(fcm.Config{
 		Credentials: creds,
 		Endpoint:    endpoint,

@@ -58,6 +58,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	fs.DurationVar(&snd.Timeout, "send-timeout", 30*time.Second, "bound on one request to the push service")
 	fs.DurationVar(&snd.ConnectTimeout, "connect-timeout", webpush.DefaultDialTimeout, "bound on connecting to a push service (TCP and TLS): an endpoint that never answers holds its sends no longer")
 	fs.IntVar(&cfg.MaxInFlightPerOrigin, "max-in-flight-per-origin", 0, "send slots one push-service origin may hold, so a slow one cannot stall the others (default 3/4 of --max-in-flight)")
+	fs.IntVar(&cfg.FCMRateLimit, "fcm-rate-limit", push.DefaultFCMRateLimit, "messages a minute this worker sends to an FCM project whose app sets none, the environment's included (FCM's default quota; negative: no limit)")
 	fs.IntVar(&cfg.DisableAfterFailures, "disable-after-failures", push.DefaultDisableAfterFailures, "disable a subscription after this many events in a row failed for it (negative: never)")
 	fs.DurationVar(&snd.RetryAfterWait, "retry-after-wait", push.DefaultRetryAfterWait, "wait in place for a push service's Retry-After up to this long before re-queueing (negative: never wait)")
 	fs.StringVar(&snd.CAFile, "ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
@@ -172,7 +173,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 			Store:  apps.NewStore(pool, apps.Config{Key: secretsKey, Logger: log}),
 			Sender: appSnd, AllowedHosts: allowed, Dev: devMode,
 			FCMTTL: appTTL(cfg.TTL, 28*24*time.Hour), APNsTTL: appTTL(cfg.TTL, 0),
-			MaxInFlight: cfg.MaxInFlight + *laneInFlight, Logger: log, Metrics: set})
+			MaxInFlight: cfg.MaxInFlight + *laneInFlight, FCMRateLimit: cfg.FCMRateLimit, Logger: log, Metrics: set})
 		if err != nil {
 			closeAll()
 			pool.Close()

@@ -19,12 +19,13 @@ func init() {
 }
 
 func runStatus(ctx context.Context, args []string) error {
-	fs := newFlagSet("status", "EVENT_ID [--json] [--watch] [--verify]")
+	fs := newFlagSet("status", "EVENT_ID [--json] [--watch] [--verify] [--apps]")
 	var infra infraFlags
 	infra.register(fs, false)
 	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
 	watch := fs.Bool("watch", false, "refresh every second until the fan-out finishes")
 	interval := fs.Duration("interval", time.Second, "refresh interval of --watch")
+	byApp := fs.Bool("apps", false, "also the recorded outcomes per app and platform (reads every outcome of the event: about a second for 1M)")
 	verify := fs.Bool("verify", false, "check delivered + gone + failed + cancelled + expired + pending = target, in total and per platform, against the tables; exit 1 when it does not hold")
 	// Accept the event id before or after the flags.
 	var eventID string
@@ -66,7 +67,15 @@ func runStatus(ctx context.Context, args []string) error {
 		if clear {
 			fmt.Fprint(out, "\033[H\033[2J")
 		}
-		if err := printReport(out, r, *asJSON); err != nil {
+		if *byApp {
+			apps, err := eventstatus.LoadApps(ctx, pool, eventID)
+			if err != nil {
+				return err
+			}
+			if err := printAppsReport(out, r, apps, *asJSON); err != nil {
+				return err
+			}
+		} else if err := printReport(out, r, *asJSON); err != nil {
 			return err
 		}
 		if !*watch || r.Done() {
@@ -93,6 +102,30 @@ func printReport(w io.Writer, r eventstatus.Report, asJSON bool) error {
 		return err
 	}
 	return r.WriteText(w)
+}
+
+// printAppsReport is printReport plus the outcomes per app: under "apps"
+// in JSON, a table after the report in text.
+func printAppsReport(w io.Writer, r eventstatus.Report, apps []eventstatus.AppOutcomes, asJSON bool) error {
+	if asJSON {
+		if apps == nil {
+			apps = []eventstatus.AppOutcomes{}
+		}
+		b, err := json.Marshal(struct {
+			eventstatus.Report
+			Apps []eventstatus.AppOutcomes `json:"apps"`
+		}{r, apps})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	if err := r.WriteText(w); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\noutcomes per app:")
+	return eventstatus.WriteApps(w, apps)
 }
 
 // verifyEvent recomputes the push accounting term by term from the tables

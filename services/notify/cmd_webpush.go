@@ -12,6 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/notify-dev/notify/services/apps"
 	pushendpoint "github.com/notify-dev/notify/services/push/endpoint"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
@@ -45,7 +46,10 @@ func runWebpush(ctx context.Context, args []string) error {
 	topic := fs.String("topic", "", "Topic header: replaces an undelivered message with the same topic (≤ 32 base64url characters)")
 	caFile := fs.String("ca", os.Getenv(envPushCAFile), "extra CA certificate (PEM) to trust, e.g. the mock's cert file ("+envPushCAFile+")")
 	timeout := fs.Duration("timeout", 30*time.Second, "request timeout")
+	vapidKeyID := fs.Int64("vapid-key-id", 0, "with --app: the id of the app's VAPID key the subscription was made with (push_subscriptions.vapid_key_id; default the app's current key)")
 	dev := devFlag(fs)
+	var appf appFlag
+	appf.register(fs)
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -79,9 +83,22 @@ func runWebpush(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	vapid, err := vapidFromEnv(log, devMode, true)
+	app, err := appf.load(ctx)
 	if err != nil {
 		return err
+	}
+	var vapid webpush.VAPIDConfig
+	switch {
+	case app != nil:
+		if vapid, err = vapidOfApp(app, *vapidKeyID); err != nil {
+			return err
+		}
+	case *vapidKeyID != 0:
+		return usageError{msg: "--vapid-key-id names a key of an app: give --app too"}
+	default:
+		if vapid, err = vapidFromEnv(log, devMode, true); err != nil {
+			return err
+		}
 	}
 	policy, err := pushendpoint.FromEnv(os.Getenv, devMode)
 	if err != nil {
@@ -125,6 +142,31 @@ func runWebpush(ctx context.Context, args []string) error {
 		gone:      "the subscription no longer exists: delete it; the browser has to subscribe again",
 		permanent: permanentAdvice(out), retry: retryAdvice(out),
 	}.finish()
+}
+
+// vapidOfApp is the VAPID key id of app signs with (0: its current key)
+// and its subject.
+func vapidOfApp(app *apps.App, id int64) (webpush.VAPIDConfig, error) {
+	w := app.WebPush
+	if w == nil || len(w.Keys) == 0 {
+		return webpush.VAPIDConfig{}, fmt.Errorf("app %q has no VAPID key (notify apps rotate %s --new-vapid-key --vapid-subject S)", app.Name, app.Name)
+	}
+	k := w.Current()
+	if id != 0 {
+		k = nil
+		for i := range w.Keys {
+			if w.Keys[i].ID == id {
+				k = &w.Keys[i]
+			}
+		}
+		if k == nil {
+			return webpush.VAPIDConfig{}, usageError{msg: fmt.Sprintf("--vapid-key-id: app %s has no VAPID key %d (notify apps show %s)", app.Name, id, app.Name)}
+		}
+	}
+	if k == nil {
+		return webpush.VAPIDConfig{}, fmt.Errorf("app %q has only retired VAPID keys: name one with --vapid-key-id", app.Name)
+	}
+	return webpush.VAPIDConfig{Key: k.Private.Value(), Subject: w.Subject}, nil
 }
 
 func statusText(code int) string {

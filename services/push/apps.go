@@ -1,6 +1,7 @@
 package push
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -49,6 +50,10 @@ type AppsConfig struct {
 	FCMTTL, APNsTTL time.Duration
 	// MaxInFlight caps each FCM client's requests. Default the client's.
 	MaxInFlight int
+	// FCMRateLimit is the messages a minute of an app's FCM project when
+	// the app sets none (apps.FCM.RateLimit), per worker as
+	// Config.FCMRateLimit. Default DefaultFCMRateLimit; negative: none.
+	FCMRateLimit int
 	// Reload is how often the apps' generation is checked: the bound on
 	// how long a rotation takes to reach the workers. Default 2 s.
 	Reload time.Duration
@@ -116,6 +121,9 @@ func NewAppProviders(ctx context.Context, cfg AppsConfig) (*AppProviders, error)
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = DefaultAppsGrace
+	}
+	if cfg.FCMRateLimit == 0 {
+		cfg.FCMRateLimit = DefaultFCMRateLimit
 	}
 	if cfg.Reload < 0 || cfg.Grace < 0 {
 		return nil, fmt.Errorf("push apps: reload (%s) and grace (%s) must be positive", cfg.Reload, cfg.Grace)
@@ -241,7 +249,7 @@ func (a *AppProviders) build(app *apps.App) *appProvider {
 				log.Error("push apps: cannot build a Web Push sender; its subscriptions are recorded provider_not_configured", "vapid_key_id", k.ID, "err", err)
 				continue
 			}
-			p.webpush[k.ID] = webpush.NewProvider(snd, "")
+			p.webpush[k.ID] = &appBudget{Provider: webpush.NewProvider(snd, ""), prefix: "app " + app.Name + " "}
 		}
 	}
 	roots, err := a.roots()
@@ -259,7 +267,8 @@ func (a *AppProviders) build(app *apps.App) *appProvider {
 		if err != nil {
 			log.Error("push apps: cannot build the FCM client; its devices are recorded provider_not_configured", "err", err)
 		} else {
-			p.fcm = fcm.NewProvider(c)
+			rate := cmp.Or(f.RateLimit, a.cfg.FCMRateLimit)
+			p.fcm = &appBudget{Provider: fcm.NewProvider(c), key: "fcm project " + f.ProjectID, rate: max(0, rate)}
 		}
 	}
 	if k := app.APNs; k != nil {
@@ -267,7 +276,7 @@ func (a *AppProviders) build(app *apps.App) *appProvider {
 		if err != nil {
 			log.Error("push apps: cannot build the APNs client; its devices are recorded provider_not_configured", "err", err)
 		} else {
-			p.apns = &appAPNs{Provider: apns.NewProvider(c), env: k.Environment}
+			p.apns = &appBudget{Provider: &appAPNs{Provider: apns.NewProvider(c), env: k.Environment}, key: "apns team " + k.TeamID}
 		}
 	}
 	return p
@@ -286,7 +295,7 @@ func (a *AppProviders) roots() (*x509.CertPool, error) {
 func (a *AppProviders) apnsClient(k *apps.APNs, roots *x509.CertPool, log *slog.Logger) (*apns.Client, error) {
 	cfg := apns.Config{Key: k.Key.Value(), KeyID: k.KeyID, TeamID: k.TeamID, RootCAs: roots,
 		Timeout: a.cfg.Sender.Timeout, DialTimeout: a.cfg.Sender.ConnectTimeout, TTL: a.cfg.APNsTTL,
-		Logger: log, Metrics: a.cfg.Metrics}
+		MaxConnections: k.Connections, Logger: log, Metrics: a.cfg.Metrics}
 	if len(k.Topics) > 0 {
 		cfg.Topic = k.Topics[0]
 	}
@@ -326,6 +335,28 @@ func (p *appProvider) close() {
 		p.apns.Close()
 	}
 }
+
+// appBudget gives an app's provider budgets of its own (see
+// originBudget): its Web Push sends are capped per origin apart from
+// other apps' (prefix), its FCM sends are its project's and paced at its
+// rate limit, its APNs sends are its team's (key). So an app at its cap
+// or its quota holds back only its own devices.
+type appBudget struct {
+	provider.Provider
+	key    string // the budget whatever the device; "" for prefix + the provider's
+	prefix string
+	rate   int // messages a minute; 0: no limit
+}
+
+func (p *appBudget) Budget(d provider.Device) string {
+	if p.key != "" {
+		return p.key
+	}
+	return p.prefix + p.Provider.Budget(d)
+}
+
+// RatePerMinute is the budget's rate limit (Worker.rateOf).
+func (p *appBudget) RatePerMinute() int { return p.rate }
 
 // appAPNs sends a device that names no environment in its app's.
 type appAPNs struct {

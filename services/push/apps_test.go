@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/apps/secrets"
+	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/push"
 	"github.com/notify-dev/notify/services/push/apns"
 	"github.com/notify-dev/notify/services/push/fcm"
@@ -426,4 +428,104 @@ func TestAppsWorkerProcess(t *testing.T) {
 		t.Fatalf("app b's mock: fcm %+v, apns %+v; want %d and %d unique", msB.FCM, msB.APNs, af.nFCMB, af.nAPNsB)
 	}
 	af.checkSigned(t, map[string]map[string]bool{af.vapidB.PublicKey(): af.subsB})
+}
+
+// Accounting per app: after a command of mixed apps, the recorded
+// outcomes per app and platform (`notify status --apps`, eventstatus.
+// LoadApps) and the worker's notify_push_app_recorded_total series agree
+// with what each app's mock received, and add up to the event's totals.
+// A gone device is deleted when recorded: the series (counted by the
+// worker, which knew the device) keep its app, the report counts it under
+// removed devices.
+func TestAppsAccounting(t *testing.T) {
+	t.Parallel()
+	af := newAppsFixture(t, 240)
+	fc, ac := af.providers(t)
+	set := metrics.NewSet()
+	ap := af.appProviders(t, time.Hour, set)
+	af.newWorker(func(c *push.Config) { c.FCM, c.APNs, c.Apps, c.Metrics = fc, ac, ap, set })
+	af.produceCommands(af.commands(3))
+	st := af.waitSettled(time.Minute)
+	af.waitCaughtUp(time.Minute)
+
+	got, err := eventstatus.LoadApps(af.ctx, af.db.Pool, af.eventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]map[string]int64{}
+	var total int64
+	for _, a := range got {
+		byKey[a.App+"/"+a.Platform] = a.Counts
+		for _, n := range a.Counts {
+			total += n
+		}
+	}
+	if want := st.Delivered + st.Gone + st.Failed; total != want {
+		t.Fatalf("outcomes per app add up to %d, the event's total is %d: %+v", total, want, got)
+	}
+	msB := af.mockB.Stats()
+	if d := byKey["b/fcm"]["delivered"]; d != msB.FCM.Unique || d != af.nFCMB {
+		t.Errorf("app b fcm delivered %d; b's mock %d unique, %d devices", d, msB.FCM.Unique, af.nFCMB)
+	}
+	if d := byKey["b/apns"]["delivered"]; d != msB.APNs.Unique || d != af.nAPNsB {
+		t.Errorf("app b apns delivered %d; b's mock %d unique, %d devices", d, msB.APNs.Unique, af.nAPNsB)
+	}
+	for k, c := range byKey {
+		if !strings.HasPrefix(k, eventstatus.RemovedDevices+"/") && c["gone"] != 0 {
+			t.Errorf("%s: %d gone outcomes whose device still exists", k, c["gone"])
+		}
+	}
+	if byKey["/webpush"]["gone"] == 0 {
+		t.Fatalf("no gone Web Push device: the test would not test removed devices (%+v)", got)
+	}
+
+	series := func(app, platform, status string) int64 {
+		return int64(counterValue(set, fmt.Sprintf(`notify_push_app_recorded_total{app=%q,platform=%q,status=%q}`, app, platform, status)))
+	}
+	if n := series("b", "webpush", "delivered") + series("b", "webpush", "gone"); n != int64(len(af.subsB)) {
+		t.Errorf("series: app b webpush delivered+gone %d, app b has %d subscriptions", n, len(af.subsB))
+	}
+	if n := series("b", "fcm", "delivered"); n != af.nFCMB {
+		t.Errorf("series: app b fcm delivered %d, want %d", n, af.nFCMB)
+	}
+	var sum int64
+	for _, app := range []string{"default", "b"} {
+		for _, p := range []string{"webpush", "fcm", "apns"} {
+			for _, s := range []string{"delivered", "gone", "failed"} {
+				sum += series(app, p, s)
+			}
+		}
+	}
+	if sum != total {
+		t.Errorf("series add up to %d outcomes, the event has %d", sum, total)
+	}
+}
+
+// An app's FCM project at its rate limit: app b's FCM devices beyond the
+// first second's burst wait in their command for the bucket's tokens
+// (the dispatcher wakes on the next one due, not on a release) while the
+// command's other devices go ahead, and every one is sent once.
+func TestAppsFCMRateLimit(t *testing.T) {
+	t.Parallel()
+	af := newAppsFixture(t, 240)
+	// 600 a minute: a burst of 10, then one per 100 ms, for b's 48.
+	if _, err := af.store.Rotate(af.ctx, "b", apps.Spec{FCMRateLimit: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := af.store.Get(af.ctx, "b"); err != nil || a.FCM.RateLimit != 600 {
+		t.Fatalf("app b after rotate: %+v, %v; want rate limit 600", a.FCM, err)
+	}
+	fc, ac := af.providers(t)
+	ap := af.appProviders(t, time.Hour, metrics.NewSet())
+	af.newWorker(func(c *push.Config) { c.FCM, c.APNs, c.Apps = fc, ac, ap })
+	af.produceCommands(af.commands(2))
+	af.waitSettled(2 * time.Minute)
+	af.waitCaughtUp(time.Minute)
+	af.verify()
+	if n := af.count(`SELECT count(*) FROM push_deliveries WHERE event_id = $1 AND status NOT IN ('delivered', 'gone')`, af.eventID); n != 0 {
+		t.Fatalf("%d outcomes neither delivered nor gone", n)
+	}
+	if msB := af.mockB.Stats(); msB.FCM.Unique != af.nFCMB || msB.FCM.Duplicates != 0 || af.nFCMB <= 10 {
+		t.Fatalf("app b's mock: fcm %+v; want %d (more than the burst of 10) once each", msB.FCM, af.nFCMB)
+	}
 }

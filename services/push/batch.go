@@ -96,7 +96,7 @@ func errText(err error) string {
 func (b *batch) add(res result) (release bool) {
 	out := res.out
 	id := res.rc.id
-	r := row{subID: id, http: int32(out.Status), attempts: b.attempt, err: errText(out.Err), platform: res.rc.platform}
+	r := row{subID: id, http: int32(out.Status), attempts: b.attempt, err: errText(out.Err), platform: res.rc.platform, app: res.rc.app}
 	final := func(status string) {
 		r.status = status
 		if res.token {
@@ -369,6 +369,7 @@ func (w *Worker) flushOnce(ctx context.Context, src *kgo.Record, cmd streams.Pus
 	if last {
 		b.countLater(w)
 	}
+	w.m.countApps(o.rows)
 	return nil
 }
 

@@ -3,42 +3,92 @@ package push
 import (
 	"strings"
 	"sync"
+	"time"
 )
 
 // originBudget caps the sends one push-service origin has in flight
-// (Config.MaxInFlightPerOrigin). Without it a slow origin takes every send
-// slot: the sender queues its requests behind the origin's concurrency
-// limit, and each queued send holds a slot meanwhile.
+// (Config.MaxInFlightPerOrigin), and paces the budgets that carry a rate
+// limit (an FCM project's messages per minute). Without the cap a slow
+// origin takes every send slot: the sender queues its requests behind the
+// origin's concurrency limit, and each queued send holds a slot meanwhile.
+// Another app's devices are budgeted apart from the default app's (see
+// appBudget), so one app at its cap or its rate never queues another's.
 type originBudget struct {
 	max int
+	// now is the clock of the rate limits (tests move it by hand).
+	now func() time.Time
 
 	mu      sync.Mutex
 	held    map[string]int
+	buckets map[string]*rateBucket
 	waiters int
 	freed   chan struct{} // closed and replaced on a release while waiters > 0
 }
 
 func newOriginBudget(max int) *originBudget {
-	return &originBudget{max: max, held: map[string]int{}, freed: make(chan struct{})}
+	return &originBudget{max: max, now: time.Now, held: map[string]int{}, buckets: map[string]*rateBucket{},
+		freed: make(chan struct{})}
 }
 
-// tryAcquire takes a slot of origin if it has one free.
-func (b *originBudget) tryAcquire(origin string) bool {
+// rateBucket is a token bucket of perMinute messages a minute holding at
+// most a second's worth, so a budget that sat idle sends a second's
+// quota at once and then keeps the rate.
+type rateBucket struct {
+	perMinute int
+	tokens    float64
+	at        time.Time
+}
+
+func (r *rateBucket) burst() float64 { return max(1, float64(r.perMinute)/60) }
+
+// take spends a token if one is there, else says how long until one is.
+func (r *rateBucket) take(now time.Time) (bool, time.Duration) {
+	perSec := float64(r.perMinute) / 60
+	if el := now.Sub(r.at); el > 0 {
+		r.tokens = min(r.burst(), r.tokens+el.Seconds()*perSec)
+		r.at = now
+	}
+	if r.tokens >= 1 {
+		r.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - r.tokens) / perSec * float64(time.Second))
+}
+
+// tryAcquire takes a slot of origin if it has one free and, for a budget
+// limited to perMinute messages a minute (0: no limit), a token of its
+// rate. When the rate is what refused, wait is how long until a token is
+// due (a release does not bring one).
+func (b *originBudget) tryAcquire(origin string, perMinute int) (ok bool, wait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.takeLocked(origin)
+	if b.held[origin] >= b.max {
+		return false, 0
+	}
+	if perMinute > 0 {
+		r := b.buckets[origin]
+		if r == nil {
+			r = &rateBucket{perMinute: perMinute, at: b.now()}
+			r.tokens = r.burst()
+			b.buckets[strings.Clone(origin)] = r // few: one per FCM project
+		} else if r.perMinute != perMinute { // the app's limit changed
+			r.perMinute = perMinute
+			r.tokens = min(r.tokens, r.burst())
+		}
+		if ok, wait := r.take(b.now()); !ok {
+			return false, wait
+		}
+	}
+	b.takeLocked(origin)
+	return true, 0
 }
 
-func (b *originBudget) takeLocked(origin string) bool {
+func (b *originBudget) takeLocked(origin string) {
 	n, ok := b.held[origin]
-	if n >= b.max {
-		return false
-	}
 	if !ok {
 		origin = strings.Clone(origin) // the key must not pin an endpoint string
 	}
 	b.held[origin] = n + 1
-	return true
 }
 
 // watch returns a channel closed by the next release; unwatch must be

@@ -23,6 +23,9 @@ type Sender = webpush.MessageSender
 // Defaults of Config, documented on its fields.
 const (
 	DefaultMaxInFlight = 8000
+	// DefaultFCMRateLimit is FCM's published default quota: 600,000
+	// messages a minute per project.
+	DefaultFCMRateLimit = 600_000
 	// DefaultLaneCommands and DefaultLaneInFlight size the transactional
 	// lane's worker (Config.Lane) in `notify run push`: its commands are
 	// one or a few students each, so many at once — each waits out the
@@ -113,6 +116,15 @@ type Config struct {
 	// ahead. Default 3/4 of MaxInFlight (one origin alone keeps most of the
 	// pipe; the rest stays for the others).
 	MaxInFlightPerOrigin int
+	// FCMRateLimit is the messages a minute the environment's FCM project
+	// (the default app's) is sent, over all of this worker's commands;
+	// recipients beyond it wait in their command while the others go
+	// ahead. Another app's FCM project has its own limit, stored with the
+	// app (apps.FCM.RateLimit). The limit is per worker: with several
+	// push workers, give each its share of the project's quota. Default
+	// 600,000 (FCM's published default quota per project); negative: no
+	// limit.
+	FCMRateLimit int
 	// DisableAfterFailures disables a subscription once this many events
 	// in a row ended failed for it (after every attempt, or refused for
 	// good), not counting failures that are the sender's or the message's
@@ -216,6 +228,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlightPerOrigin == 0 {
 		c.MaxInFlightPerOrigin = max(1, c.MaxInFlight*3/4)
+	}
+	if c.FCMRateLimit == 0 {
+		c.FCMRateLimit = DefaultFCMRateLimit
 	}
 	if c.DisableAfterFailures == 0 {
 		c.DisableAfterFailures = DefaultDisableAfterFailures

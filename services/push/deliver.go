@@ -68,13 +68,17 @@ type queued struct {
 	rc     recipient
 	p      provider.Provider
 	budget string
+	// rate is the budget's limit in messages a minute (an FCM project's
+	// quota); 0 when it has none.
+	rate int
 }
 
 // run dispatches recips. Every recipient whose budget (a Web Push origin,
-// or a platform) is under its cap goes at once; the others queue per
-// budget and go as it frees a slot, so a slow origin holds back only its
-// own recipients. Recipients that need no send (deleted, disabled, no
-// provider) are answered here.
+// or a platform; an app's own, see appBudget) is under its cap and its
+// rate goes at once; the others queue per budget and go as it frees a
+// slot or its rate a token, so a slow origin or a project at its quota
+// holds back only its own recipients. Recipients that need no send
+// (deleted, disabled, no provider) are answered here.
 func (d *dispatcher) run(recips []recipient) {
 	w := d.w
 	defer func() { d.dispatched <- d.n }()
@@ -94,10 +98,10 @@ func (d *dispatcher) run(recips []recipient) {
 			d.answer(rc, notConfigured(rc.platform))
 			w.m.notConfigured(rc.platform).Inc()
 		default:
-			q := queued{rc: rc, p: p, budget: p.Budget(rc.device())}
+			q := queued{rc: rc, p: p, budget: p.Budget(rc.device()), rate: w.rateOf(p)}
 			if pending, ok := queue[q.budget]; ok {
 				queue[q.budget] = append(pending, q) // keep the budget's order
-			} else if !w.origins.tryAcquire(q.budget) {
+			} else if ok, _ := w.origins.tryAcquire(q.budget, q.rate); !ok {
 				queue[q.budget] = []queued{q}
 				budgets = append(budgets, q.budget)
 			} else if !d.start(q) {
@@ -109,10 +113,20 @@ func (d *dispatcher) run(recips []recipient) {
 		// Watch before looking, so a slot freed meanwhile still wakes us.
 		freed, unwatch := w.origins.watch()
 		progress := false
+		// due: the soonest a rate-limited budget has a token again (a
+		// release does not bring one); 0 when none is waiting for one.
+		var due time.Duration
 		left := budgets[:0]
 		for _, b := range budgets {
 			pending := queue[b]
-			for len(pending) > 0 && w.origins.tryAcquire(b) {
+			for len(pending) > 0 {
+				ok, wait := w.origins.tryAcquire(b, pending[0].rate)
+				if !ok {
+					if wait > 0 && (due == 0 || wait < due) {
+						due = wait
+					}
+					break
+				}
 				if !d.start(pending[0]) {
 					unwatch()
 					return
@@ -125,15 +139,20 @@ func (d *dispatcher) run(recips []recipient) {
 		}
 		budgets = left
 		if !progress && len(budgets) > 0 {
+			tick, stop := rateTimer(due)
 			select {
 			case <-freed:
+			case <-tick:
 			case <-d.ctx.Done():
+				stop()
 				unwatch()
 				return
 			case <-d.released:
+				stop()
 				unwatch()
 				return
 			}
+			stop()
 		}
 		unwatch()
 	}
@@ -156,12 +175,7 @@ func (d *dispatcher) start(q queued) bool {
 		return false
 	default:
 	}
-	select {
-	case w.tokens <- struct{}{}:
-	case <-d.ctx.Done():
-		w.origins.release(q.budget)
-		return false
-	case <-d.released:
+	if !w.slots.acquire(d.ctx, d.released, q.rc.app) {
 		w.origins.release(q.budget)
 		return false
 	}
@@ -212,7 +226,7 @@ func (d *dispatcher) send(q queued) {
 		w.origins.release(q.budget)
 		if held < maxHeldRetries && w.holdable(d.cmd, out) &&
 			w.waitRetryAfter(d.ctx, d.released, out.RetryAfter) && !w.isHalted(d.ctx, d.cmd.EventID) &&
-			w.reacquire(d.ctx, d.released, q.budget) {
+			w.reacquire(d.ctx, d.released, q.budget, q.rate) {
 			w.m.heldRetries.Inc()
 			continue
 		}
@@ -365,29 +379,44 @@ func (w *Worker) isHalted(ctx context.Context, eventID string) bool {
 	return stop
 }
 
-// reacquire takes a slot of origin again for a held retry, waiting for
-// one as the dispatcher does.
-func (w *Worker) reacquire(ctx context.Context, released <-chan struct{}, origin string) bool {
+// reacquire takes a slot of origin (and a token of its rate) again for a
+// held retry, waiting for one as the dispatcher does.
+func (w *Worker) reacquire(ctx context.Context, released <-chan struct{}, origin string, rate int) bool {
 	for {
 		freed, unwatch := w.origins.watch()
-		if w.origins.tryAcquire(origin) {
+		ok, due := w.origins.tryAcquire(origin, rate)
+		if ok {
 			unwatch()
 			return true
 		}
+		tick, stop := rateTimer(due)
+		var gaveUp bool
 		select {
 		case <-freed:
-			unwatch()
+		case <-tick:
 		case <-ctx.Done():
-			unwatch()
-			return false
+			gaveUp = true
 		case <-released:
-			unwatch()
-			return false
+			gaveUp = true
 		case <-w.stopping:
-			unwatch()
+			gaveUp = true
+		}
+		stop()
+		unwatch()
+		if gaveUp {
 			return false
 		}
 	}
+}
+
+// rateTimer fires once a rate-limited budget's next token is due (never
+// when due is 0: no budget waits for one); stop releases it.
+func rateTimer(due time.Duration) (<-chan time.Time, func()) {
+	if due <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(due)
+	return t.C, func() { t.Stop() }
 }
 
 func (w *Worker) release(n int) {

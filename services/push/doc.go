@@ -74,6 +74,19 @@
 // while the others go ahead, so an origin that answers slowly or never (a
 // tar-pit endpoint, an outage) cannot take every slot from the rest.
 //
+// # Fair share between apps
+//
+// The slots go to the apps whose sends wait for one in turn (fair.go), so
+// a hot app's broadcast — many commands, each waiting for the next slot —
+// cannot take every slot that frees from another app's send. Another
+// app's devices are budgeted apart from the default app's (appBudget in
+// apps.go): its Web Push origins, its FCM project, its APNs team. An FCM
+// project's budget is also paced at its rate limit (the app's, else
+// Config.FCMRateLimit) by a token bucket (budget.go); its recipients over
+// the rate wait in their command for the next token while the others go
+// ahead. Commands themselves still reach the worker in their partition's
+// order.
+//
 // # Disabled subscriptions
 //
 // Each subscription counts the events in a row whose outcome for it was

@@ -1,6 +1,7 @@
 package push
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -32,6 +33,11 @@ import (
 //	notify_push_provider_not_configured_total{platform}
 //	                                        devices recorded failed because
 //	                                        their platform has no credentials
+//	notify_push_app_recorded_total{app,platform,status}
+//	                                        outcomes written to push_deliveries
+//	                                        per app and platform (status as
+//	                                        written: delivered, gone, failed,
+//	                                        retrying, expired)
 //	notify_push_app_not_configured_total{app,platform}
 //	                                        devices recorded failed because
 //	                                        their app does not exist or has
@@ -91,6 +97,29 @@ func (m *workerMetrics) notConfigured(platform string) *metrics.Counter {
 
 func (m *workerMetrics) appNotConfigured(app, platform string) *metrics.Counter {
 	return m.counter(fmt.Sprintf(`notify_push_app_not_configured_total{app=%q,platform=%q}`, app, platform))
+}
+
+// appOutcome is one series of notify_push_app_recorded_total.
+type appOutcome struct{ app, platform, status string }
+
+// countApps adds one recording's rows to the per-app series: counted per
+// batch (a few series each), not per send, so the sends' path pays
+// nothing for it.
+func (m *workerMetrics) countApps(rows []row) {
+	if len(rows) == 0 {
+		return
+	}
+	n := map[appOutcome]int{}
+	for i := range rows {
+		r := &rows[i]
+		if r.platform == "" {
+			continue // a retry's device deleted meanwhile: its row keeps its own
+		}
+		n[appOutcome{r.app, r.platform, r.status}]++
+	}
+	for k, c := range n {
+		m.counter(fmt.Sprintf(`notify_push_app_recorded_total{app=%q,platform=%q,status=%q}`, cmp.Or(k.app, "default"), k.platform, k.status)).Add(c)
+	}
 }
 
 func (m *workerMetrics) counter(name string) *metrics.Counter {

@@ -135,6 +135,19 @@ func (rc *recipient) device() provider.Device {
 // environment's credentials).
 func isDefaultApp(app string) bool { return app == "" || app == apps.Default }
 
+// rateOf is the rate limit in messages a minute of p's budget: an app's
+// own (appBudget), FCMRateLimit for the environment's FCM project, else
+// none (0).
+func (w *Worker) rateOf(p provider.Provider) int {
+	if r, ok := p.(interface{ RatePerMinute() int }); ok {
+		return r.RatePerMinute()
+	}
+	if w.cfg.FCMRateLimit > 0 && p.Platform() == provider.FCM {
+		return w.cfg.FCMRateLimit
+	}
+	return 0
+}
+
 // providerFor is rc's provider: its platform's among the worker's own for
 // the default app, its app's (Config.Apps) otherwise. nil with a reason
 // when its app does not exist or has no credentials for its platform; nil

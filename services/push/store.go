@@ -127,6 +127,8 @@ type row struct {
 	// platform is the device's ("" for a retry's device deleted
 	// meanwhile: its existing row keeps its own).
 	platform string
+	// app is the device's, for the per-app counters only (not written).
+	app string
 }
 
 // outboxCommand is one push command to queue.

@@ -48,6 +48,8 @@ type Worker struct {
 	// tokens holds one slot per send from its start until its outcome is
 	// recorded: the bound on what a crash can repeat.
 	tokens chan struct{}
+	// slots takes tokens for each app's sends in turn (fair.go).
+	slots *fairSlots
 	// origins caps the slots one push-service origin holds.
 	origins *originBudget
 	// active admits commands to load and send, so commands finish roughly
@@ -125,6 +127,7 @@ func New(cfg Config) (*Worker, error) {
 		origins:   newOriginBudget(cfg.MaxInFlightPerOrigin),
 		cmdBusy:   map[commandKey]chan struct{}{},
 	}
+	w.slots = newFairSlots(w.tokens)
 	// Half the command slots may load and send at once (plenty to keep
 	// every send slot busy); the other half is where early retries wait,
 	// so held retries never take a fresh command's place.

@@ -15,6 +15,13 @@ if (linkedToken) {
   history.replaceState(history.state, '', u.pathname + u.search + u.hash);
 }
 
+// The app this page subscribes for is the site's configuration:
+// <meta name="notify-app" content="NAME"> (notify apps list), default the
+// app the API's environment defines.
+const appMeta = document.querySelector('meta[name="notify-app"]');
+const appName = (appMeta && appMeta.content) || 'default';
+const appKeyPath = appName === 'default' ? '/v1/vapid-public-key' : '/v1/apps/' + encodeURIComponent(appName) + '/vapid-public-key';
+
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -76,7 +83,7 @@ async function subscribe() {
   const permission = await Notification.requestPermission();
   if (permission !== 'granted') throw new Error('notifications are blocked for this site: allow them in the browser\'s site settings, then try again');
   const reg = await registration();
-  const { public_key: publicKey } = await api('/v1/vapid-public-key');
+  const { public_key: publicKey, key_id: keyID } = await api(appKeyPath);
   const key = base64urlToBytes(publicKey);
   let sub = null;
   for (let attempt = 1; ; attempt++) {
@@ -98,7 +105,8 @@ async function subscribe() {
   await api('/v1/me/push-subscriptions', {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ endpoint: json.endpoint, keys: json.keys }),
+    body: JSON.stringify(appName === 'default' ? { endpoint: json.endpoint, keys: json.keys }
+      : { endpoint: json.endpoint, keys: json.keys, app: appName, vapid_key_id: keyID }),
   });
   say('Push is on for this browser.');
   emit({ type: 'subscribed', endpoint: json.endpoint });

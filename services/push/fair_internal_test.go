@@ -1,0 +1,220 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond (state other goroutines reach) for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (f *fairSlots) queued(app string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queues[app])
+}
+
+// A hot app with many commands waiting for send slots, and another app
+// with one dispatcher that waits again after each slot (as a command's
+// dispatcher does): the freed slots alternate between the two apps
+// instead of going to the hot app's waiters first.
+func TestFairSlotsHotAppCannotStarve(t *testing.T) {
+	const slots, hot = 4, 8
+	tokens := make(chan struct{}, slots)
+	f := newFairSlots(tokens)
+	ctx := context.Background()
+	for range slots {
+		if !f.acquire(ctx, nil, "a") {
+			t.Fatal("a free slot was refused")
+		}
+	}
+	grants := make(chan string, 100)
+	// The hot app's waiters, queued one after the other: the first holds
+	// the turn, the others wait in its queue.
+	for i := range hot {
+		go func() {
+			if f.acquire(ctx, nil, "a") {
+				grants <- "a"
+			}
+		}()
+		waitFor(t, "hot waiter queued", func() bool { return f.queued("a") == max(0, i) })
+	}
+	// App b's dispatcher: four sends, one slot at a time.
+	bQueued := make(chan struct{}, 10)
+	go func() {
+		for range 4 {
+			bQueued <- struct{}{}
+			if f.acquire(ctx, nil, "b") {
+				grants <- "b"
+			}
+		}
+	}()
+	<-bQueued
+	waitFor(t, "b queued", func() bool { return f.queued("b") == 1 })
+	var order []string
+	for len(order) < 8 {
+		<-tokens // a send recorded: its slot frees
+		g := <-grants
+		order = append(order, g)
+		if g == "b" {
+			// b's dispatcher starts that send and waits for the next slot
+			// (with the hot app's turn holder waiting meanwhile, it queues).
+			<-bQueued
+			waitFor(t, fmt.Sprintf("b queued again after %v", order), func() bool { return f.queued("b") == 1 })
+		}
+	}
+	nb := 0
+	for _, g := range order[:8] {
+		if g == "b" {
+			nb++
+		}
+	}
+	// a's turn holder goes first, then a's queue and b's alternate.
+	if want := []string{"a", "a", "b", "a", "b", "a", "b", "a"}; nb != 3 || !equal(order, want) {
+		t.Fatalf("grants %v, want %v (b's slots interleaved with the hot app's)", order, want)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A waiter that gives up (its command handed back) takes no slot and
+// passes the turn on if it had been given it.
+func TestFairSlotsGiveUp(t *testing.T) {
+	tokens := make(chan struct{}, 1)
+	f := newFairSlots(tokens)
+	ctx := context.Background()
+	if !f.acquire(ctx, nil, "a") {
+		t.Fatal("a free slot was refused")
+	}
+	got := make(chan bool, 3)
+	holderCtx, cancelHolder := context.WithCancel(ctx)
+	go func() { got <- f.acquire(holderCtx, nil, "a") }() // holds the turn
+	waitFor(t, "turn taken", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.busy })
+	queuedCtx, cancelQueued := context.WithCancel(ctx)
+	go func() { got <- f.acquire(queuedCtx, nil, "b") }()
+	waitFor(t, "b queued", func() bool { return f.queued("b") == 1 })
+	released := make(chan struct{})
+	go func() { got <- f.acquire(ctx, released, "c") }()
+	waitFor(t, "c queued", func() bool { return f.queued("c") == 1 })
+
+	cancelQueued() // b leaves its queue
+	if <-got {
+		t.Fatal("a cancelled waiter got a slot")
+	}
+	cancelHolder() // the turn holder gives up: the turn goes to c
+	if <-got {
+		t.Fatal("a cancelled turn holder got a slot")
+	}
+	<-tokens
+	if !<-got {
+		t.Fatal("the remaining waiter did not get the freed slot")
+	}
+	if len(tokens) != 1 || f.queued("b") != 0 || f.queued("c") != 0 {
+		t.Fatalf("slots held %d, queues b %d c %d: want 1, 0, 0", len(tokens), f.queued("b"), f.queued("c"))
+	}
+	f.mu.Lock()
+	busy := f.busy
+	f.mu.Unlock()
+	if busy {
+		t.Fatal("the turn is still held with nobody waiting")
+	}
+}
+
+// An FCM project's rate limit, on a clock moved by hand: a second's
+// worth at once, then one message per 1/rate, and a minute never sends
+// more than the limit plus that first second.
+func TestOriginBudgetRateLimit(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newOriginBudget(1000)
+	b.now = func() time.Time { return now }
+	const perMinute = 600 // 10 a second
+	for i := range 10 {
+		if ok, _ := b.tryAcquire("fcm project p", perMinute); !ok {
+			t.Fatalf("send %d of the first second's burst refused", i)
+		}
+		b.release("fcm project p")
+	}
+	ok, wait := b.tryAcquire("fcm project p", perMinute)
+	if ok || wait != 100*time.Millisecond {
+		t.Fatalf("11th send at once: ok %v wait %s; want refused, 100ms", ok, wait)
+	}
+	if ok, _ := b.tryAcquire("fcm project q", perMinute); !ok {
+		t.Fatal("another project's send was held back by p's rate")
+	}
+	if ok, _ := b.tryAcquire("https://push.example", 0); !ok {
+		t.Fatal("an unlimited budget was refused")
+	}
+	now = now.Add(60 * time.Millisecond)
+	if ok, wait := b.tryAcquire("fcm project p", perMinute); ok || wait != 40*time.Millisecond {
+		t.Fatalf("60ms later: ok %v wait %s; want refused, 40ms", ok, wait)
+	}
+	now = now.Add(40 * time.Millisecond)
+	if ok, _ := b.tryAcquire("fcm project p", perMinute); !ok {
+		t.Fatal("a token due was refused")
+	}
+	b.release("fcm project p")
+
+	// A minute of trying every millisecond.
+	sent := 0
+	for end := now.Add(time.Minute); now.Before(end); now = now.Add(time.Millisecond) {
+		if ok, _ := b.tryAcquire("fcm project p", perMinute); ok {
+			sent++
+			b.release("fcm project p")
+		}
+	}
+	if sent < perMinute-1 || sent > perMinute+1 {
+		t.Fatalf("%d sent in a minute, want %d", sent, perMinute)
+	}
+
+	// A lower limit (the app changed it) applies at once, with no more
+	// than its own second's burst.
+	now = now.Add(time.Hour)
+	n := 0
+	for {
+		ok, _ := b.tryAcquire("fcm project p", 120)
+		if !ok {
+			break
+		}
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("after lowering the limit to 120/min, %d sent at once; want 2", n)
+	}
+}
+
+// The cap still holds with a rate: a budget at its cap is refused without
+// spending a token, and without a wait (a release brings the slot).
+func TestOriginBudgetCapBeforeRate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newOriginBudget(1)
+	b.now = func() time.Time { return now }
+	if ok, _ := b.tryAcquire("k", 120); !ok {
+		t.Fatal("first send refused")
+	}
+	if ok, wait := b.tryAcquire("k", 120); ok || wait != 0 {
+		t.Fatalf("at the cap: ok %v wait %s; want refused without a wait", ok, wait)
+	}
+	b.release("k")
+	if ok, _ := b.tryAcquire("k", 120); !ok {
+		t.Fatal("the second token of the burst was spent by a refused send")
+	}
+}
