@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
@@ -63,11 +64,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestPoisonMaterialIsDeadLettered: four well-formed material events whose
+// TestPoisonMaterialIsDeadLettered: well-formed material events whose
 // title holds \u0000 — Postgres refuses it in the planner's insert (SQLSTATE
-// 22021) — as many as the planner has slots. They go to the DLQ as
-// data_error and are committed, and a fan-out published after them runs;
-// retried forever they held every slot and no fan-out of any course ran.
+// 22021) — as many as the planner has slots, ahead of a good event on the
+// same partition. The consumer starts a partition's records in offset
+// order, one slot each, so the good event can start only once a poison
+// record gave its slot back. They go to the DLQ as data_error and are
+// committed, and the good event's fan-out runs; retried forever they held
+// every slot and no fan-out of any course ran.
 func TestPoisonMaterialIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
@@ -75,7 +79,8 @@ func TestPoisonMaterialIsDeadLettered(t *testing.T) {
 	published := time.Now()
 	c := seedCourse(t, db.Pool, 50, published.Add(-time.Hour))
 	cl := streamstest.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	const poisoned = 4 // the planner's MaxInFlight
+	const poisoned = fanout.PlannerInFlight
+	recs := make([]*kgo.Record, 0, poisoned)
 	for i := 0; i < poisoned; i++ {
 		var m streams.MaterialPublished
 		if err := db.Pool.QueryRow(context.Background(), `SELECT gen_random_uuid()::text, gen_random_uuid()::text`).Scan(&m.EventID, &m.MaterialID); err != nil {
@@ -83,17 +88,32 @@ func TestPoisonMaterialIsDeadLettered(t *testing.T) {
 		}
 		m.CourseID, m.Title, m.PublishedAt = c.ID, "week\u00001", published
 		b, _ := json.Marshal(m)
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topics.Material(), Partition: 0, Key: []byte(c.ID), Value: b}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		recs = append(recs, &kgo.Record{Topic: topics.Material(), Partition: 0, Key: []byte(c.ID), Value: b})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 	startService(t, db.Pool, topics, 1, 100)
-	// Only once the poison holds the slots: the good event must get past it.
-	time.Sleep(500 * time.Millisecond)
-	startRelay(t, db.Pool, topics)
+	startRelay(t, db.Pool, topics) // the test's relay writes to partition 0
 	ev := publish(t, db.Pool, c, published)
 	if st := waitFinished(t, db.Pool, ev.EventID, 2*time.Minute); st.Notified != 50 {
 		t.Fatalf("status %+v, want 50 notified", st)
+	}
+	// The good event came after every poison record in its partition: it
+	// had to wait for a slot a poison record held.
+	at := map[string]int64{}
+	readTopic(t, topics.Material(), func(r *kgo.Record) {
+		if r.Partition != 0 {
+			t.Fatalf("material record in partition %d, want all in 0", r.Partition)
+		}
+		var m streams.MaterialPublished
+		if err := json.Unmarshal(r.Value, &m); err != nil {
+			t.Fatalf("material record %d: %v", r.Offset, err)
+		}
+		at[m.EventID] = r.Offset
+	})
+	if o, ok := at[ev.EventID]; !ok || o < poisoned || len(at) != poisoned+1 {
+		t.Fatalf("good event at offset %d (found %t) among %d records, want after the %d poison records", o, ok, len(at), poisoned)
 	}
 	committedTo(t, topics.Group(streams.GroupFanoutPlanner), topics.Material(), 0, -1)
 	ds := dlqRecords(t, topics)
