@@ -111,7 +111,8 @@ func IsDataError(err error) bool {
 // an SQLSTATE of class 08 (connection), 40 (transaction rollback:
 // serialization failure, deadlock), 53 (insufficient resources), 57
 // (operator intervention: shutdown) or 58 (system error). The consumer
-// retries these without counting them towards MaxAttempts.
+// retries these without counting them towards MaxAttempts, and a service
+// starting up waits for them to pass (notify run --wait-infra).
 func Unavailable(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

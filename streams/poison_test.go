@@ -72,6 +72,10 @@ func TestUnavailable(t *testing.T) {
 		{pgErr("57P01"), true},
 		{pgErr("40P01"), true},
 		{pgErr("53300"), true},
+		{pgErr("57P03"), true}, // starting up: a service starting waits
+		{pgErr("08006"), true},
+		{pgErr("3D000"), false}, // no such database: a setting to fix
+		{pgErr("28P01"), false}, // wrong password
 		{pgErr("22021"), false},
 		{pgErr("42P01"), false},
 		{errors.New("encode payload: boom"), false},

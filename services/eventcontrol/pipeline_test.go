@@ -18,6 +18,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
 	"github.com/notify-dev/notify/infra/local/localtest"
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventcontrol"
 	"github.com/notify-dev/notify/services/eventstatus"
@@ -32,7 +33,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // pipeline is the whole pipeline as processes — `notify run cdc`,

@@ -2,8 +2,11 @@ package fanout_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventcontrol"
@@ -31,6 +34,41 @@ func waitNotified(t *testing.T, tb *schematest.Database, eventID string, n int64
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// waitFanoutDrained waits until no slice can run any more: the fan-out
+// group has committed every fan-out record to the topic's end, the outbox
+// is empty, and the end has not moved meanwhile. A handler commits its
+// offset only after its transaction (and the outbox rows it wrote), and the
+// relay deletes a row only after producing it, so once all three hold in
+// that order nothing is in flight between the outbox, Kafka and a handler.
+func waitFanoutDrained(t *testing.T, tb *schematest.Database, topics streams.Topics) {
+	t.Helper()
+	ctx := context.Background()
+	adm := streamstest.Admin(t)
+	group, topic := topics.Group(streams.GroupFanout), topics.Fanout()
+	ends := func() map[int32]int64 {
+		l, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatalf("end offsets of %s: %v", topic, err)
+		}
+		out := map[int32]int64{}
+		l.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+		return out
+	}
+	eventually(t, "the fan-out drained", func() bool {
+		before := ends()
+		committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+		if err != nil {
+			return false
+		}
+		for p, end := range before {
+			if o, ok := committed.Lookup(topic, p); end > 0 && (!ok || o.At != end) {
+				return false
+			}
+		}
+		return count(t, tb.Pool, `SELECT count(*) FROM outbox`) == 0 && maps.Equal(before, ends())
+	})
 }
 
 // TestPauseParksSlicesAndResumeContinues: a fan-out paused at ~30% runs no
@@ -63,10 +101,10 @@ func TestPauseParksSlicesAndResumeContinues(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	waitFanoutDrained(t, db, topics)
 	at := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID)
-	time.Sleep(time.Second)
-	if now := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); now != at || at >= students {
-		t.Fatalf("notified %d then %d while paused (of %d)", at, now, students)
+	if at >= students {
+		t.Fatalf("all %d notified while paused", at)
 	}
 	if st, err := eventstatus.LoadFanout(context.Background(), db.Pool, ev.EventID); err != nil || st.State != eventstatus.StatePaused {
 		t.Fatalf("fan-out status while paused: %+v %v", st, err)
@@ -107,12 +145,11 @@ func TestCancelDropsSlices(t *testing.T) {
 	ev := publish(t, db.Pool, c, published)
 	waitNotified(t, db, ev.EventID, students*3/10)
 	control(t, ctl, ev.EventID, eventcontrol.Cancel)
-	waitOutboxEmpty(t, db.Pool, topics)
-	time.Sleep(time.Second) // the last slice commands in Kafka meet the cancel
-	at := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID)
-	time.Sleep(time.Second)
-	if now := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); now != at || at >= students {
-		t.Fatalf("notified %d then %d after the cancel (of %d)", at, now, students)
+	// Drained, the count is final: every slice command still in the
+	// outbox or Kafka at the cancel has met it.
+	waitFanoutDrained(t, db, topics)
+	if at := count(t, db.Pool, `SELECT count(*) FROM notifications WHERE event_id = $1`, ev.EventID); at >= students {
+		t.Fatalf("all %d notified after the cancel", at)
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM parked_commands`); n != 0 {
 		t.Fatalf("%d commands parked for a cancelled event", n)

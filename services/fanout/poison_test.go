@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/schema/schematest"
+	"github.com/notify-dev/notify/services/fanout"
 	"github.com/notify-dev/notify/streams"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
@@ -63,14 +64,17 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestPoisonEventsAreDeadLettered: four well-formed event records the
-// planner can never plan, as many as it has slots — two materials whose
-// event has no row in Postgres (a record not written by the pipeline:
-// unknown_event, at once) and two notifications whose row holds a
-// priority the run's check refuses (SQLSTATE 23514: data_error). They go
-// to the DLQ and are committed, nothing is planned for them, and a fan-out
-// published after them runs; retried forever they held every slot and no
-// fan-out of any course ran.
+// TestPoisonEventsAreDeadLettered: well-formed event records the planner
+// can never plan, as many as it has slots (fanout.PlannerInFlight), ahead
+// of a good event on the same partition — half materials whose event has
+// no row in Postgres (a record not written by the pipeline: unknown_event,
+// at once), half notifications whose row holds a priority the run's check
+// refuses (SQLSTATE 23514: data_error). The consumer starts a partition's
+// records in offset order, one slot each, so the good event can start
+// only once a poison record gave its slot back. They go to the DLQ and are
+// committed, nothing is planned for them, and the good event's fan-out
+// runs; retried forever they held every slot and no fan-out of any course
+// ran.
 func TestPoisonEventsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	db := schematest.NewDatabase(t)
@@ -88,12 +92,12 @@ func TestPoisonEventsAreDeadLettered(t *testing.T) {
 		}
 	}
 	poisoned := map[string]string{} // event → the reason it must get
-	for range 2 {
+	for range fanout.PlannerInFlight / 2 {
 		m := streams.MaterialPublished{EventID: newUUID(t, db), MaterialID: newUUID(t, db), CourseID: c.ID, Title: "week 1", PublishedAt: published}
 		produce(topics.Material(), streams.TypeMaterialPublished, m.EventID, m)
 		poisoned[m.EventID] = streams.ReasonUnknownEvent
 	}
-	for range 2 {
+	for range fanout.PlannerInFlight / 2 {
 		n := streams.NotificationCreated{EventID: newUUID(t, db), Type: "x.y", CourseID: c.ID, Sender: "service:s", Title: "t", Priority: "urgent", PublishedAt: published}
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO notification_events (event_id, type, sender_service, course_id, created_at, title, priority)
 			VALUES ($1, 'x.y', 's', $2, $3, 't', 'urgent')`, n.EventID, c.ID, published); err != nil {
@@ -103,12 +107,27 @@ func TestPoisonEventsAreDeadLettered(t *testing.T) {
 		poisoned[n.EventID] = streams.ReasonDataError
 	}
 	startService(t, db.Pool, topics, 1, 100)
-	// Only once the poison holds the slots: the good event must get past it.
-	time.Sleep(500 * time.Millisecond)
-	startRelay(t, db.Pool, topics)
+	startRelay(t, db.Pool, topics) // the test's relay writes to partition 0
 	ev := publish(t, db.Pool, c, published)
 	if st := waitFinished(t, db.Pool, ev.EventID, 2*time.Minute); st.Notified != 50 {
 		t.Fatalf("status %+v, want 50 notified", st)
+	}
+	// The good event came after every poison record in its partition: it
+	// had to wait for a slot a poison record held.
+	at := map[string]int64{}
+	readTopic(t, topics.Material(), func(r *kgo.Record) {
+		if r.Partition != 0 {
+			t.Fatalf("material record in partition %d, want all in 0", r.Partition)
+		}
+		var m streams.MaterialPublished
+		if err := json.Unmarshal(r.Value, &m); err != nil {
+			t.Fatalf("material record %d: %v", r.Offset, err)
+		}
+		at[m.EventID] = r.Offset
+	})
+	const materials = fanout.PlannerInFlight / 2
+	if o, ok := at[ev.EventID]; !ok || o < materials || len(at) != materials+1 {
+		t.Fatalf("good event at offset %d (found %t) among %d records, want after the %d poison materials", o, ok, len(at), materials)
 	}
 	committedTo(t, topics.Group(streams.GroupFanoutPlanner), topics.Material(), 0, -1)
 	committedTo(t, topics.Group(streams.GroupFanoutPlanner), topics.Notification(), 0, -1)

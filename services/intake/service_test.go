@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/internal/testlog"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/ids"
@@ -32,7 +33,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 var testNamespace = uuid.MustParse("3f1c9a52-7d2e-4b8a-9c41-5e6f7a8b9c0d")

@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -98,7 +94,8 @@ const infraAttempt = 10 * time.Second
 
 // waitFor calls try until it succeeds, fails in a way waiting cannot cure,
 // or ctx ends (the signal, or the --wait-infra bound of ctx: then the error
-// names the setting).
+// names the setting). What waiting can cure is streams.Unavailable, the
+// same test a consumer uses to wait out an outage mid-run.
 func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Logger, try func(context.Context) error) error {
 	t0 := time.Now()
 	for attempt := 1; ; attempt++ {
@@ -111,7 +108,7 @@ func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Lo
 			}
 			return nil
 		}
-		if ctx.Err() == nil && !transient(err) {
+		if ctx.Err() == nil && !streams.Unavailable(err) {
 			return err
 		}
 		// From 250 ms doubling to 5 s, jittered so services restarted
@@ -131,26 +128,6 @@ func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Lo
 		}
 		return ctx.Err()
 	}
-}
-
-// transient reports whether err looks like a dependency that is not (yet)
-// reachable — the network, a server starting up, a retriable Kafka error —
-// rather than a setting that is wrong.
-func transient(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// 57P03: starting up or shutting down; class 08: connection
-		// exception; 53300: too many connections.
-		return pgErr.Code == "57P03" || strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "53300"
-	}
-	var kErr *kerr.Error
-	if errors.As(err, &kErr) {
-		return kErr.Retriable
-	}
-	var netErr net.Error
-	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // servicePool opens a service's pool of maxConns connections without

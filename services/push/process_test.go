@@ -98,19 +98,14 @@ func TestTwoWorkersShareCommandsAndReplayIsRefusedWhileRunning(t *testing.T) {
 	f.verifyCommand()
 }
 
-// checkMetrics scrapes a worker's /metrics and checks the series the
-// dashboards rely on are there.
+// checkMetrics scrapes a worker's /metrics until the series the
+// dashboards rely on are all there: the lag gauges appear only after the
+// first lag poll, so it scrapes again for a while rather than once after a
+// guessed wait.
 func (f *fixture) checkMetrics(p *proc) {
 	f.t.Helper()
 	addr := p.logField(f.t, "metrics", "addr")
-	time.Sleep(500 * time.Millisecond) // one lag poll
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, series := range []string{
+	want := []string{
 		`notify_push_sends_total{outcome="delivered"}`,   // delivery engine: sends by outcome
 		`notify_push_send_duration_seconds_bucket`,       // send latency
 		`notify_push_in_flight`,                          // requests on the wire
@@ -120,10 +115,33 @@ func (f *fixture) checkMetrics(p *proc) {
 		`notify_push_recorded_total{status="delivered"}`, // outcomes recorded
 		`notify_push_group_lag{partition="0"}`,           // committed lag per partition
 		`notify_consumer_lag{`,                           // fetch lag per partition
-	} {
-		if !strings.Contains(string(body), series) {
-			f.t.Errorf("/metrics lacks %s", series)
+	}
+	var missing []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			f.t.Fatal(err)
 		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		missing = missing[:0]
+		for _, series := range want {
+			if !strings.Contains(string(body), series) {
+				missing = append(missing, series)
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, series := range missing {
+		f.t.Errorf("/metrics lacks %s after 30 s", series)
 	}
 }
 

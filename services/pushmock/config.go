@@ -75,6 +75,11 @@ type Config struct {
 	// are valid (expires_in, whole seconds). Default 1 h, as Google's;
 	// under a second makes every token arrive expired.
 	FCMTokenLifetime time.Duration
+	// FCMNow is the FCM side's clock for the assertions it verifies and
+	// the access tokens it issues and checks. Default time.Now; a test
+	// hands it the clock it gives the client, so a token expires when the
+	// test moves that clock rather than after a wait in real time.
+	FCMNow func() time.Time
 	// Logger receives lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -100,6 +105,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FCMTokenLifetime == 0 {
 		c.FCMTokenLifetime = time.Hour
+	}
+	if c.FCMNow == nil {
+		c.FCMNow = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -206,7 +206,7 @@ func (f *fcmSide) handleToken(w http.ResponseWriter, r *http.Request) {
 	}
 	err := errors.New("no service account is trusted")
 	for _, a := range accounts {
-		if _, err = fcm.VerifyAssertion(r.PostForm.Get("assertion"), a.pub, a.email, aud, time.Now()); err == nil {
+		if _, err = fcm.VerifyAssertion(r.PostForm.Get("assertion"), a.pub, a.email, aud, f.s.cfg.FCMNow()); err == nil {
 			break
 		}
 	}
@@ -219,7 +219,7 @@ func (f *fcmSide) handleToken(w http.ResponseWriter, r *http.Request) {
 	tok := "ya29.mock-" + base64.RawURLEncoding.EncodeToString(raw[:])
 	// Valid for exactly what expires_in tells the client: whole seconds.
 	expiresIn := int64(f.lifetime / time.Second)
-	f.tokens.Store(tok, time.Now().Add(time.Duration(expiresIn)*time.Second))
+	f.tokens.Store(tok, f.s.cfg.FCMNow().Add(time.Duration(expiresIn)*time.Second))
 	f.exchanges.Add(1)
 	writeFCMJSON(w, http.StatusOK, map[string]any{
 		"access_token": tok,
@@ -291,7 +291,7 @@ func (f *fcmSide) judge(r *http.Request, now time.Time) (status int, code, msg, 
 	auth := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	exp, known := f.tokens.Load(tok)
-	if !ok || !known || !now.Before(exp.(time.Time)) {
+	if !ok || !known || !f.s.cfg.FCMNow().Before(exp.(time.Time)) {
 		f.authFail.Add(1)
 		io.Copy(io.Discard, io.LimitReader(r.Body, fcmMaxBody+1))
 		return http.StatusUnauthorized, "", "Request had invalid authentication credentials. Expected OAuth 2 access token.", "", ""

@@ -123,6 +123,13 @@ func (m *mozPush) wsURL() string {
 	return "ws://" + m.ln.Addr().String() + "/"
 }
 
+// connected counts the browser connections that said hello.
+func (m *mozPush) connected() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.conns)
+}
+
 // stop closes the listener and every browser connection.
 func (m *mozPush) stop(ctx context.Context) error {
 	if m.srv == nil {

@@ -132,8 +132,15 @@ func TestMozillaPushProtocolRoundTrip(t *testing.T) {
 	}
 
 	// Offline: the message waits for the browser's next hello.
+	if n := m.Stats().Browser.Connected; n != 1 {
+		t.Fatalf("%d browsers connected, want 1", n)
+	}
 	b.ws.Close(websocket.StatusNormalClosure, "")
-	time.Sleep(100 * time.Millisecond) // let the mock see the close
+	for deadline := time.Now().Add(10 * time.Second); m.Stats().Browser.Connected != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the mock still counts the closed browser connected after 10 s")
+		}
+	}
 	second := []byte(`{"title":"second","event_id":"e2"}`)
 	if out := s.Send(context.Background(), webpush.Message{Subscription: sub, Payload: second}); out.Kind != webpush.Delivered {
 		t.Fatalf("send while the browser is offline: %+v", out)

@@ -65,6 +65,9 @@ type BrowserStats struct {
 	Forwarded int64 `json:"forwarded"`
 	Acked     int64 `json:"acked"`
 	Gone      int64 `json:"gone"`
+	// Connected is the browsers connected now (said hello, not gone):
+	// a push to one of the others is queued for its next hello.
+	Connected int `json:"connected"`
 }
 
 // Server is the mock push service. Its lifecycle is startstop's: a second
@@ -300,7 +303,7 @@ func (s *Server) Stats() Stats {
 		Connections:     s.conns.Load(),
 	}
 	if m := s.moz; m != nil {
-		st.Browser = BrowserStats{Forwarded: m.forwarded.Load(), Acked: m.acked.Load(), Gone: m.gone.Load()}
+		st.Browser = BrowserStats{Forwarded: m.forwarded.Load(), Acked: m.acked.Load(), Gone: m.gone.Load(), Connected: m.connected()}
 	}
 	if s.apns != nil {
 		st.APNs = s.apns.stats()

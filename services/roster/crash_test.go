@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/notify/notifytest"
@@ -27,7 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // platformEvent is one change of the platform, as the roster must apply

@@ -142,11 +142,13 @@ func errString(err error) string {
 
 // An access token that expires mid-run is renewed once, by one caller,
 // while the others wait, before any send presents it expired.
+// The mock shares the client's clock, so the token expires when the test
+// moves it, however long the sends take in real time.
 func TestTokenExpiresMidRun(t *testing.T) {
-	const lifetime = 3 * time.Second
-	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, Latency: 10 * time.Millisecond})
-	// Renewal as late as possible: the token is used until it expires.
+	const lifetime = time.Hour
 	clk := newClock()
+	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, FCMNow: clk.now, Latency: 10 * time.Millisecond})
+	// Renewal as late as possible: the token is used until it expires.
 	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.RefreshBefore, cfg.Now = time.Millisecond, clk.now })
 	sendAll(t, c, creds, 1, 200)
 	if n := m.Stats().FCM.TokenExchanges; n != 1 {
@@ -164,12 +166,12 @@ func TestTokenExpiresMidRun(t *testing.T) {
 // lifetime) one caller renews while the others keep sending with the
 // current token.
 func TestTokenRenewedBeforeExpiry(t *testing.T) {
-	const lifetime = 4 * time.Second // renewal from 2 s on
-	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, Latency: 10 * time.Millisecond})
+	const lifetime = 4 * time.Minute // renewal from 2 min on
 	clk := newClock()
+	m, creds := startMock(t, pushmock.Config{FCMTokenLifetime: lifetime, FCMNow: clk.now, Latency: 10 * time.Millisecond})
 	c := newClient(t, m, creds, func(cfg *fcm.Config) { cfg.Now = clk.now })
 	sendAll(t, c, creds, 1, 200)
-	clk.advance(lifetime/2 + 500*time.Millisecond)
+	clk.advance(lifetime/2 + time.Second)
 	sendAll(t, c, creds, 201, 300)
 	st := m.Stats().FCM
 	if st.TokenExchanges != 2 || st.AuthFailures != 0 || st.Unique != 500 {

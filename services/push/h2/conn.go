@@ -167,6 +167,11 @@ func (cc *h2Conn) startStream(st *h2Stream, req *Request, body []byte) (bool, er
 	}
 	if cc.nextID > h2MaxStreamID {
 		cc.goAway = true // ids exhausted: drain, the pool dials a new one
+		if len(cc.streams) == 0 && !cc.closed {
+			// Nothing left to drain, so no stream's end will close it,
+			// and the pool drops it: close it now or it stays open.
+			go cc.close(nil)
+		}
 		return false, nil
 	}
 	if cc.maxHeaderList > 0 {

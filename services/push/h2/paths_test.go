@@ -248,9 +248,17 @@ func TestRequestHeadersSplitIntoContinuation(t *testing.T) {
 	}
 }
 
+// isClosed reports whether the connection was closed.
+func (cc *h2Conn) isClosed() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.closed
+}
+
 // TestStreamIDExhaustionMovesToNewConnection: after the last odd stream id
 // (2^31-1) a connection takes no new streams; the next request goes out on
-// a new connection instead of failing or wrapping the id.
+// a new connection instead of failing or wrapping the id, and the old
+// one, idle, is closed.
 func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
 	var streams atomic.Int64
 	serve := answer201(false)
@@ -276,8 +284,16 @@ func TestStreamIDExhaustionMovesToNewConnection(t *testing.T) {
 		t.Fatalf("%d connections dialed, want 2 (one after the ids ran out)", n)
 	}
 	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	if !cc.goAway {
+	goAway := cc.goAway
+	cc.mu.Unlock()
+	if !goAway {
 		t.Fatal("the exhausted connection still takes streams")
+	}
+	// Idle when its ids ran out and out of the pool, it is closed, not
+	// left open.
+	for deadline := time.Now().Add(10 * time.Second); !cc.isClosed(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the exhausted idle connection is still open after 10 s")
+		}
 	}
 }

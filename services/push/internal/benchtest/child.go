@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/notify-dev/notify/internal/leaktest"
 )
 
 // Serve starts a benchmark's server in the child process from arg, the
@@ -24,7 +26,7 @@ type Serve func(arg string) (line string, stop func(), err error)
 func Main(m *testing.M, env string, serve Serve) {
 	arg := os.Getenv(env)
 	if arg == "" {
-		os.Exit(m.Run())
+		os.Exit(leaktest.Check(m.Run()))
 	}
 	line, stop, err := serve(arg)
 	if err != nil {
