@@ -97,8 +97,8 @@ type Report struct {
 	} `json:"payload"`
 	// Preferences are the student's, as the API answered the settings
 	// command's save.
-	Preferences json.RawMessage `json:"preferences"`
-	Notifications []Notification `json:"notifications"`
+	Preferences   json.RawMessage `json:"preferences"`
+	Notifications []Notification  `json:"notifications"`
 	// State is the page's, on loaded and on the state command.
 	State *PageState `json:"state"`
 	// Origins are those the service worker fetched anything from, on push.
