@@ -132,12 +132,15 @@ func waitFor(ctx context.Context, bound time.Duration, what string, log *slog.Lo
 
 // servicePool opens a service's pool of maxConns connections without
 // touching the database: the runner waits for it (waitInfra).
-func (f *infraFlags) servicePool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+func (f *infraFlags) servicePool(ctx context.Context, maxConns int32, params ...string) (*pgxpool.Pool, error) {
 	cfg, err := f.poolConfig()
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = maxConns
+	for i := 0; i+1 < len(params); i += 2 {
+		cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Postgres: %w", err)
