@@ -117,7 +117,10 @@ func TestClientGivesUp(t *testing.T) {
 		_, err := h2.Do(req)
 		done <- err
 	}()
-	for m.Stats().InFlight < 1 {
+	// Judged (its body read and counted) and now waiting out the latency:
+	// InFlight alone is set before the body is read, and a cancel landing
+	// then would leave the request uncounted.
+	for m.Stats().Unique < 1 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
