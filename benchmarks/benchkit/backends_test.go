@@ -53,7 +53,10 @@ func TestBackendMeterKeepsObserversApart(t *testing.T) {
 	}
 	// Each burn is about a second of CPU; the observer did two, the
 	// measured connection one, and nothing else runs in this database.
-	if c.Backends < 0.2 || c.Observer < 0.4 || c.Observer < 1.4*c.Backends {
+	// A burn's CPU varies with what else the machine runs (4.45 s for
+	// two against 3.18 s for one was seen under CI), so the margin is
+	// loose: a meter that mixed the two would read them alike.
+	if c.Backends < 0.2 || c.Observer < 0.4 || c.Observer < 1.2*c.Backends {
 		t.Fatalf("meter read backends %.2f s, observer %.2f s; want the observer's two burns apart from the one measured", c.Backends, c.Observer)
 	}
 }
