@@ -7,18 +7,14 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/notify-dev/notify/services/ids"
-	"github.com/notify-dev/notify/services/startstop"
 	"github.com/notify-dev/notify/streams"
 )
 
@@ -28,10 +24,6 @@ const (
 	DefaultParallel = 2
 	DefaultMaxPoll  = 10000
 )
-
-// commitTimeout bounds one offset commit. A commit that fails is retried
-// after the next poll, unless a later batch's commit covers it first.
-const commitTimeout = 10 * time.Second
 
 // Config configures a Service. Zero values take the documented defaults.
 type Config struct {
@@ -105,25 +97,14 @@ func (c Config) withDefaults() Config {
 // events find their keys, and whose dead letters may be written twice,
 // never lost.
 //
-// Lifecycle (startstop): the end of Start's context, like Stop, stops
-// polling; the batch being taken finishes and commits unless Stop's
+// Lifecycle (startstop, by its streams.BatchConsumer): the end of Start's
+// context, like Stop, stops polling; the batch being taken finishes and commits unless Stop's
 // context ends first, when its transaction is rolled back and its offsets
 // stay uncommitted.
 type Service struct {
-	startstop.Base
 	cfg Config
 	log *slog.Logger
-	cl  *kgo.Client
-
-	// uncommitted holds, per partition, the last record taken whose
-	// offset commit failed; dropped when the partition is revoked or lost.
-	mu          sync.Mutex
-	uncommitted map[topicPartition]*kgo.Record
-
-	ready     chan struct{}
-	readyOnce sync.Once
-	failed    chan error
-	closeOnce sync.Once
+	bc  *streams.BatchConsumer
 }
 
 // NewService validates cfg and builds the Kafka client; nothing runs
@@ -164,45 +145,29 @@ func NewService(cfg Config) (*Service, error) {
 		}
 		seen[t] = true
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, uncommitted: map[topicPartition]*kgo.Record{},
-		ready: make(chan struct{}), failed: make(chan error, 1)}
-	opts := append(streams.ClientOpts(cfg.Brokers, "intake"),
-		kgo.ConsumerGroup(cfg.Topics.Group(streams.GroupIntake)),
-		kgo.ConsumeTopics(cfg.SourceTopics...),
-		kgo.DisableAutoCommit(),
-		// Batches run between polls, so no partition moves while one of
-		// its batches is being taken, and each is committed before the
-		// next poll: a revoke has nothing to wait for.
-		kgo.BlockRebalanceOnPoll(),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
-			s.readyOnce.Do(func() { close(s.ready) })
-		}),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.forget(m) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.forget(m) }),
-		kgo.WithLogger(streams.KafkaLogger(s.log)),
-	)
-	opts = append(opts, cfg.ClientOpts...)
-	cl, err := kgo.NewClient(opts...)
+	s := &Service{cfg: cfg, log: cfg.Logger}
+	bc, err := streams.NewBatchConsumer(streams.BatchConsumerConfig{
+		Brokers: cfg.Brokers, Group: cfg.Topics.Group(streams.GroupIntake), Topics: cfg.SourceTopics, Component: "intake",
+		MaxBatch: cfg.MaxBatch, MaxPoll: cfg.MaxPoll, Parallel: cfg.Parallel,
+		Handle: s.takeBatch, BatchSeconds: metricBatchSeconds, Logger: cfg.Logger, ClientOpts: cfg.ClientOpts,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("intake: kafka client: %w", err)
+		return nil, err
 	}
-	s.cl = cl
+	s.bc = bc
 	return s, nil
 }
 
 // Ready is closed once the group assigned this process partitions.
-func (s *Service) Ready() <-chan struct{} { return s.ready }
+func (s *Service) Ready() <-chan struct{} { return s.bc.Ready() }
 
 // Failed yields an error if the poll loop ends on its own.
-func (s *Service) Failed() <-chan error { return s.failed }
+func (s *Service) Failed() <-chan error { return s.bc.Failed() }
 
 // Start joins the group and takes records in the background.
 func (s *Service) Start(ctx context.Context) error {
-	run, err := s.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("intake: %w", err)
+	if err := s.bc.Start(ctx); err != nil {
+		return err
 	}
 	prefixes := make([]string, len(s.cfg.Sources))
 	for i, src := range s.cfg.Sources {
@@ -210,127 +175,12 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.log.Info("consuming CloudEvents", "topics", strings.Join(s.cfg.SourceTopics, ", "), "group", s.cfg.Topics.Group(streams.GroupIntake),
 		"dlq", s.cfg.Topics.IntakeDLQ(), "sources", strings.Join(prefixes, ", "))
-	run.Go(func() { s.loop(run) })
 	return nil
 }
 
 // Stop stops polling, lets the batch in flight commit (until ctx ends),
 // leaves the group and closes the client.
-func (s *Service) Stop(ctx context.Context) error {
-	err := s.Base.Stop(ctx, func(ctx context.Context, _ bool) error {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := s.cl.LeaveGroupContext(lctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			s.log.Warn("leave group", "err", err)
-		}
-		return nil
-	})
-	s.closeOnce.Do(s.cl.Close)
-	return err
-}
-
-func (s *Service) loop(run *startstop.Run) {
-	soft, hard := run.Soft(), run.Hard()
-	for {
-		fetches := s.cl.PollRecords(soft, s.cfg.MaxPoll)
-		if fetches.IsClientClosed() {
-			if soft.Err() == nil {
-				select {
-				case s.failed <- errors.New("intake: kafka client closed"):
-				default:
-				}
-			}
-			return
-		}
-		if soft.Err() != nil {
-			s.cl.AllowRebalance()
-			return
-		}
-		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-			}
-		})
-		// One entry per partition, its records in offset order: a poll
-		// can hold several fetches of the same partition.
-		var parts []kgo.FetchTopicPartition
-		at := map[topicPartition]int{}
-		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if len(fp.Records) == 0 {
-				return
-			}
-			k := topicPartition{fp.Topic, fp.Partition}
-			if i, ok := at[k]; ok {
-				parts[i].Records = append(parts[i].Records, fp.Records...)
-				return
-			}
-			at[k] = len(parts)
-			parts = append(parts, fp)
-		})
-		ok := s.takeAll(hard, parts)
-		if ok {
-			s.retryCommits(hard)
-		}
-		s.cl.AllowRebalance()
-		if !ok {
-			// Stop's context ended mid-batch: what did not commit stays
-			// uncommitted for the partition's next owner.
-			return
-		}
-	}
-}
-
-// takeAll takes the partitions' records, Parallel partitions at a time,
-// and reports whether every batch committed.
-func (s *Service) takeAll(ctx context.Context, parts []kgo.FetchTopicPartition) bool {
-	sem := make(chan struct{}, s.cfg.Parallel)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	ok := true
-	for _, fp := range parts {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := s.takePartition(ctx, fp); err != nil {
-				mu.Lock()
-				ok = false
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return ok
-}
-
-// takePartition takes one partition's records in MaxBatch batches,
-// committing each batch's offset after its transaction and dead letters.
-func (s *Service) takePartition(ctx context.Context, fp kgo.FetchTopicPartition) error {
-	for i := 0; i < len(fp.Records); i += s.cfg.MaxBatch {
-		recs := fp.Records[i:min(i+s.cfg.MaxBatch, len(fp.Records))]
-		start := time.Now()
-		if err := s.takeBatch(ctx, recs); err != nil {
-			return err
-		}
-		last := recs[len(recs)-1]
-		tp := topicPartition{last.Topic, last.Partition}
-		if err := s.commit(ctx, last); err != nil {
-			// Not fatal: the batch is taken; it is committed after the
-			// next poll, or by a later batch's commit, or its partition's
-			// next owner takes it again and finds every key.
-			s.log.Warn("offset commit failed", "topic", last.Topic, "partition", last.Partition, "offset", last.Offset, "err", err)
-			s.mu.Lock()
-			s.uncommitted[tp] = last
-			s.mu.Unlock()
-		} else {
-			s.mu.Lock()
-			delete(s.uncommitted, tp)
-			s.mu.Unlock()
-		}
-		metricBatchSeconds.UpdateDuration(start)
-	}
-	return nil
-}
+func (s *Service) Stop(ctx context.Context) error { return s.bc.Stop(ctx) }
 
 // takeBatch creates the batch's events in one transaction, retrying until
 // it commits or ctx ends, then dead-letters the records it refused.
@@ -387,77 +237,12 @@ func (s *Service) deadLetter(ctx context.Context, rec *kgo.Record, r *Refusal) e
 	if err != nil {
 		return err
 	}
-	for attempt := 1; ; attempt++ {
-		err := streams.ProduceDeadLetter(ctx, s.cl, s.cfg.Topics.IntakeDLQ(), dl)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		pause := streams.Backoff(s.cfg.RetryMin, s.cfg.RetryMax, attempt)
-		s.log.Warn("dead-lettering failed, retrying", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "retry_in", pause.String(), "err", err)
-		if err := sleep(ctx, pause); err != nil {
-			return err
-		}
+	if err := streams.ProduceDeadLetterRetrying(ctx, s.bc.Client(), s.cfg.Topics.IntakeDLQ(), dl, s.cfg.RetryMin, s.cfg.RetryMax, s.log); err != nil {
+		return err
 	}
 	s.log.Warn("record dead-lettered", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset,
 		"reason", r.Reason, "source", r.Event.Source, "id", r.Event.ID, "err", r.Err)
 	return nil
-}
-
-// retryCommits commits the offsets whose commit failed.
-func (s *Service) retryCommits(ctx context.Context) {
-	s.mu.Lock()
-	var recs []*kgo.Record
-	for _, r := range s.uncommitted {
-		recs = append(recs, r)
-	}
-	s.mu.Unlock()
-	for _, r := range recs {
-		if err := s.commit(ctx, r); err != nil {
-			continue
-		}
-		s.mu.Lock()
-		if s.uncommitted[topicPartition{r.Topic, r.Partition}] == r {
-			delete(s.uncommitted, topicPartition{r.Topic, r.Partition})
-		}
-		s.mu.Unlock()
-	}
-}
-
-// forget drops the failed commits of partitions this member no longer
-// owns: committing them now could move back a new owner's offset.
-func (s *Service) forget(m map[string][]int32) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for t, ps := range m {
-		for _, p := range ps {
-			delete(s.uncommitted, topicPartition{t, p})
-		}
-	}
-}
-
-// commit commits the offset after r for the group.
-func (s *Service) commit(ctx context.Context, r *kgo.Record) error {
-	cctx, cancel := context.WithTimeout(ctx, commitTimeout)
-	defer cancel()
-	offsets := map[string]map[int32]kgo.EpochOffset{r.Topic: {r.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}}}
-	var rerr error
-	s.cl.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			rerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil && rerr == nil {
-					rerr = fmt.Errorf("%s[%d]: %w", t.Topic, p.Partition, perr)
-				}
-			}
-		}
-	})
-	return rerr
 }
 
 // count updates the metrics, labelled by the matched rule's prefix (a
@@ -489,11 +274,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
-}
-
-type topicPartition struct {
-	topic     string
-	partition int32
 }
 
 // Intake metrics, in the default set (served by notify run intake's
