@@ -81,20 +81,11 @@ func (f *Finisher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	run.Go(func() {
-		t := time.NewTicker(f.cfg.Interval)
-		defer t.Stop()
-		for {
-			// A pass in flight completes on a soft stop (its statements
-			// are short); the hard context abandons it.
-			if _, err := f.pass(run.Soft(), run.Hard()); err != nil && run.Soft().Err() == nil {
-				f.cfg.Logger.Warn("finisher pass failed; retrying at the next", "err", err)
-			}
-			select {
-			case <-run.Soft().Done():
-				return
-			case <-t.C:
-			}
+	run.Every(f.cfg.Interval, func() {
+		// A pass in flight completes on a soft stop (its statements are
+		// short); the hard context abandons it.
+		if _, err := f.pass(run.Soft(), run.Hard()); err != nil && run.Soft().Err() == nil {
+			f.cfg.Logger.Warn("finisher pass failed; retrying at the next", "err", err)
 		}
 	})
 	return nil

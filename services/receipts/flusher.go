@@ -93,18 +93,9 @@ func (f *Flusher) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	run.Go(func() {
-		t := time.NewTicker(f.cfg.Interval)
-		defer t.Stop()
-		for {
-			if _, err := f.pass(run.Soft(), run.Hard()); err != nil && run.Soft().Err() == nil {
-				f.cfg.Logger.Warn("receipt flush failed; retrying at the next", "err", err)
-			}
-			select {
-			case <-run.Soft().Done():
-				return
-			case <-t.C:
-			}
+	run.Every(f.cfg.Interval, func() {
+		if _, err := f.pass(run.Soft(), run.Hard()); err != nil && run.Soft().Err() == nil {
+			f.cfg.Logger.Warn("receipt flush failed; retrying at the next", "err", err)
 		}
 	})
 	return nil

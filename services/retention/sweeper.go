@@ -43,7 +43,7 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	run.Go(func() { s.loop(run.Soft()) })
+	run.Every(s.interval, func() { s.sweep(run.Soft()) })
 	return nil
 }
 
@@ -53,33 +53,23 @@ func (s *Sweeper) Start(ctx context.Context) error {
 // worth holding a stop for.
 func (s *Sweeper) Stop(ctx context.Context) error { return s.Base.Stop(ctx, nil) }
 
-// loop sweeps at once (a service restarted more often than the interval
-// still sweeps), then on every tick. A failed sweep is logged and retried
-// at the next tick: never a reason to stop the service hosting it.
-func (s *Sweeper) loop(ctx context.Context) {
+// sweep runs one sweep (at once, then every interval: startstop's
+// Run.Every). A failed sweep is logged and retried at the next tick.
+func (s *Sweeper) sweep(ctx context.Context) {
 	log := s.r.cfg.Logger
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		rep, err := s.r.Run(ctx, false)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrBusy):
-			log.Info("retention: another run in progress; next sweep in " + s.interval.String())
-		case err != nil:
-			log.Error("retention sweep failed", "err", err, "retry_in", s.interval.String())
-		default:
-			log.Info("retention sweep", "keep", rep.Keep, "dropped", rep.Counts[ActionDrop], "created", rep.Counts[ActionCreate],
-				"refused", rep.Counts[ActionRefuse], "blocked", rep.Counts[ActionBlocked], "events_removed", rep.EventsRemoved)
-			if b := rep.Blocked(); len(b) > 0 {
-				log.Error("retention: partitions could not be created", "first", b[0].Partition, "reason", b[0].Reason, "count", len(b))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	rep, err := s.r.Run(ctx, false)
+	switch {
+	case ctx.Err() != nil:
+		return
+	case errors.Is(err, ErrBusy):
+		log.Info("retention: another run in progress; next sweep in " + s.interval.String())
+	case err != nil:
+		log.Error("retention sweep failed", "err", err, "retry_in", s.interval.String())
+	default:
+		log.Info("retention sweep", "keep", rep.Keep, "dropped", rep.Counts[ActionDrop], "created", rep.Counts[ActionCreate],
+			"refused", rep.Counts[ActionRefuse], "blocked", rep.Counts[ActionBlocked], "events_removed", rep.EventsRemoved)
+		if b := rep.Blocked(); len(b) > 0 {
+			log.Error("retention: partitions could not be created", "first", b[0].Partition, "reason", b[0].Reason, "count", len(b))
 		}
 	}
 }

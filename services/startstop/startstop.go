@@ -115,6 +115,27 @@ func (r *Run) Go(f func()) {
 	}()
 }
 
+// Every runs pass in a goroutine that Stop waits for: at once (a service
+// restarted more often than interval still does its work), then every
+// interval, until the soft stop. A pass in flight then completes unless
+// it watches Soft itself; Hard abandons it. A pass handles its own
+// failures (log, count, retry at the next tick): a periodic pass is never
+// a reason to stop the service hosting it.
+func (r *Run) Every(interval time.Duration, pass func()) {
+	r.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			pass()
+			select {
+			case <-r.b.soft.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
 // Abort undoes a Begin whose setup failed: it cancels both contexts, waits
 // for the goroutines already started and leaves the service stopped, so a
 // later Stop is a no-op and a later Start fails. It returns err, for

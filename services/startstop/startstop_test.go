@@ -221,3 +221,68 @@ func TestAbortLeavesServiceStopped(t *testing.T) {
 		t.Fatalf("Begin after Abort = %v", err)
 	}
 }
+
+// ticker is a service whose work is a periodic pass (Run.Every).
+type ticker struct {
+	startstop.Base
+	every  time.Duration
+	passes atomic.Int32
+	ran    chan struct{} // receives once per pass
+}
+
+func (k *ticker) Start(ctx context.Context) error {
+	run, err := k.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	run.Every(k.every, func() {
+		k.passes.Add(1)
+		select {
+		case k.ran <- struct{}{}:
+		default:
+		}
+	})
+	return nil
+}
+
+func (k *ticker) Stop(ctx context.Context) error { return k.Base.Stop(ctx, nil) }
+
+// Every passes at once, before the first interval has passed, then on
+// every tick; after Stop no pass runs.
+func TestEveryPassesAtOnceThenEachInterval(t *testing.T) {
+	k := &ticker{every: time.Hour, ran: make(chan struct{}, 1)}
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pass at start with an interval of an hour")
+	}
+	if err := k.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := k.passes.Load(); n != 1 {
+		t.Fatalf("%d passes within the first hour, want 1", n)
+	}
+
+	k = &ticker{every: time.Millisecond, ran: make(chan struct{})}
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-k.ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("passes stopped after %d", k.passes.Load())
+		}
+	}
+	if err := k.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := k.passes.Load()
+	time.Sleep(20 * time.Millisecond)
+	if m := k.passes.Load(); m != n {
+		t.Fatalf("%d passes after Stop returned", m-n)
+	}
+}
