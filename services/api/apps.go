@@ -275,7 +275,7 @@ func (s *Server) handleAppVAPIDKey(w http.ResponseWriter, r *http.Request) {
 // deviceApp looks up the app a device names ("" is the default app) and
 // checks it can serve the platform. The default app is the environment's:
 // the API does not know which of its platforms the workers have
-// credentials for, so it accepts every device for it, as before apps.
+// credentials for, so it accepts every device for it.
 func (s *Server) deviceApp(ctx context.Context, name, platform string) (apps.App, *Error, error) {
 	if name == "" {
 		name = apps.Default

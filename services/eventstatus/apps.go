@@ -14,8 +14,8 @@ import (
 // expired, cancelled, muted, capped, deferred).
 //
 // They are read on request, not kept as counters: push_deliveries does
-// not name the app (a worker's recording stays as narrow as before
-// apps), so they join each outcome to its device. A gone device is
+// not name the app (a worker's recording stays narrow: the app is the
+// device's), so they join each outcome to its device. A gone device is
 // deleted when its outcome is recorded, and a device may be removed
 // after its push: those outcomes have no app any more and are counted
 // under App "" (RemovedDevices). Devices not yet sent have no outcome

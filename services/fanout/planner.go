@@ -163,8 +163,8 @@ func NewPlanner(pool *pgxpool.Pool, cfg PlannerConfig) (*Planner, error) {
 
 // Handle is the planner's streams.Handler for outbox.event.material and
 // outbox.event.notification, told apart by the record's eventType header
-// (a record without one is a MaterialPublished, as every record was before
-// notification types).
+// (a record without one is a MaterialPublished: the type the API's
+// material route writes, and all that older producers wrote).
 func (p *Planner) Handle(ctx context.Context, r *kgo.Record) error {
 	if eventType(r) == streams.TypeNotificationCreated {
 		n, err := streams.DecodeNotificationCreated(r.Value)

@@ -152,7 +152,7 @@ type SliceResult struct {
 // its predecessor's transaction wrote to the outbox, run through Run, so
 // nothing about it is new: its own command still arrives and, finding the
 // range past it, is passed over (Run's first check, without a lock); the
-// last one's next command continues the chain as before. The record's own
+// last one's next command continues the chain. The record's own
 // effects are committed before the first run-ahead slice starts, so a
 // run-ahead slice that fails is only logged: its command, already durable
 // in the outbox, runs it again.

@@ -305,8 +305,8 @@ func (w *Worker) record(ctx context.Context, src *kgo.Record, cmd streams.PushCo
 		// A dead letter is still to be written: record the final outcomes
 		// first, on their own, so a failed dead letter (a broker outage;
 		// produceDeadLetter then returns only when rctx ends, leaving no
-		// time to record after it) no longer throws away delivered and
-		// gone results, which the next owner would send again. Safe:
+		// time to record after it) does not throw away delivered and gone
+		// results, which the next owner would send again. Safe:
 		//  - b.rows holds only final outcomes (delivered, gone, failed
 		//    for good — see batch.add); the out-of-attempts ones are in
 		//    b.later, still written only by flushOnce(last) after their

@@ -25,8 +25,8 @@
 // # Platforms
 //
 // Recipients are devices of every platform (push_subscriptions.platform):
-// webpush devices go through Config.Sender as before (their hot path is
-// unchanged), fcm and apns devices through Config.FCM and Config.APNs,
+// webpush devices go through Config.Sender, fcm and apns devices through
+// Config.FCM and Config.APNs (further platforms: Config.Providers),
 // with the same payload fields (the event id is FCM's collapse_key and
 // APNs' collapse id). Outcomes of every platform share one push_deliveries
 // key (event_id, subscription_id), one batch, gone deletion, retries and

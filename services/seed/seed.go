@@ -53,7 +53,7 @@ type Options struct {
 	// most one per student (ratio ≤ 1) — FCM devices on the first
 	// students, APNs devices on the last, so a ratio of 0.5 each gives
 	// every student one app device. Their ids follow the subscriptions'
-	// (FCM first). Default 0: Web Push only, as before.
+	// (FCM first). Default 0: Web Push only.
 	FCMRatio, APNsRatio float64
 	// FCMToken makes the registration token of the FCM device with id id,
 	// one the FCM mock recognises (notify seed passes pushmock.FCMToken of
