@@ -16,6 +16,17 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: counter_writer; Type: TYPE; Schema: public; Owner: -
+--
+
+CREATE TYPE public.counter_writer AS ENUM (
+    'slice',
+    'outcome',
+    'command'
+);
+
+
+--
 -- Name: event_outcome_move; Type: TYPE; Schema: public; Owner: -
 --
 
@@ -45,6 +56,28 @@ END $$;
 
 
 --
+-- Name: counter_shard(public.counter_writer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.counter_shard(w public.counter_writer) RETURNS smallint
+    LANGUAGE sql STABLE PARALLEL RESTRICTED
+    AS $$
+    SELECT (CASE w WHEN 'slice' THEN 0 WHEN 'outcome' THEN 16 WHEN 'command' THEN 32 END + pg_backend_pid() % 16)::smallint
+$$;
+
+
+--
+-- Name: counters_pending(bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.counters_pending(targeted bigint, delivered bigint, gone bigint, failed bigint, cancelled bigint, expired bigint, muted bigint, capped bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT targeted - delivered - gone - failed - cancelled - expired - muted - capped
+$$;
+
+
+--
 -- Name: event_counters_notified(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -53,7 +86,7 @@ CREATE FUNCTION public.event_counters_notified() RETURNS trigger
     AS $$
 BEGIN
     INSERT INTO event_counters AS c (event_id, shard, notified)
-    SELECT n.event_id, (pg_backend_pid() % 16)::smallint, count(*)
+    SELECT n.event_id, counter_shard('slice'), count(*)
     FROM notified n
     GROUP BY n.event_id
     ON CONFLICT (event_id, shard) DO UPDATE SET notified = c.notified + excluded.notified;
@@ -71,7 +104,7 @@ BEGIN
             SELECT c.event_id, s.platform FROM covered c JOIN push_subscriptions s ON s.user_id = c.user_id
         ), totals AS (
             INSERT INTO event_counters AS c (event_id, shard, targeted_students, targeted)
-            SELECT e.event_id, (pg_backend_pid() % 16)::smallint, e.students,
+            SELECT e.event_id, counter_shard('slice'), e.students,
                    (SELECT count(*) FROM devices d WHERE d.event_id = e.event_id)
             FROM (SELECT event_id, count(*) AS students FROM covered GROUP BY event_id) e
             ON CONFLICT (event_id, shard) DO UPDATE
@@ -79,7 +112,7 @@ BEGIN
                 targeted = c.targeted + excluded.targeted
         )
         INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
-        SELECT d.event_id, d.platform, (pg_backend_pid() % 16)::smallint, count(*)
+        SELECT d.event_id, d.platform, counter_shard('slice'), count(*)
         FROM devices d GROUP BY d.event_id, d.platform
         ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
     END IF;
@@ -139,7 +172,7 @@ BEGIN
     ), totals AS (
         INSERT INTO event_counters AS c (event_id, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured,
                                          muted, capped, deferred)
-        SELECT m.event_id, (16 + pg_backend_pid() % 16)::smallint,
+        SELECT m.event_id, counter_shard('outcome'),
                sum(m.delivered), sum(m.gone), sum(m.failed), sum(m.retrying),
                sum(m.cancelled), sum(m.expired), sum(m.not_configured),
                sum(m.muted), sum(m.capped), sum(m.deferred)
@@ -155,7 +188,7 @@ BEGIN
     )
     INSERT INTO event_platform_counters AS c (event_id, platform, shard, delivered, gone, failed, retrying, cancelled, expired, not_configured,
                                               muted, capped, deferred)
-    SELECT m.event_id, m.platform, (16 + pg_backend_pid() % 16)::smallint,
+    SELECT m.event_id, m.platform, counter_shard('outcome'),
            m.delivered, m.gone, m.failed, m.retrying, m.cancelled, m.expired, m.not_configured,
            m.muted, m.capped, m.deferred
     FROM moved m
@@ -206,11 +239,11 @@ BEGIN
             WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
     ), totals AS (
         INSERT INTO event_counters AS c (event_id, shard, targeted)
-        SELECT d.event_id, (16 + pg_backend_pid() % 16)::smallint, count(*) FROM devices d GROUP BY d.event_id
+        SELECT d.event_id, counter_shard('outcome'), count(*) FROM devices d GROUP BY d.event_id
         ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
     )
     INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
-    SELECT d.event_id, d.platform, (16 + pg_backend_pid() % 16)::smallint, count(*)
+    SELECT d.event_id, d.platform, counter_shard('outcome'), count(*)
     FROM devices d GROUP BY d.event_id, d.platform
     ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
     RETURN NULL;
@@ -256,11 +289,11 @@ BEGIN
             WHERE r.event_id = n.event_id AND r.first_user <= n.user_id AND r.last_user >= n.user_id)
     ), totals AS (
         INSERT INTO event_counters AS c (event_id, shard, targeted)
-        SELECT d.event_id, (16 + pg_backend_pid() % 16)::smallint, count(*) FROM devices d GROUP BY d.event_id
+        SELECT d.event_id, counter_shard('outcome'), count(*) FROM devices d GROUP BY d.event_id
         ON CONFLICT (event_id, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
     )
     INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
-    SELECT d.event_id, d.platform, (16 + pg_backend_pid() % 16)::smallint, count(*)
+    SELECT d.event_id, d.platform, counter_shard('outcome'), count(*)
     FROM devices d GROUP BY d.event_id, d.platform
     ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted;
     RETURN NULL;
@@ -345,6 +378,19 @@ BEGIN
         INTO n USING event_id_floor(day::timestamp AT TIME ZONE 'UTC'), event_id_floor((day + 1)::timestamp AT TIME ZONE 'UTC');
     RETURN n;
 END $_$;
+
+
+--
+-- Name: event_push_outstanding(uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.event_push_outstanding(ev uuid) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(sum(counters_pending(c.targeted, c.delivered, c.gone, c.failed, c.cancelled, c.expired, c.muted, c.capped)
+                        + c.notified - c.targeted_students), 0)::bigint
+    FROM event_counters c WHERE c.event_id = ev
+$$;
 
 
 --
@@ -522,13 +568,13 @@ BEGIN
         RETURNING students, devices
     ), totals AS (
         INSERT INTO event_counters AS c (event_id, shard, targeted_students, targeted)
-        SELECT ev, (32 + pg_backend_pid() % 16)::smallint, students, devices FROM counted
+        SELECT ev, counter_shard('command'), students, devices FROM counted
         ON CONFLICT (event_id, shard) DO UPDATE
         SET targeted_students = c.targeted_students + excluded.targeted_students,
             targeted = c.targeted + excluded.targeted
     ), per_platform AS (
         INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
-        SELECT ev, d.platform, (32 + pg_backend_pid() % 16)::smallint, count(*)
+        SELECT ev, d.platform, counter_shard('command'), count(*)
         FROM devices d WHERE EXISTS (SELECT 1 FROM counted)
         GROUP BY d.platform
         ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
@@ -562,7 +608,7 @@ END $$;
 CREATE FUNCTION public.push_delivery_not_configured(status text, error text) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $_$
-    SELECT $1 = 'failed' AND coalesce($2 LIKE 'provider_not_configured%', false)
+    SELECT $1 = 'failed' AND coalesce($2 LIKE push_not_configured_reason() || '%', false)
 $_$;
 
 
@@ -578,6 +624,15 @@ BEGIN
     WHERE event_id = NEW.event_id AND reason = 'deferred' AND released_at IS NULL AND release_at > now();
     RETURN NULL;
 END $$;
+
+
+--
+-- Name: push_not_configured_reason(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_not_configured_reason() RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'provider_not_configured'::text $$;
 
 
 --
