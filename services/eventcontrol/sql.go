@@ -3,15 +3,12 @@ package eventcontrol
 // Every statement the package runs; inputs are parameters.
 
 // sqlLockRun locks the event's run row for a transition and reads what
-// decides it: the stored state, whether the fan-out finished, and how many
-// devices have no final outcome yet plus how many notified students'
-// push commands have not counted their devices yet (schema migration
-// 0010; from the event's counters: a few rows).
+// decides it: the stored state, whether the fan-out finished, and what the
+// push stage has outstanding — devices without a final outcome plus
+// notified students whose push command has not counted their devices
+// (event_push_outstanding, schema migration 0028; a few counter rows).
 const sqlLockRun = `
-SELECT r.state, coalesce(r.course_id::text, ''), r.finished_at IS NOT NULL,
-       (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)::bigint
-               + coalesce(sum(c.notified - c.targeted_students), 0)::bigint
-        FROM event_counters c WHERE c.event_id = r.event_id)
+SELECT r.state, coalesce(r.course_id::text, ''), r.finished_at IS NOT NULL, event_push_outstanding(r.event_id)
 FROM fanout_runs r WHERE r.event_id = $1
 FOR UPDATE OF r`
 

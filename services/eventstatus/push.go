@@ -36,7 +36,9 @@ type PushCounts struct {
 	Delivered int64 `json:"delivered"`
 	Gone      int64 `json:"gone"`
 	Failed    int64 `json:"failed"`
-	// Pending = Retrying + Unsent + Deferred.
+	// Pending have no final outcome yet: Retrying + Unsent + Deferred,
+	// as the schema's counters_pending defines it (read, not computed
+	// here).
 	Pending int64 `json:"pending"`
 	// Retrying have a recorded retryable failure and a retry queued.
 	Retrying int64 `json:"retrying"`
@@ -163,7 +165,7 @@ func scanPush(rows pgx.Rows, s *Push) error {
 		var c PushCounts
 		var notified, silenced int64
 		if err := rows.Scan(&platform, &notified, &targetedStudents, &c.Target, &c.Delivered, &c.Gone, &c.Failed, &c.Retrying, &c.Cancelled, &c.Expired, &c.NotConfigured,
-			&c.Muted, &c.Capped, &c.Deferred, &silenced); err != nil {
+			&c.Muted, &c.Capped, &c.Deferred, &silenced, &c.Pending); err != nil {
 			return fmt.Errorf("push status of %s: %w", s.EventID, err)
 		}
 		c.derive()
@@ -190,9 +192,10 @@ func scanPush(rows pgx.Rows, s *Push) error {
 	return nil
 }
 
-// derive fills Unsent and Pending from the counted terms. Negative only
-// if the counters drifted from the rows, which Verify names.
+// derive fills Unsent from Pending, which the schema computes
+// (counters_pending, migration 0028): the pending that are neither
+// retrying nor deferred. Negative only if the counters drifted from the
+// rows, which Verify names.
 func (c *PushCounts) derive() {
-	c.Unsent = c.Target - c.Delivered - c.Gone - c.Failed - c.Retrying - c.Cancelled - c.Expired - c.Muted - c.Capped - c.Deferred
-	c.Pending = c.Retrying + c.Unsent + c.Deferred
+	c.Unsent = c.Pending - c.Retrying - c.Deferred
 }

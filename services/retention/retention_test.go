@@ -281,6 +281,33 @@ func TestRetentionRefusesDayOfRunningEvent(t *testing.T) {
 	}
 }
 
+// An event whose devices were all held back by their students'
+// preferences (muted, capped: final outcomes) is done once its fan-out
+// finished and its push commands counted, though nothing was sent: its
+// day goes even if nothing wrote 'finished' yet.
+func TestRetentionDropsDayOfEventHeldBack(t *testing.T) {
+	t.Parallel()
+	for _, outcome := range []string{"muted", "capped"} {
+		t.Run(outcome, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			d := daysAgo(45)
+			e.partitions(d)
+			ev := e.event(d.Add(time.Hour), "running", true, outcome)
+			// Its push commands ran: both students and their devices are
+			// in the target.
+			e.exec(`UPDATE event_counters SET targeted_students = notified, targeted = notified WHERE event_id = $1`, ev)
+			if n := e.count(`SELECT event_push_outstanding($1)`, ev); n != 0 {
+				t.Fatalf("outstanding %d, want 0", n)
+			}
+			rep := e.runWith(retention.Config{Pool: e.pool, Keep: 30 * retention.Day, CancelOlderThan: retention.Forever}, false)
+			if got := action(rep, "notifications_p"+d.Format("20060102")); got != "drop" {
+				t.Errorf("%q, want drop", got)
+			}
+		})
+	}
+}
+
 // A dry run reports what a run would do and changes nothing: no partition
 // dropped or created, no row deleted.
 func TestRetentionDryRunChangesNothing(t *testing.T) {

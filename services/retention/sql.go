@@ -23,25 +23,18 @@ WHERE i.inhparent = to_regclass($1)
 ORDER BY c.relname`
 
 // sqlRunningEvents: events of [$1, $2) that still need their rows. A
-// 'running' event whose fan-out finished, whose every notified student's
-// push command has counted its devices (notified = targeted_students,
-// migration 0010) and whose every target has a final outcome (delivered,
-// gone, failed, cancelled, expired — retrying is not final) is done,
-// whether or not anything has written 'finished' yet. A 'cancelled' event
-// still needs its rows while a device or a notified student's push
-// command has no outcome: the push workers are recording them cancelled.
+// 'running' event whose fan-out finished and whose push stage has nothing
+// outstanding (event_push_outstanding, migration 0028: every notified
+// student's push command has counted its devices and every device has a
+// final outcome) is done, whether or not anything has written 'finished'
+// yet. A 'cancelled' event still needs its rows while anything is
+// outstanding: the push workers are recording it cancelled.
 const sqlRunningEvents = `
 SELECT r.event_id::text, r.state FROM fanout_runs r
 WHERE r.event_id >= $1::uuid AND r.event_id < $2::uuid
   AND (r.state IN ('scheduled', 'paused')
-       OR (r.state = 'cancelled' AND
-           (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
-                   + coalesce(sum(c.notified - c.targeted_students), 0)
-            FROM event_counters c WHERE c.event_id = r.event_id) > 0)
-       OR (r.state = 'running' AND (r.finished_at IS NULL OR
-           (SELECT coalesce(sum(c.targeted - c.delivered - c.gone - c.failed - c.cancelled - c.expired), 0)
-                   + coalesce(sum(c.notified - c.targeted_students), 0)
-            FROM event_counters c WHERE c.event_id = r.event_id) > 0)))
+       OR (r.state = 'cancelled' AND event_push_outstanding(r.event_id) > 0)
+       OR (r.state = 'running' AND (r.finished_at IS NULL OR event_push_outstanding(r.event_id) > 0)))
 ORDER BY r.event_id
 LIMIT $3`
 
