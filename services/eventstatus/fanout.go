@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/notify-dev/notify/services/fanout"
+	"github.com/notify-dev/notify/streams"
 )
 
 // Fan-out states.
@@ -199,7 +199,7 @@ func (st *Fanout) summarise(rs []rangeProgress, elapsed time.Duration) {
 			st.RangesDone++
 			walked++
 		case r.cursor != "":
-			walked += fanout.Range{Lo: r.lo, Hi: r.hi}.Fraction(r.cursor)
+			walked += streams.RangeFraction(r.lo, r.hi, r.cursor)
 		}
 	}
 	st.Finished = len(rs) > 0 && st.RangesDone == len(rs) && st.FinishedAt != nil

@@ -70,30 +70,5 @@ func uuidInt(s string) (*big.Int, error) {
 }
 
 // Fraction is how far cursor (the last user handled) has advanced through
-// r, in [0, 1]: the share of the range's students done, since user ids are
-// uniformly random. The event's progress report estimates from it.
-func (r Range) Fraction(cursor string) float64 { return rangeFraction(r.Lo, r.Hi, cursor) }
-
-// rangeFraction is how far cursor (exclusive of nothing: the last user
-// handled) has advanced through [lo, hi], in [0, 1]. Because user ids are
-// uniformly random this estimates the share of the range's students done.
-func rangeFraction(lo, hi, cursor string) float64 {
-	l, err1 := uuidInt(lo)
-	h, err2 := uuidInt(hi)
-	c, err3 := uuidInt(cursor)
-	if err1 != nil || err2 != nil || err3 != nil || h.Cmp(l) < 0 {
-		return 0
-	}
-	num := new(big.Int).Sub(c, l)
-	num.Add(num, big.NewInt(1))
-	den := new(big.Int).Sub(h, l)
-	den.Add(den, big.NewInt(1))
-	f, _ := new(big.Rat).SetFrac(num, den).Float64()
-	switch {
-	case f < 0:
-		return 0
-	case f > 1:
-		return 1
-	}
-	return f
-}
+// r, in [0, 1]: streams.RangeFraction.
+func (r Range) Fraction(cursor string) float64 { return streams.RangeFraction(r.Lo, r.Hi, cursor) }
