@@ -105,6 +105,29 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+// A running event whose fan-out finished and whose devices were all held
+// back by preferences (muted, capped: final outcomes) is finished in all
+// but the stored word, as eventstatus says: it cannot be paused. One
+// device still pending keeps it running.
+func TestHeldBackEventIsFinished(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, eventcontrol.Config{})
+	for _, tc := range []struct {
+		name     string
+		retrying int
+		want     error
+	}{{"all held back", 0, eventcontrol.ErrFinal}, {"one retrying", 1, nil}} {
+		ev := e.run(eventcontrol.StateRunning)
+		e.exec(`UPDATE fanout_runs SET finished_at = now() WHERE event_id = $1`, ev)
+		e.exec(`INSERT INTO event_counters (event_id, shard, notified, targeted_students, targeted, muted, capped, retrying)
+			VALUES ($1, 0, 3, 3, 3 + $2::int, 2, 1, $2::int)`, ev, tc.retrying)
+		_, err := e.ctl.Apply(context.Background(), ev, eventcontrol.Pause)
+		if (tc.want == nil && err != nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: pause: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
 // queryCounter counts the statements a pool sends.
 type queryCounter struct{ n atomic.Int64 }
 
