@@ -154,6 +154,39 @@ func LoadPush(ctx context.Context, q Querier, eventID string) (Push, error) {
 	return s, scanPush(rows, &s)
 }
 
+// LoadPushMany is LoadPush of every event of ids in one round trip (the
+// finisher's page of candidates), in the order of ids.
+func LoadPushMany(ctx context.Context, q Batcher, ids []string) ([]Push, error) {
+	out := make([]Push, len(ids))
+	b := &pgx.Batch{}
+	for i, id := range ids {
+		if err := checkEventID(id); err != nil {
+			return nil, err
+		}
+		out[i].EventID = id
+		b.Queue(sqlPushCounters, id)
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	br := q.SendBatch(ctx, b)
+	for i := range out {
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("push status of %s: %w", out[i].EventID, err)
+		}
+		if err := scanPush(rows, &out[i]); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("push status of %d events: %w", len(ids), err)
+	}
+	return out, nil
+}
+
 // scanPush reads sqlPushCounters' rows into s: the totals (platform ""),
 // then one row per platform with counters.
 func scanPush(rows pgx.Rows, s *Push) error {

@@ -3,6 +3,7 @@ package eventstatus_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -186,5 +187,40 @@ func TestCancelledAndExpiredAreCountedAndVerified(t *testing.T) {
 	}
 	if !v.OK() || v.Status.Expired != 0 || v.Status.Unsent != 2 {
 		t.Fatalf("after the delete: %+v", v)
+	}
+}
+
+// LoadPushMany reads what LoadPush reads, for each event of a page in one
+// round trip and in the page's order; an event with no counters is all
+// zeros and a bad id refuses the page.
+func TestLoadPushManyIsLoadPushOfEach(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	exec := seedTiny(t, db)
+	ctx := context.Background()
+	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status, http_status) VALUES ($1, 1, 'delivered', 201)`, evA)
+	const unknown = "01900000-0000-7000-8000-000000000000"
+	ids := []string{unknown, evA, unknown}
+	many, err := eventstatus.LoadPushMany(ctx, db.Pool, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(many) != len(ids) {
+		t.Fatalf("%d results for %d ids", len(many), len(ids))
+	}
+	for i, id := range ids {
+		one, err := eventstatus.LoadPush(ctx, db.Pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(many[i], one) {
+			t.Errorf("event %d (%s): LoadPushMany %+v, LoadPush %+v", i, id, many[i], one)
+		}
+	}
+	if many[1].Delivered != 1 || many[1].Target != 2 || many[0].Target != 0 {
+		t.Errorf("counts %+v / %+v", many[1], many[0])
+	}
+	if _, err := eventstatus.LoadPushMany(ctx, db.Pool, []string{evA, "nope"}); err == nil {
+		t.Error("a bad event id was accepted")
 	}
 }
