@@ -98,7 +98,7 @@ type Config struct {
 	ReadyInterval time.Duration
 
 	// PublishBatch is the most publishes written by one statement and one
-	// transaction (see publishBatcher). 1 writes every publish alone.
+	// transaction (see newPublishQueue). 1 writes every publish alone.
 	// Default 64.
 	PublishBatch int
 	// PublishConcurrency is how many publish statements run at once; more

@@ -149,7 +149,7 @@ type publishResult struct {
 
 // publish runs the publish transaction: the material, its outbox event and,
 // with a key, the idempotency record — all or nothing, in one statement
-// (shared with concurrent publishes, see publishBatcher).
+// (shared with concurrent publishes, see newPublishQueue).
 //
 // published_at is this server's clock when the request was accepted,
 // truncated to the microseconds Postgres stores, so the response, the
@@ -192,7 +192,7 @@ func (s *Server) publish(ctx context.Context, p principal, course UUID, req Publ
 		return publishResult{}, e
 	}
 
-	row, err := s.batch.publish(publishArgs{
+	row, err := s.queuePublish(ctx, publishArgs{
 		course: course, user: user, anyCourse: p.Has(auth.ScopeNotificationsSend), key: key, hash: hash, response: string(resp),
 		materialID: materialID, eventID: eventID, title: req.Title, body: req.Body, url: req.URL,
 		publishedAt: publishedAt, sendAt: optionalTime(req.SendAt), expiresAt: optionalTime(req.ExpiresAt),

@@ -2,10 +2,12 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/notify-dev/notify/services/groupcommit"
 )
 
 // Publishes that arrive together are written together: one statement and
@@ -18,15 +20,14 @@ import (
 // request gets its own answer (404, 403, 201, a replay or a 422) exactly as
 // if it had run alone.
 //
-// PublishConcurrency writer goroutines take the queued publishes, up to
-// PublishBatch at a time, oldest first, and write them. There is no timer:
-// a lone publish is written at once, alone, and groups form only from what
-// queued while earlier groups were being written — the same idea as
-// Postgres' own group commit.
-//
-// If a group's statement fails (a deadlock, a constraint no check caught,
-// a bad value), every request of the group is retried alone, so one bad
-// request cannot fail the others.
+// The queue is a services/groupcommit Queue: up to PublishConcurrency
+// writers take the queued publishes, up to PublishBatch at a time, oldest
+// first, and write them with sqlPublishGroup (publishGroupWrite). There is
+// no timer: a lone publish is written at once, alone (publishAlone), and
+// groups form only from what queued while earlier groups were being
+// written. If a group's statement fails (a deadlock, a constraint no check
+// caught, a bad value), every request of the group is retried alone, so
+// one bad request cannot fail the others.
 
 // publishArgs are one publish's parameters, in sqlPublish's order.
 type publishArgs struct {
@@ -52,126 +53,10 @@ type publishRow struct {
 	written    int64
 }
 
+// publishCall is one queued publish; its write sets row.
 type publishCall struct {
 	args publishArgs
-	// done is closed when row/err are set.
-	done chan struct{}
 	row  publishRow
-	err  error
-}
-
-type publishBatcher struct {
-	s           *Server
-	maxBatch    int
-	writers     int
-	execTimeout time.Duration
-
-	mu      sync.Mutex
-	wake    *sync.Cond
-	queue   []*publishCall
-	stopped bool
-	started sync.Once
-	exited  sync.WaitGroup
-}
-
-func newPublishBatcher(s *Server, maxBatch, writers int, execTimeout time.Duration) *publishBatcher {
-	b := &publishBatcher{s: s, maxBatch: maxBatch, writers: writers, execTimeout: execTimeout}
-	b.wake = sync.NewCond(&b.mu)
-	return b
-}
-
-// start runs the writers, once; the first publish calls it, so a Server
-// used only as an http.Handler (tests) needs no Start.
-func (b *publishBatcher) start() {
-	b.started.Do(func() {
-		for range b.writers {
-			b.exited.Add(1)
-			go b.run()
-		}
-	})
-}
-
-// stop lets the writers finish what is queued and waits for them; later
-// publishes fail. The HTTP server has stopped taking requests by then.
-func (b *publishBatcher) stop() {
-	b.started.Do(func() {}) // no writers start after this
-	b.mu.Lock()
-	b.stopped = true
-	b.wake.Broadcast()
-	b.mu.Unlock()
-	b.exited.Wait()
-}
-
-// publish queues one publish and waits until its group is written. It
-// waits even when the request's context ends: the rows may be committed,
-// and the group is bounded by execTimeout.
-func (b *publishBatcher) publish(args publishArgs) (publishRow, error) {
-	b.start()
-	c := &publishCall{args: args, done: make(chan struct{})}
-	b.mu.Lock()
-	if b.stopped {
-		b.mu.Unlock()
-		return publishRow{}, newError(http.StatusServiceUnavailable, errUnavailable, "the server is shutting down; retry (with the same Idempotency-Key)")
-	}
-	b.queue = append(b.queue, c)
-	b.wake.Signal()
-	b.mu.Unlock()
-	<-c.done
-	return c.row, c.err
-}
-
-func (b *publishBatcher) run() {
-	defer b.exited.Done()
-	for {
-		b.mu.Lock()
-		for len(b.queue) == 0 && !b.stopped {
-			b.wake.Wait()
-		}
-		if len(b.queue) == 0 { // stopped and drained
-			b.mu.Unlock()
-			return
-		}
-		group := b.takeLocked()
-		b.mu.Unlock()
-		b.write(group)
-	}
-}
-
-// takeLocked removes up to maxBatch calls from the head of the queue.
-// A call whose (user, Idempotency-Key) is already in the group stays
-// queued for a later group: one statement must not claim a key twice.
-func (b *publishBatcher) takeLocked() []*publishCall {
-	if len(b.queue) == 0 {
-		return nil
-	}
-	n := min(len(b.queue), b.maxBatch)
-	group := make([]*publishCall, 0, n)
-	var keys map[idemKey]struct{}
-	rest := b.queue[:0]
-	for i, c := range b.queue {
-		if len(group) == n {
-			rest = append(rest, b.queue[i:]...)
-			break
-		}
-		if c.args.key != "" {
-			k := idemKey{c.args.user, c.args.key}
-			if keys == nil {
-				keys = make(map[idemKey]struct{}, n)
-			}
-			if _, dup := keys[k]; dup {
-				rest = append(rest, c)
-				continue
-			}
-			keys[k] = struct{}{}
-		}
-		group = append(group, c)
-	}
-	// Clear the tail so finished calls are not kept alive by the array.
-	for i := len(rest); i < len(b.queue); i++ {
-		b.queue[i] = nil
-	}
-	b.queue = rest
-	return group
 }
 
 type idemKey struct {
@@ -179,27 +64,61 @@ type idemKey struct {
 	key  string
 }
 
-// write runs a group and finishes each of its calls.
-func (b *publishBatcher) write(group []*publishCall) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.execTimeout)
-	defer cancel()
-	b.s.m.batchSize.Update(float64(len(group)))
-	if len(group) > 1 {
-		rows, err := b.s.publishGroup(ctx, group)
-		if err == nil {
-			for i, c := range group {
-				c.row = rows[i]
-				close(c.done)
-			}
-			return
-		}
-		b.s.m.batchFallbacks.Inc()
-		b.s.log.Warn("publish group failed; writing its requests one by one", "requests", len(group), "err", err)
+// newPublishQueue builds the server's publish queue. Its writers start
+// with the first publish and end when the queue is empty, so a Server used
+// only as an http.Handler (tests) needs no Start, and an idle one holds no
+// goroutine.
+func newPublishQueue(s *Server) *groupcommit.Queue[*publishCall] {
+	return groupcommit.New(groupcommit.Config[*publishCall]{
+		MaxGroup: s.cfg.PublishBatch,
+		Writers:  s.cfg.PublishConcurrency,
+		Timeout:  s.cfg.WriteTimeout,
+		// One statement must not claim a key twice.
+		Key:     publishKey,
+		Grouped: func(n int) { s.m.batchSize.Update(float64(n)) },
+		Fallback: func(n int, err error) {
+			s.m.batchFallbacks.Inc()
+			s.log.Warn("publish group failed; writing its requests one by one", "requests", n, "err", err)
+		},
+	}, s.publishGroupWrite, s.publishAlone)
+}
+
+// publishKey is a publish's (user, Idempotency-Key), none without a key.
+func publishKey(c *publishCall) (any, bool) {
+	return idemKey{c.args.user, c.args.key}, c.args.key != ""
+}
+
+// queuePublish queues one publish and waits until its group is written. It
+// waits even when the request's context ends: the rows may be committed,
+// and the group is bounded by the queue's timeout. After Stop it fails
+// with 503.
+func (s *Server) queuePublish(ctx context.Context, args publishArgs) (publishRow, error) {
+	c := &publishCall{args: args}
+	err := s.batch.Do(context.WithoutCancel(ctx), c)
+	if errors.Is(err, groupcommit.ErrStopped) {
+		return publishRow{}, newError(http.StatusServiceUnavailable, errUnavailable, "the server is shutting down; retry (with the same Idempotency-Key)")
 	}
-	for _, c := range group {
-		c.row, c.err = b.s.publishRowAlone(ctx, c.args)
-		close(c.done)
+	return c.row, err
+}
+
+// publishGroupWrite writes a group in one statement (publishGroup) and
+// hands each call its row.
+func (s *Server) publishGroupWrite(ctx context.Context, group []*publishCall) error {
+	rows, err := s.publishGroup(ctx, group)
+	if err != nil {
+		return err
 	}
+	for i, c := range group {
+		c.row = rows[i]
+	}
+	return nil
+}
+
+// publishAlone writes one call with publishRowAlone.
+func (s *Server) publishAlone(ctx context.Context, c *publishCall) error {
+	var err error
+	c.row, err = s.publishRowAlone(ctx, c.args)
+	return err
 }
 
 // publishRowAlone is one publish in its own statement (sqlPublish). A group

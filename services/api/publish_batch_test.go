@@ -181,57 +181,109 @@ func largestGroup(s *Server) float64 {
 // the bad request fails alone, the others are written.
 func TestPublishGroupFallsBackOneByOne(t *testing.T) {
 	e := newTestEnv(t)
+	// One writer, so that what queues while it is held forms one group.
+	e.srv.cfg.PublishConcurrency = 1
+	e.srv.batch = newPublishQueue(e.srv)
+	ctx := context.Background()
 	args := func(title string) publishArgs {
 		m, ev := NewUUID(), NewUUID()
 		return publishArgs{course: e.course, user: e.instructor, hash: []byte{}, response: `{}`,
 			materialID: m, eventID: ev, title: title, body: "b", publishedAt: time.Now().UTC().Truncate(time.Microsecond),
 			aggregateID: e.course.String(), payload: `{"event_id":"` + ev.String() + `"}`}
 	}
-	// Postgres refuses a NUL byte in text; the request decoder would have
-	// refused it earlier, which is why the test builds the group itself.
-	group := []*publishCall{
-		{args: args("first"), done: make(chan struct{})},
-		{args: args("bad\x00title"), done: make(chan struct{})},
-		{args: args("third"), done: make(chan struct{})},
+	// The writer is held on a lock of materials by a first, lone publish
+	// while the group queues behind it.
+	lock, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.srv.batch.write(group)
-	for i, c := range group {
-		<-c.done
-		if i == 1 {
-			if c.err == nil {
-				t.Errorf("the bad request was written: %+v", c.row)
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `LOCK TABLE materials IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// Postgres refuses a NUL byte in text; the request decoder would have
+	// refused it earlier, which is why the test queues the calls itself.
+	titles := []string{"held", "first", "bad\x00title", "third"}
+	rows := make([]publishRow, len(titles))
+	errs := make([]error, len(titles))
+	var wg sync.WaitGroup
+	for i, title := range titles {
+		wg.Add(1)
+		go func() { defer wg.Done(); rows[i], errs[i] = e.srv.queuePublish(ctx, args(title)) }()
+		if i == 0 {
+			waitForLockWait(t, e)
+		}
+	}
+	waitQueued(t, e.srv, len(titles)-1)
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i := range titles {
+		if i == 2 {
+			if errs[i] == nil {
+				t.Errorf("the bad request was written: %+v", rows[i])
 			}
 			continue
 		}
-		if c.err != nil || c.row.written != 2 {
-			t.Errorf("request %d: written %d, err %v; want 2 rows", i, c.row.written, c.err)
+		if errs[i] != nil || rows[i].written != 2 {
+			t.Errorf("request %d: written %d, err %v; want 2 rows", i, rows[i].written, errs[i])
 		}
 	}
-	if n := e.count("materials"); n != 2 {
-		t.Errorf("materials: %d rows, want 2", n)
+	if n := e.count("materials"); n != 3 {
+		t.Errorf("materials: %d rows, want 3", n)
 	}
 	if n := e.srv.m.batchFallbacks.Get(); n != 1 {
 		t.Errorf("fallback counter %d, want 1", n)
 	}
 }
 
-func TestPublishBatcherKeepsAKeyOutOfItsOwnGroup(t *testing.T) {
-	u := NewUUID()
-	mk := func(key string) *publishCall { return &publishCall{args: publishArgs{user: u, key: key}} }
-	b := &publishBatcher{maxBatch: 10}
-	a1, a2, bb, n1, n2 := mk("a"), mk("a"), mk("b"), mk(""), mk("")
-	b.queue = []*publishCall{a1, a2, bb, n1, n2}
-	group := b.takeLocked()
-	if len(group) != 4 || group[0] != a1 || group[1] != bb || group[2] != n1 || group[3] != n2 {
-		t.Fatalf("group %v, want a, b and the two without a key", group)
+// waitForLockWait waits until a statement of e's database waits for a lock.
+func waitForLockWait(t *testing.T, e *testEnv) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := e.db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
 	}
-	if len(b.queue) != 1 || b.queue[0] != a2 {
-		t.Fatalf("queue %v, want the second a", b.queue)
+	t.Fatal("no publish came to wait for the lock")
+}
+
+// waitQueued waits until n publishes wait for a writer.
+func waitQueued(t *testing.T, s *Server, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if s.batch.Queued() == n {
+			return
+		}
 	}
-	b.maxBatch = 1
-	b.queue = []*publishCall{n1, n2}
-	if g := b.takeLocked(); len(g) != 1 || g[0] != n1 || len(b.queue) != 1 || b.queue[0] != n2 {
-		t.Fatalf("maxBatch 1: group %v queue %v", g, b.queue)
+	t.Fatalf("never saw %d queued publishes", n)
+}
+
+// Two publishes with the same (user, Idempotency-Key) have one key, so
+// they never share a group (services/groupcommit); one without a key has
+// none.
+func TestPublishKeyKeepsAKeyOutOfItsOwnGroup(t *testing.T) {
+	u, v := NewUUID(), NewUUID()
+	mk := func(user UUID, key string) *publishCall { return &publishCall{args: publishArgs{user: user, key: key}} }
+	a1, ok1 := publishKey(mk(u, "a"))
+	a2, ok2 := publishKey(mk(u, "a"))
+	if !ok1 || !ok2 || a1 != a2 {
+		t.Fatalf("the same user and key: %v %v, %v %v; want one key", a1, ok1, a2, ok2)
+	}
+	if b, _ := publishKey(mk(u, "b")); b == a1 {
+		t.Fatal("another key of the same user is the same key")
+	}
+	if o, _ := publishKey(mk(v, "a")); o == a1 {
+		t.Fatal("another user's key a is the same key")
+	}
+	if _, ok := publishKey(mk(u, "")); ok {
+		t.Fatal("a publish without Idempotency-Key has a key")
 	}
 }
 

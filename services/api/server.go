@@ -48,7 +48,7 @@ type Server struct {
 	// (each costs a verify and a user lookup); nil when AuthRateLimit < 0.
 	authLimiter *rateLimiter
 	ready       readiness
-	batch       *publishBatcher
+	batch       *groupcommit.Queue[*publishCall] // the publishes (publish_batch.go)
 	// notify writes notifications that arrive together in one
 	// transaction; nil when Config.NotificationBatch is 1.
 	notify  *groupcommit.Queue[*notificationCall]
@@ -181,7 +181,7 @@ func New(cfg Config, pool *pgxpool.Pool) (*Server, error) {
 	// GET /v1/vapid-public-key serves.
 	s.apps = apps.NewStore(pool, apps.Config{Key: cfg.SecretsKey, Logger: cfg.Logger,
 		Default: &apps.App{WebPush: &apps.WebPush{Keys: []apps.VAPIDKey{{PublicKey: s.vapid}}}}})
-	s.batch = newPublishBatcher(s, cfg.PublishBatch, cfg.PublishConcurrency, cfg.WriteTimeout)
+	s.batch = newPublishQueue(s)
 	if cfg.NotificationBatch > 1 {
 		s.notify = groupcommit.New(groupcommit.Config[*notificationCall]{
 			MaxGroup: cfg.NotificationBatch,
@@ -322,13 +322,13 @@ func (s *Server) Failed() <-chan error { return s.failed }
 // Stop stops accepting connections and waits for in-flight requests; when
 // ctx expires first it cancels their contexts (their transactions roll
 // back) and closes every connection. It also stops the Idempotency-Key
-// sweeper and waits for it, and stops the publish writers (also when the
-// server was only used as a Handler, never started).
+// sweeper and waits for it, and stops the publish and notification queues
+// (also when the server was only used as a Handler, never started).
 func (s *Server) Stop(ctx context.Context) error {
-	defer s.batch.stop()
+	// The HTTP server has stopped taking requests by then; what is queued
+	// is written, and a later publish fails with 503.
+	defer func() { _ = s.batch.Stop(context.Background()) }()
 	if s.notify != nil {
-		// The HTTP server has stopped taking requests by then; what is
-		// queued is written.
 		defer func() { _ = s.notify.Stop(context.Background()) }()
 	}
 	return s.Base.Stop(ctx, func(ctx context.Context, hard bool) error {

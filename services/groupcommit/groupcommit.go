@@ -148,6 +148,14 @@ func (q *Queue[T]) Do(ctx context.Context, item T) error {
 	return ctx.Err()
 }
 
+// Queued is how many items wait for a writer (not yet taken): a gauge for
+// metrics, and what a test waits on to know a group will form.
+func (q *Queue[T]) Queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
+}
+
 // Stop refuses new items, lets the writers write what is queued and waits
 // for them. If ctx ends first, the writes in progress are cancelled (their
 // transactions roll back) and Stop returns ctx's error once the writers
