@@ -26,6 +26,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/notify-dev/notify/internal/leaktest"
 )
 
 // The contract check: every request the package's tests send through
@@ -183,7 +185,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // TestOpenAPIServed: GET /openapi.json serves the embedded document, a
