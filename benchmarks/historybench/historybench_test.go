@@ -17,6 +17,7 @@ import (
 	"github.com/notify-dev/notify/benchmarks/historybench"
 	"github.com/notify-dev/notify/benchmarks/pipeline"
 	"github.com/notify-dev/notify/infra/local/localtest"
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -26,7 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // The report keeps the events in order and compares the last with the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/pipeline"
 	"github.com/notify-dev/notify/infra/local/localtest"
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -18,7 +19,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // TestEndToEnd runs the real pipeline — every service a separate notify

@@ -8,6 +8,7 @@ import (
 
 	"github.com/notify-dev/notify/benchmarks/pushbench"
 	"github.com/notify-dev/notify/infra/local/localtest"
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/services/push/webpush"
 )
@@ -15,7 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // A small run against the mock process delivers every push once, every

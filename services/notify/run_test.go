@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams/streamstest"
@@ -21,7 +22,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // syncBuffer is a process's stderr, read while it runs.

@@ -1,0 +1,10 @@
+package triggerbench_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/notify-dev/notify/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { os.Exit(leaktest.Check(m.Run())) }
