@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/connect"
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
 	"github.com/notify-dev/notify/streams"
@@ -28,7 +29,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // env is one test's private database, topics and slot name.
