@@ -416,77 +416,133 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	res.Users, res.PushWorkers, res.LatencyMS, res.LogDir = int64(cfg.Users), cfg.PushWorkers, float64(cfg.Latency)/1e6, cfg.LogDir
 	res.Mix = *cfg.Mix
 	res.LoadAvg = benchkit.LoadAvg()
-	runID := benchkit.Suffix()
+	r := &run{cfg: cfg, res: &res, id: benchkit.Suffix()}
+	defer r.cleanUp()
+	if err := r.prepare(ctx); err != nil {
+		return res, err
+	}
+	if err := r.start(ctx); err != nil {
+		return res, err
+	}
+	if err := r.publish(ctx); err != nil {
+		return res, err
+	}
+	if err := r.measure(ctx); err != nil {
+		return res, err
+	}
+	return res, nil
+}
 
-	// 1. Database: seeded once per (users, seed, mix), run tables emptied.
-	// A scratch database instead when the run leaves a history behind.
-	dbName := databaseName(cfg.Users, cfg.Seed, *cfg.Mix)
-	var pool *pgxpool.Pool
-	var dbURL string
+// run is one Run's state, shared by its steps: prepare (database and
+// topics), start (every service and, if asked, the browser), publish (the
+// events, each watched until its last outcome) and measure (the totals).
+type run struct {
+	cfg Config
+	res *Result
+	id  string // names the run's topics and slot
+
+	dbName, dbURL          string
+	pool                   *pgxpool.Pool
+	courseID, instructorID string
+	topics                 *benchkit.Topics
+	slot                   string
+
+	env     []string // every service's environment
+	devs    devices
+	wsAddr  string // the mock's WebSocket for the browser; empty without one
+	procs   []*benchkit.Proc
+	mock    *benchkit.Mock
+	browser *firefox.Browser
+
+	// undo are the clean-ups of what the steps set up, run last first.
+	undo []func()
+}
+
+func (r *run) onCleanUp(f func()) { r.undo = append(r.undo, f) }
+
+func (r *run) cleanUp() {
+	for i := len(r.undo) - 1; i >= 0; i-- {
+		r.undo[i]()
+	}
+}
+
+// prepare readies the database — seeded once per (users, seed, mix), run
+// tables emptied, or a scratch database when the run leaves a history
+// behind — and creates the run's topics under a fresh prefix.
+func (r *run) prepare(ctx context.Context) error {
+	cfg, res := r.cfg, r.res
+	r.dbName = databaseName(cfg.Users, cfg.Seed, *cfg.Mix)
 	var subs int64
 	var seeded float64
 	if cfg.Scratch {
-		var db benchkit.Database
-		if db, pool, subs, seeded, err = prepareScratch(ctx, cfg); err != nil {
-			return res, err
+		db, pool, n, s, err := prepareScratch(ctx, cfg)
+		if err != nil {
+			return err
 		}
-		dbName, dbURL = db.Name, db.URL
-		defer func() {
+		r.pool, subs, seeded = pool, n, s
+		r.dbName, r.dbURL = db.Name, db.URL
+		r.onCleanUp(func() {
 			pool.Close()
 			if err := db.Drop(); err != nil {
 				cfg.Say(err.Error())
 			}
-		}()
+		})
 	} else {
-		if pool, dbURL, subs, seeded, err = prepareDatabase(ctx, cfg, dbName); err != nil {
-			return res, err
+		pool, url, n, s, err := prepareDatabase(ctx, cfg, r.dbName)
+		if err != nil {
+			return err
 		}
-		defer pool.Close()
+		r.pool, r.dbURL, subs, seeded = pool, url, n, s
+		r.onCleanUp(pool.Close)
 	}
-	res.Database = dbName
+	res.Database = r.dbName
 	res.Subscriptions, res.SeedSeconds = subs, seeded
-	if err := setCounters(ctx, pool, !cfg.CountersOff); err != nil {
-		return res, err
+	if err := setCounters(ctx, r.pool, !cfg.CountersOff); err != nil {
+		return err
 	}
 	res.CountersOff = cfg.CountersOff
-	if err := dropStaleRunSlots(ctx, pool, cfg.Say); err != nil {
-		return res, err
-	}
-	var courseID, instructorID string
-	readCourse := func() error {
-		if err := pool.QueryRow(ctx, "SELECT id::text, instructor_id::text FROM courses LIMIT 1").Scan(&courseID, &instructorID); err != nil {
-			return fmt.Errorf("read seeded course: %w", err)
-		}
-		return nil
+	if err := dropStaleRunSlots(ctx, r.pool, cfg.Say); err != nil {
+		return err
 	}
 	if !cfg.Roster {
-		if err := readCourse(); err != nil {
-			return res, err
+		// With Roster the course arrives with the roster (startRoster).
+		if err := r.readCourse(ctx); err != nil {
+			return err
 		}
 	}
-
-	// 2. Topics under a fresh prefix, deleted at the end.
-	topics, err := benchkit.CreateTopics(ctx, cfg.Brokers, streams.DefaultTopics().WithPrefix("run"+runID+"."), "pipeline")
+	topics, err := benchkit.CreateTopics(ctx, cfg.Brokers, streams.DefaultTopics().WithPrefix("run"+r.id+"."), "pipeline")
 	if err != nil {
-		return res, err
+		return err
 	}
-	defer topics.Delete()
-	adm := topics.Admin
+	r.topics = topics
+	r.onCleanUp(topics.Delete)
+	return nil
+}
 
-	// 3. Services, each its own process.
-	slot := "notify_run_" + runID
+func (r *run) readCourse(ctx context.Context) error {
+	if err := r.pool.QueryRow(ctx, "SELECT id::text, instructor_id::text FROM courses LIMIT 1").Scan(&r.courseID, &r.instructorID); err != nil {
+		return fmt.Errorf("read seeded course: %w", err)
+	}
+	return nil
+}
+
+// start runs the mock and every service, each its own process, waits
+// until they are ready, and subscribes the browser if there is one.
+func (r *run) start(ctx context.Context) error {
+	cfg, res := r.cfg, r.res
+	r.slot = "notify_run_" + r.id
 	// The mock writes its certificate here when it starts (below); the
 	// push workers trust it.
 	certFile := filepath.Join(cfg.LogDir, "pushmock-cert.pem")
 	apiPort, err := benchkit.FreePort()
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.APIAddr = fmt.Sprintf("127.0.0.1:%d", apiPort)
-	env := append([]string{
-		"NOTIFY_DATABASE_URL=" + dbURL,
+	r.env = append([]string{
+		"NOTIFY_DATABASE_URL=" + r.dbURL,
 		"NOTIFY_KAFKA_BROKERS=" + strings.Join(cfg.Brokers, ","),
-		"NOTIFY_TOPIC_PREFIX=" + topics.Prefix,
+		"NOTIFY_TOPIC_PREFIX=" + r.topics.Prefix,
 		"NOTIFY_PUSH_CA_FILE=" + certFile,
 		"NOTIFY_LOG_FORMAT=json",
 		// Dev mode: the public dev secrets and the loopback mock; every
@@ -494,228 +550,264 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		"NOTIFY_DEV=1",
 	}, cfg.ExtraEnv...)
 	if cfg.Roster {
-		env = append(env, ids.EnvNamespace+"="+RosterNamespace)
+		r.env = append(r.env, ids.EnvNamespace+"="+RosterNamespace)
 	}
 	// The mock's APNs side and the push workers' APNs client share the dev
 	// key made here (the mock reads it from these variables too).
-	devs := cfg.Mix.devices(cfg.Users, cfg.Seed)
-	if devs.apns > 0 {
+	r.devs = cfg.Mix.devices(cfg.Users, cfg.Seed)
+	if r.devs.apns > 0 {
 		k, _, err := apns.EnsureDevKey(filepath.Join(cfg.LogDir, "apns"))
 		if err != nil {
-			return res, err
+			return err
 		}
-		env = append(env, "NOTIFY_APNS_KEY_FILE="+k.KeyFile, "NOTIFY_APNS_KEY_ID="+k.KeyID,
+		r.env = append(r.env, "NOTIFY_APNS_KEY_FILE="+k.KeyFile, "NOTIFY_APNS_KEY_ID="+k.KeyID,
 			"NOTIFY_APNS_TEAM_ID="+k.TeamID, "NOTIFY_APNS_TOPIC="+k.Topic)
 	}
-	var procs []*benchkit.Proc
-	defer func() {
-		if cfg.Stopping != nil {
-			cfg.Stopping()
-		}
-		for i := len(procs) - 1; i >= 0; i-- {
-			_ = procs[i].Stop(30 * time.Second)
-		}
-		// The slot pins WAL until dropped; the walsender may still hold it
-		// for a moment after the connector's exit.
-		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := benchkit.DropSlots(dctx, pool, dbName, slot); err != nil {
-			cfg.Say(err.Error())
-		}
-	}()
-	start := func(name string, args ...string) (*benchkit.Proc, error) {
-		cfg.Say("starting " + name)
-		// The service's own flags after the harness's: a flag given twice
-		// takes the later value.
-		args = append(args, cfg.ServiceFlags[args[1]]...)
-		p, err := benchkit.StartProc(cfg.Binary, cfg.LogDir, name, env, args...)
-		if err == nil {
-			procs = append(procs, p)
-		}
-		return p, err
-	}
-	cfg.Say("starting pushmock")
-	var wsAddr string
-	if cfg.Browser != nil {
-		port, err := benchkit.FreePort()
-		if err != nil {
-			return res, err
-		}
-		wsAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	}
-	mock, err := benchkit.StartMock(ctx, benchkit.MockConfig{Binary: cfg.Binary, Dir: cfg.LogDir, Port: cfg.PushPort,
-		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: env, WebSocketAddr: wsAddr, Flags: cfg.MockFlags})
-	if err != nil {
-		return res, err
-	}
-	procs = append(procs, mock.Proc)
-	// The push workers send FCM with the credentials the mock wrote (its
-	// token_uri is the mock's) and both app platforms to the mock.
-	if devs.fcm > 0 {
-		env = append(env, "NOTIFY_FCM_CREDENTIALS="+mock.FCMCredentialsFile, "NOTIFY_FCM_ENDPOINT="+mock.URL)
-	}
-	if devs.apns > 0 {
-		env = append(env, "NOTIFY_APNS_ENDPOINT="+mock.URL)
+	r.onCleanUp(r.stopProcs)
+	if err := r.startMock(ctx); err != nil {
+		return err
 	}
 	// Each service serves /metrics on its own free port, listed in the result.
 	res.Metrics = map[string]string{}
-	metrics := func(name string) (string, error) {
+	if cfg.Roster {
+		if err := r.startRoster(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.startServices(); err != nil {
+		return err
+	}
+	if err := r.waitReady(ctx); err != nil {
+		return err
+	}
+	if cfg.Browser != nil {
+		// A real browser, subscribed as one of the students.
+		b, student, endpoint, err := startBrowser(ctx, cfg, r.env, r.pool, r.courseID, res.APIAddr, r.wsAddr)
+		if err != nil {
+			return err
+		}
+		r.onCleanUp(func() { _ = b.Close() })
+		r.browser = b
+		res.Browser = &BrowserResult{Student: student, Endpoint: endpoint}
+		res.Subscriptions++ // the browser's, beside the seeded ones
+	}
+	if cfg.Ready != nil {
+		if err := cfg.Ready(cfg.LogDir, res.Metrics); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopProcs stops the processes, last started first, and drops the slot.
+func (r *run) stopProcs() {
+	if r.cfg.Stopping != nil {
+		r.cfg.Stopping()
+	}
+	for i := len(r.procs) - 1; i >= 0; i-- {
+		_ = r.procs[i].Stop(30 * time.Second)
+	}
+	// The slot pins WAL until dropped; the walsender may still hold it
+	// for a moment after the connector's exit.
+	dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := benchkit.DropSlots(dctx, r.pool, r.dbName, r.slot); err != nil {
+		r.cfg.Say(err.Error())
+	}
+}
+
+// startProc starts one notify process, its service's own flags after the
+// harness's: a flag given twice takes the later value.
+func (r *run) startProc(name string, args ...string) error {
+	r.cfg.Say("starting " + name)
+	args = append(args, r.cfg.ServiceFlags[args[1]]...)
+	p, err := benchkit.StartProc(r.cfg.Binary, r.cfg.LogDir, name, r.env, args...)
+	if err != nil {
+		return err
+	}
+	r.procs = append(r.procs, p)
+	return nil
+}
+
+// metricsAddr picks a free port for name's /metrics and lists it in the
+// result.
+func (r *run) metricsAddr(name string) (string, error) {
+	port, err := benchkit.FreePort()
+	if err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	r.res.Metrics[name] = "http://" + addr + "/metrics"
+	return addr, nil
+}
+
+// startMock starts the push services' mock and points the push workers'
+// FCM and APNs clients at it.
+func (r *run) startMock(ctx context.Context) error {
+	cfg := r.cfg
+	cfg.Say("starting pushmock")
+	if cfg.Browser != nil {
 		port, err := benchkit.FreePort()
 		if err != nil {
-			return "", err
+			return err
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		res.Metrics[name] = "http://" + addr + "/metrics"
-		return addr, nil
+		r.wsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	}
-	if cfg.Roster {
-		// 3a. The students, from the platform's change stream.
-		delTopics, err := createRosterTopics(ctx, adm, topics.Topics)
-		if err != nil {
-			return res, err
-		}
-		defer delTopics()
-		users, _, _ := rosterTopics(topics.Prefix)
-		cfg.Say(fmt.Sprintf("writing the platform's snapshot as Debezium records: %d users, 1 course, %d enrollments (%s…)", cfg.Users+1, cfg.Users, users))
-		t0 := time.Now()
-		if err := produceRoster(ctx, cfg.Brokers, topics.Prefix, cfg.Users); err != nil {
-			return res, fmt.Errorf("write the roster records: %w", err)
-		}
-		raddr, err := metrics("roster")
-		if err != nil {
-			return res, err
-		}
-		if _, err := start("roster", append(rosterArgs(topics.Prefix), "--metrics-addr", raddr)...); err != nil {
-			return res, err
-		}
-		if err := waitRoster(ctx, cfg, pool, procs); err != nil {
-			return res, err
-		}
-		res.Roster, res.RosterSeconds = true, time.Since(t0).Seconds()
-		cfg.Say(fmt.Sprintf("roster: %d students and their enrollments applied from the topics in %.1f s", cfg.Users, res.RosterSeconds))
-		// As the seed does: the first event must not pay for the fresh
-		// rows' hint bits.
-		if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) users, enrollments"); err != nil {
-			return res, fmt.Errorf("vacuum the roster's tables: %w", err)
-		}
-		if err := readCourse(); err != nil {
-			return res, err
-		}
-	}
-	addr, err := metrics("cdc")
+	mock, err := benchkit.StartMock(ctx, benchkit.MockConfig{Binary: cfg.Binary, Dir: cfg.LogDir, Port: cfg.PushPort,
+		Latency: cfg.Latency, Seed: cfg.Seed, DecryptSample: 0.01, Env: r.env, WebSocketAddr: r.wsAddr, Flags: cfg.MockFlags})
 	if err != nil {
-		return res, err
+		return err
 	}
-	if _, err := start("cdc", "run", "cdc", "--slot", slot, "--publication", "notify_outbox", "--metrics-addr", addr); err != nil {
-		return res, err
+	r.mock = mock
+	r.procs = append(r.procs, mock.Proc)
+	// The push workers send FCM with the credentials the mock wrote (its
+	// token_uri is the mock's) and both app platforms to the mock.
+	if r.devs.fcm > 0 {
+		r.env = append(r.env, "NOTIFY_FCM_CREDENTIALS="+mock.FCMCredentialsFile, "NOTIFY_FCM_ENDPOINT="+mock.URL)
 	}
-	if addr, err = metrics("fanout"); err != nil {
-		return res, err
+	if r.devs.apns > 0 {
+		r.env = append(r.env, "NOTIFY_APNS_ENDPOINT="+mock.URL)
 	}
-	if _, err := start("fanout", "run", "fanout", "--metrics-addr", addr); err != nil {
-		return res, err
+	return nil
+}
+
+// startRoster brings the students from the platform's change stream: it
+// writes the platform's snapshot as Debezium records and runs the roster
+// service until it has applied them.
+func (r *run) startRoster(ctx context.Context) error {
+	cfg, res := r.cfg, r.res
+	delTopics, err := createRosterTopics(ctx, r.topics.Admin, r.topics.Topics)
+	if err != nil {
+		return err
 	}
-	for i := 0; i < cfg.PushWorkers; i++ {
+	r.onCleanUp(delTopics)
+	users, _, _ := rosterTopics(r.topics.Prefix)
+	cfg.Say(fmt.Sprintf("writing the platform's snapshot as Debezium records: %d users, 1 course, %d enrollments (%s…)", cfg.Users+1, cfg.Users, users))
+	t0 := time.Now()
+	if err := produceRoster(ctx, cfg.Brokers, r.topics.Prefix, cfg.Users); err != nil {
+		return fmt.Errorf("write the roster records: %w", err)
+	}
+	raddr, err := r.metricsAddr("roster")
+	if err != nil {
+		return err
+	}
+	if err := r.startProc("roster", append(rosterArgs(r.topics.Prefix), "--metrics-addr", raddr)...); err != nil {
+		return err
+	}
+	if err := waitRoster(ctx, cfg, r.pool, r.procs); err != nil {
+		return err
+	}
+	res.Roster, res.RosterSeconds = true, time.Since(t0).Seconds()
+	cfg.Say(fmt.Sprintf("roster: %d students and their enrollments applied from the topics in %.1f s", cfg.Users, res.RosterSeconds))
+	// As the seed does: the first event must not pay for the fresh
+	// rows' hint bits.
+	if _, err := r.pool.Exec(ctx, "VACUUM (ANALYZE) users, enrollments"); err != nil {
+		return fmt.Errorf("vacuum the roster's tables: %w", err)
+	}
+	return r.readCourse(ctx)
+}
+
+// startServices starts the connector, the fan-out, the push workers and
+// the API.
+func (r *run) startServices() error {
+	addr, err := r.metricsAddr("cdc")
+	if err != nil {
+		return err
+	}
+	if err := r.startProc("cdc", "run", "cdc", "--slot", r.slot, "--publication", "notify_outbox", "--metrics-addr", addr); err != nil {
+		return err
+	}
+	if addr, err = r.metricsAddr("fanout"); err != nil {
+		return err
+	}
+	if err := r.startProc("fanout", "run", "fanout", "--metrics-addr", addr); err != nil {
+		return err
+	}
+	for i := 0; i < r.cfg.PushWorkers; i++ {
 		name := fmt.Sprintf("push-%d", i+1)
-		if addr, err = metrics(name); err != nil {
-			return res, err
+		if addr, err = r.metricsAddr(name); err != nil {
+			return err
 		}
-		if _, err := start(name, "run", "push", "--metrics-addr", addr, "--worker-id", name); err != nil {
-			return res, err
+		if err := r.startProc(name, "run", "push", "--metrics-addr", addr, "--worker-id", name); err != nil {
+			return err
 		}
 	}
-	if addr, err = metrics("api"); err != nil {
-		return res, err
+	if addr, err = r.metricsAddr("api"); err != nil {
+		return err
 	}
-	if _, err := start("api", "run", "api", "--addr", res.APIAddr, "--metrics-addr", addr); err != nil {
-		return res, err
-	}
-	cfg.Say("waiting for every service to be ready")
-	if err := benchkit.WaitFor(ctx, "the api", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
-		return httpOK(ctx, "http://"+res.APIAddr+"/readyz")
+	return r.startProc("api", "run", "api", "--addr", r.res.APIAddr, "--metrics-addr", addr)
+}
+
+// waitReady waits for the API's readiness, the connector's active slot
+// and every consumer group's members.
+func (r *run) waitReady(ctx context.Context) error {
+	r.cfg.Say("waiting for every service to be ready")
+	if err := benchkit.WaitFor(ctx, "the api", 60*time.Second, r.procs, func(ctx context.Context) (bool, error) {
+		return httpOK(ctx, "http://"+r.res.APIAddr+"/readyz")
 	}); err != nil {
-		return res, err
+		return err
 	}
-	if err := benchkit.WaitFor(ctx, "the CDC connector's slot", 60*time.Second, procs, func(ctx context.Context) (bool, error) {
+	if err := benchkit.WaitFor(ctx, "the CDC connector's slot", 60*time.Second, r.procs, func(ctx context.Context) (bool, error) {
 		var active bool
-		err := pool.QueryRow(ctx, "SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)", slot).Scan(&active)
+		err := r.pool.QueryRow(ctx, "SELECT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), false)", r.slot).Scan(&active)
 		return active, err
 	}); err != nil {
-		return res, err
+		return err
 	}
 	for _, g := range []struct {
 		group   string
 		members int
-	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, cfg.PushWorkers}, {streams.GroupPushLane, cfg.PushWorkers}} {
-		name := topics.Group(g.group)
-		if err := benchkit.WaitFor(ctx, "consumer group "+name, 60*time.Second, procs, func(ctx context.Context) (bool, error) {
-			d, err := adm.DescribeGroups(ctx, name)
+	}{{streams.GroupFanoutPlanner, 1}, {streams.GroupFanout, 1}, {streams.GroupPush, r.cfg.PushWorkers}, {streams.GroupPushLane, r.cfg.PushWorkers}} {
+		name := r.topics.Group(g.group)
+		if err := benchkit.WaitFor(ctx, "consumer group "+name, 60*time.Second, r.procs, func(ctx context.Context) (bool, error) {
+			d, err := r.topics.Admin.DescribeGroups(ctx, name)
 			if err != nil {
 				return false, err
 			}
 			gd := d[name]
 			return gd.State == "Stable" && len(gd.Members) >= g.members, nil
 		}); err != nil {
-			return res, err
+			return err
 		}
 	}
+	return nil
+}
 
-	// 3b. A real browser, subscribed as one of the students.
-	var browser *firefox.Browser
-	if cfg.Browser != nil {
-		b, student, endpoint, err := startBrowser(ctx, cfg, env, pool, courseID, res.APIAddr, wsAddr)
-		if err != nil {
-			return res, err
-		}
-		defer b.Close()
-		browser = b
-		res.Browser = &BrowserResult{Student: student, Endpoint: endpoint}
-		res.Subscriptions++ // the browser's, beside the seeded ones
-	}
-	if cfg.Ready != nil {
-		if err := cfg.Ready(cfg.LogDir, res.Metrics); err != nil {
-			return res, err
-		}
-	}
-
-	// 4. Publish the events through the API, as an instructor would, one
-	// after another: each is watched until its last outcome is recorded
-	// before the next is published.
-	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--dev", "--user", instructorID).Output()
+// publish publishes the events through the API, as an instructor would,
+// one after another: each is watched until its last outcome is recorded
+// before the next is published. With NoBroadcast it runs During instead.
+func (r *run) publish(ctx context.Context) error {
+	cfg, res := r.cfg, r.res
+	token, err := exec.CommandContext(ctx, cfg.Binary, "token", "--dev", "--user", r.instructorID).Output()
 	if err != nil {
-		return res, fmt.Errorf("mint token: %w", err)
+		return fmt.Errorf("mint token: %w", err)
 	}
-	probe := newCPUProbe(ctx, pool, cfg.Brokers, procs)
+	probe := newCPUProbe(ctx, r.pool, cfg.Brokers, r.procs)
 	if cfg.NoBroadcast {
 		if cfg.During == nil {
-			return res, errors.New("pipeline: NoBroadcast needs During")
+			return errors.New("pipeline: NoBroadcast needs During")
 		}
-		if err := cfg.During(ctx, Live{Topics: topics, Users: res.Users, Subscriptions: res.Subscriptions,
-			PushWorkers: cfg.PushWorkers, APIAddr: res.APIAddr, DatabaseURL: dbURL, Binary: cfg.Binary, Mock: mock, Metrics: res.Metrics}); err != nil {
-			return res, err
-		}
+		return cfg.During(ctx, Live{Topics: r.topics, Users: res.Users, Subscriptions: res.Subscriptions,
+			PushWorkers: cfg.PushWorkers, APIAddr: res.APIAddr, DatabaseURL: r.dbURL, Binary: cfg.Binary, Mock: r.mock, Metrics: res.Metrics})
 	}
 	var pushed int64 // the mock's requests before the event
 	for i := range cfg.Events {
-		if cfg.NoBroadcast {
-			break
-		}
 		if cfg.Events > 1 {
 			cfg.Say(fmt.Sprintf("event %d of %d", i+1, cfg.Events))
 		}
-		ev, err := publishEvent(ctx, cfg, eventRun{pool: pool, mock: mock, procs: procs, topics: topics, probe: probe,
-			token: strings.TrimSpace(string(token)), courseID: courseID, runID: runID, dbURL: dbURL, browser: browser, pushed: pushed}, i, &res)
+		ev, err := publishEvent(ctx, cfg, eventRun{pool: r.pool, mock: r.mock, procs: r.procs, topics: r.topics, probe: probe,
+			token: strings.TrimSpace(string(token)), courseID: r.courseID, runID: r.id, dbURL: r.dbURL, browser: r.browser, pushed: pushed}, i, res)
 		if err != nil {
-			return res, err
+			return err
 		}
 		pushed = ev.pushedAfter
 		if cfg.Events > 1 && cfg.EventCryptoMessages > 0 {
 			// After the event's last outcome and before the next publish:
 			// outside every CPU window of the events.
 			n := min(cfg.EventCryptoMessages, int(max(res.Subscriptions, 1)))
-			us, err := cryptoOnlyUS(n, cfg.Seed, mock.URL)
+			us, err := cryptoOnlyUS(n, cfg.Seed, r.mock.URL)
 			if err != nil {
-				return res, fmt.Errorf("event %d: crypto-only reference: %w", i+1, err)
+				return fmt.Errorf("event %d: crypto-only reference: %w", i+1, err)
 			}
 			ev.CryptoOnlyUSPerMessage = us
 			if us > 0 {
@@ -729,10 +821,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			cfg.EventDone(ev.EventResult)
 		}
 	}
+	return nil
+}
 
-	st, err := mock.Stats(ctx)
+// measure fills in the totals: what the mock received, every process's
+// CPU and, if asked, the Web Push crypto's own cost on this machine.
+func (r *run) measure(ctx context.Context) error {
+	cfg, res := r.cfg, r.res
+	st, err := r.mock.Stats(ctx)
 	if err != nil {
-		return res, fmt.Errorf("mock stats: %w", err)
+		return fmt.Errorf("mock stats: %w", err)
 	}
 	res.MockReceived, res.MockUnique, res.Duplicates, res.DecryptFailures = st.Received, st.Unique, st.Duplicates, st.DecryptFailures
 	for i := range res.Platforms {
@@ -751,7 +849,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	res.MockUnique += st.FCM.Unique + st.APNs.Unique
 	res.Duplicates += st.FCM.Duplicates + st.APNs.Duplicates
 	res.CPUSeconds = map[string]float64{}
-	for _, p := range procs {
+	for _, p := range r.procs {
 		c := p.CPUSeconds()
 		res.CPUSeconds[p.Name] = c
 		if strings.HasPrefix(p.Name, "push-") {
@@ -763,16 +861,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		// encryption and VAPID header the push workers made, no network.
 		n := min(cfg.CryptoMessages, int(max(res.Subscriptions, 1)))
 		cfg.Say(fmt.Sprintf("measuring the Web Push crypto alone (%d messages in this process)", n))
-		us, err := cryptoOnlyUS(n, cfg.Seed, mock.URL)
+		us, err := cryptoOnlyUS(n, cfg.Seed, r.mock.URL)
 		if err != nil {
-			return res, fmt.Errorf("crypto-only reference: %w", err)
+			return fmt.Errorf("crypto-only reference: %w", err)
 		}
 		res.CryptoOnlyMessages, res.CryptoOnlyUSPerMessage = n, us
 		if us > 0 && res.PipelineCPUUSPerDelivery > 0 {
 			res.PipelineToCrypto = res.PipelineCPUUSPerDelivery / us
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // Print writes the result table, beside the seed write-up's figures.
