@@ -29,7 +29,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,39 +108,9 @@ func (c *Connector) Topic(table string) string { return c.cfg.TopicPrefix + "." 
 // directory of jars (one fetched by another checkout, say).
 const EnvLibs = "NOTIFY_DEBEZIUM_LIBS"
 
-// repoRoot is the checkout this file belongs to: the jars and the worker's
-// logging config are found from here, so the test can run from any
-// directory, and every path handed to java is absolute. Built with
-// -trimpath the file's path is not absolute; the checkout is then the
-// nearest directory above the working directory (a package's, under go
-// test) that holds go.mod.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	if filepath.IsAbs(file) {
-		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-	}
-	dir, _ := os.Getwd()
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return dir
-		}
-	}
-}
-
 // LibsDir is where infra/local/debezium.sh fetch puts the jars, or
 // EnvLibs when set.
-func LibsDir() string {
-	if v := os.Getenv(EnvLibs); v != "" {
-		if abs, err := filepath.Abs(v); err == nil {
-			return abs
-		}
-		return v
-	}
-	return filepath.Join(repoRoot(), ".local", "debezium", "libs")
-}
+func LibsDir() string { return localtest.LibsDir(EnvLibs, "debezium") }
 
 // Start starts a worker running Debezium's PostgreSQL connector for cfg
 // and returns once the connector and its task are RUNNING. It stops the
@@ -214,7 +183,7 @@ func Start(t testing.TB, cfg Config) *Connector {
 
 	schemas := strconv.FormatBool(cfg.SchemasEnable)
 	cp := filepath.Join(libs, "*")
-	log4j := filepath.Join(repoRoot(), "infra", "local", "debezium", "log4j2.xml")
+	log4j := filepath.Join(localtest.RepoRoot(), "infra", "local", "debezium", "log4j2.xml")
 	// A free port can be taken between the probe and the worker's bind:
 	// a start that fails on its port is retried on another.
 	for attempt := 1; ; attempt++ {

@@ -30,7 +30,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,33 +75,8 @@ const Mechanism = "SCRAM-SHA-512"
 // admin is the broker's own user (inter-broker listener, readiness probe).
 const admin = "scratch-admin"
 
-// repoRoot is the checkout this file belongs to (see debeziumtest).
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	if filepath.IsAbs(file) {
-		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-	}
-	dir, _ := os.Getwd()
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return dir
-		}
-	}
-}
-
 // LibsDir is where infra/local/kafka.sh puts the jars, or EnvLibs when set.
-func LibsDir() string {
-	if v := os.Getenv(EnvLibs); v != "" {
-		if abs, err := filepath.Abs(v); err == nil {
-			return abs
-		}
-		return v
-	}
-	return filepath.Join(repoRoot(), ".local", "kafka", "libs")
-}
+func LibsDir() string { return localtest.LibsDir(EnvLibs, "kafka") }
 
 // StartSASLSSL starts a broker whose client listener is SASL_SSL with
 // SCRAM-SHA-512 for users (name → password), and returns once it answers
@@ -141,7 +115,7 @@ func StartSASLSSL(t testing.TB, users map[string]string) *Broker {
 	sort.Strings(names)
 
 	cp := filepath.Join(libs, "*")
-	log4j := filepath.Join(repoRoot(), "infra", "local", "kafka", "log4j2.xml")
+	log4j := filepath.Join(localtest.RepoRoot(), "infra", "local", "kafka", "log4j2.xml")
 	jvm := []string{"-Xms128m", "-Xmx512m", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", "-Dlog4j2.configurationFile=" + log4j}
 	// A free port can be taken between the probe and the broker's bind: a
 	// start that fails on its port is retried on others.

@@ -1,7 +1,9 @@
 // Package localtest lets disruptive tests stop and start the local servers
 // of infra/local (postgres.sh, kafka.sh). Those tests stop servers every
 // other test shares, so they run only when NOTIFY_DISRUPTIVE_TESTS=1, which
-// infra/local/test.sh sets for a serial phase before the main run.
+// infra/local/test.sh sets for a serial phase before the main run. It also
+// finds the checkout and the jars infra/local's scripts fetch, for the
+// packages that run java processes in a test (kafkatest, debeziumtest).
 package localtest
 
 import (
@@ -54,8 +56,7 @@ func Disruptive(t testing.TB) {
 // Script runs bash infra/local/<script> args... and fails t on error.
 func Script(t testing.TB, script string, args ...string) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Dir(filepath.Dir(file)) // infra/local
+	dir := filepath.Join(RepoRoot(), "infra", "local")
 	cmd := exec.Command("bash", append([]string{filepath.Join(dir, script)}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -80,4 +81,39 @@ func Stop(t testing.TB, script string) (start func()) {
 	t.Cleanup(start)
 	Script(t, script, "stop")
 	return start
+}
+
+// RepoRoot is the checkout this file belongs to: the jars and the java
+// processes' logging configs of infra/local are found from here, so a test
+// can run from any directory, and every path handed to java is absolute.
+// Built with -trimpath the file's path is not absolute; the checkout is
+// then the nearest directory above the working directory (a package's,
+// under go test) that holds go.mod.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	if filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	}
+	dir, _ := os.Getwd()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
+}
+
+// LibsDir is the directory of jars an infra/local script fetches for name
+// (.local/NAME/libs in the checkout), or the directory the environment
+// variable env names when it is set (another checkout's, say).
+func LibsDir(env, name string) string {
+	if v := os.Getenv(env); v != "" {
+		if abs, err := filepath.Abs(v); err == nil {
+			return abs
+		}
+		return v
+	}
+	return filepath.Join(RepoRoot(), ".local", name, "libs")
 }

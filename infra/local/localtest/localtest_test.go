@@ -1,6 +1,8 @@
 package localtest_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/notify-dev/notify/infra/local/localtest"
@@ -45,5 +47,27 @@ func TestMissingFailsInCI(t *testing.T) {
 	localtest.Missing(r, "kcat is not installed")
 	if r.skipped || !r.failed {
 		t.Fatalf("with CI: skipped %v failed %v, want a failure", r.skipped, r.failed)
+	}
+}
+
+// The checkout holds go.mod; a jar directory is the checkout's unless the
+// environment names another, made absolute.
+func TestRepoRootAndLibsDir(t *testing.T) {
+	root := localtest.RepoRoot()
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("RepoRoot %s holds no go.mod: %v", root, err)
+	}
+	const env = "NOTIFY_LOCALTEST_LIBS"
+	t.Setenv(env, "")
+	if got, want := localtest.LibsDir(env, "kafka"), filepath.Join(root, ".local", "kafka", "libs"); got != want {
+		t.Fatalf("LibsDir without %s: %s, want %s", env, got, want)
+	}
+	t.Setenv(env, "other/libs")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := localtest.LibsDir(env, "kafka"), filepath.Join(wd, "other", "libs"); got != want {
+		t.Fatalf("LibsDir with %s=other/libs: %s, want %s", env, got, want)
 	}
 }
