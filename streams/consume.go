@@ -38,7 +38,11 @@ import (
 // ctx is cancelled only when Stop gives up waiting (its own ctx ended). A
 // revoked or lost partition does not cancel it: work already started (a push
 // already on the wire) finishes and records its outcome, so the partition's
-// next owner finds it done instead of doing it again.
+// next owner finds it done instead of doing it again. Work not started yet
+// should watch PartitionReleased and give up at once (a revoke waits for
+// every handler of the partition, up to RevokeTimeout): an error returned
+// once the partition is released, or once the consumer is stopping, hands
+// the record back uncommitted — no retry, no dead letter, no warning.
 type Handler func(ctx context.Context, r *kgo.Record) error
 
 // ConsumerConfig configures a Consumer. Zero values take the documented
@@ -632,6 +636,15 @@ func (c *Consumer) process(st *partitionState, r *kgo.Record) bool {
 			return true
 		}
 		if ctx.Err() != nil {
+			return false
+		}
+		if isClosed(st.released) || c.run.Soft().Err() != nil {
+			// Handed back (the partition moved, or the consumer stops):
+			// the record stays uncommitted for whoever consumes it next,
+			// who tries it afresh — a handler with many records waiting
+			// for its own slots gives each up at once, and a warning per
+			// record would only be noise.
+			c.log.Debug("handler gave up: record handed back uncommitted", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			return false
 		}
 		if !Unavailable(err) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -39,7 +40,8 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	var cfg push.Config
 	var snd push.SenderSettings
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", push.DefaultMaxInFlight, "sends started but not yet recorded, over all commands: the most a crash can repeat")
-	fs.IntVar(&cfg.MaxCommands, "max-commands", push.DefaultMaxCommands, "push commands handled at once across assigned partitions (half may send, half hold early retries)")
+	fs.IntVar(&cfg.MaxCommands, "max-commands", push.DefaultMaxCommands, "command slots across assigned partitions: half may load and send, half hold early retries (--read-ahead more wait for a slot)")
+	fs.IntVar(&cfg.ReadAhead, "read-ahead", push.DefaultReadAhead, "push commands taken beyond --max-commands to wait for a slot, which goes to the waiting events in turn, so another event's commands read behind a broadcast's start before the broadcast's waiting ones (negative: none; "+envPushReadAhead+")")
 	laneCommands := fs.Int("lane-commands", push.DefaultLaneCommands, "transactional lane: its push commands (small events') handled at once, beside and apart from --max-commands")
 	laneRecordGroup := fs.Int("lane-record-group", push.DefaultLaneRecordGroup, "transactional lane: most commands whose outcomes one recording transaction writes (1: each command its own)")
 	laneInFlight := fs.Int("lane-in-flight", push.DefaultLaneInFlight, "transactional lane: its own send slots, which a broadcast's sends never take")
@@ -90,6 +92,9 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		}
 		cfg.Urgency = u
 		cfg.Topics = infra.topics()
+		if err := readAheadFromEnv(fs, &cfg); err != nil {
+			return nil, err
+		}
 		if err := cfg.ValidateSettings(); err != nil {
 			return nil, usageError{msg: err.Error()}
 		}
@@ -228,6 +233,29 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		return &hosted{svc: startstop.NewGroup(w, lw), infra: &infra, db: true, kafka: true, pool: pool,
 			metricsAddr: *metricsAddr, release: closeAll}, nil
 	}
+}
+
+// envPushReadAhead is --read-ahead's variable; the flag overrides it.
+const envPushReadAhead = "NOTIFY_PUSH_READ_AHEAD"
+
+// readAheadFromEnv sets cfg.ReadAhead from NOTIFY_PUSH_READ_AHEAD unless
+// --read-ahead was given.
+func readAheadFromEnv(fs *flag.FlagSet, cfg *push.Config) error {
+	v := strings.TrimSpace(os.Getenv(envPushReadAhead))
+	if v == "" {
+		return nil
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "read-ahead" })
+	if given {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return usageError{msg: fmt.Sprintf("%s %q is not a whole number", envPushReadAhead, v)}
+	}
+	cfg.ReadAhead = n
+	return nil
 }
 
 // laneConns are the transactional lane's own Postgres connections. Each

@@ -35,13 +35,15 @@ const (
 	// DefaultLaneRecordGroup is the lane worker's Config.RecordGroup.
 	DefaultLaneRecordGroup = 64
 	DefaultMaxCommands     = 16
-	DefaultMaxAttempts     = 5
-	DefaultBackoffBase     = time.Second
-	DefaultBackoffMax      = time.Minute
-	DefaultBatchSize       = 1000
-	DefaultFlushInterval   = 50 * time.Millisecond
-	DefaultHoldMax         = 5 * time.Second
-	DefaultLagInterval     = 15 * time.Second
+	// DefaultReadAhead: see Config.ReadAhead.
+	DefaultReadAhead     = 256
+	DefaultMaxAttempts   = 5
+	DefaultBackoffBase   = time.Second
+	DefaultBackoffMax    = time.Minute
+	DefaultBatchSize     = 1000
+	DefaultFlushInterval = 50 * time.Millisecond
+	DefaultHoldMax       = 5 * time.Second
+	DefaultLagInterval   = 15 * time.Second
 	// DefaultHoldRetryAfter: see Config.HoldRetryAfter.
 	DefaultHoldRetryAfter = 2 * time.Second
 	// DefaultDisableAfterFailures: see Config.DisableAfterFailures.
@@ -135,14 +137,29 @@ type Config struct {
 	// and counted in notify_push_subscriptions_disabled_total. Default 5;
 	// negative: never disable.
 	DisableAfterFailures int
-	// MaxCommands is how many push commands are handled at once across all
-	// assigned partitions (the consumer's MaxInFlight). Half of them may
-	// load and send (a fan-out command of ~5,500 subscriptions alone fills
-	// the default send slots, so a few keep the pipe full); the other half
-	// is room for early retries being held. More is not faster: on a
-	// rebalance every in-flight command of a revoked partition must finish
-	// within RevokeTimeout. Default 16.
+	// MaxCommands sizes the worker's command slots across all assigned
+	// partitions. Half of them may load and send at once (a fan-out
+	// command of ~5,500 subscriptions alone fills the default send slots,
+	// so a few keep the pipe full); the other half is room for early
+	// retries being held, so held retries never take a sending command's
+	// place. More is not faster: on a rebalance every sending command of a
+	// revoked partition must finish within RevokeTimeout. Default 16.
 	MaxCommands int
+	// ReadAhead is how many commands beyond MaxCommands the worker takes
+	// from Kafka (the consumer's MaxInFlight is MaxCommands + ReadAhead)
+	// to wait for a sending slot. The slots go to the waiting commands'
+	// events in turn, one per event per round, so another event's command
+	// produced behind a broadcast's on the same partitions starts as soon
+	// as it is read, instead of after the broadcast's commands ahead of it
+	// (benchmarks/RESULTS.md, fair share between apps). A waiting command
+	// has loaded nothing and sent nothing: it costs its record (a few
+	// hundred bytes) and a goroutine, and when its partition is revoked or
+	// lost, or the worker stops, it gives up at once, uncommitted, for the
+	// next owner. Default 256: a worker owning every partition reads a 1M
+	// broadcast's ~200 commands and what was produced behind them.
+	// Negative: none (MaxCommands records; the slots still go in turn
+	// among the commands read).
+	ReadAhead int
 	// MaxAttempts is how many times a subscription is tried before its
 	// retryable failure is recorded as failed and dead-lettered. Sends the
 	// worker never made (the push service's Retry-After had not passed)
@@ -238,6 +255,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxCommands == 0 {
 		c.MaxCommands = DefaultMaxCommands
 	}
+	if c.ReadAhead == 0 {
+		c.ReadAhead = DefaultReadAhead
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
 	}
@@ -271,6 +291,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// readAhead is ReadAhead with negative meaning none.
+func (c Config) readAhead() int { return max(0, c.ReadAhead) }
+
 // validate names the bad setting (as the flag spells it).
 func (c Config) validate() error {
 	switch {
@@ -298,6 +321,8 @@ func (c Config) validateSettings() error {
 		return fmt.Errorf("push worker: disable-after-failures must be at most 1000 (negative: never), got %d", c.DisableAfterFailures)
 	case c.MaxCommands < 1 || c.MaxCommands > 10_000:
 		return fmt.Errorf("push worker: max-commands must be between 1 and 10000, got %d", c.MaxCommands)
+	case c.ReadAhead > 10_000:
+		return fmt.Errorf("push worker: read-ahead must be at most 10000 (negative: none), got %d", c.ReadAhead)
 	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
 		return fmt.Errorf("push worker: max-attempts must be between 1 and 100, got %d", c.MaxAttempts)
 	case c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:

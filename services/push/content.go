@@ -188,7 +188,7 @@ func sameTime(a, b *time.Time) bool {
 	return a.Sub(*b).Abs() < time.Microsecond
 }
 
-func isClosed(c chan struct{}) bool {
+func isClosed(c <-chan struct{}) bool {
 	select {
 	case <-c:
 		return true

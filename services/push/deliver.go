@@ -175,7 +175,7 @@ func (d *dispatcher) start(q queued) bool {
 		return false
 	default:
 	}
-	if !w.slots.acquire(d.ctx, d.released, q.rc.app) {
+	if !w.slots.acquire(d.ctx, d.released, nil, q.rc.app) {
 		w.origins.release(q.budget)
 		return false
 	}

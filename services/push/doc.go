@@ -84,8 +84,18 @@
 // project's budget is also paced at its rate limit (the app's, else
 // Config.FCMRateLimit) by a token bucket (budget.go); its recipients over
 // the rate wait in their command for the next token while the others go
-// ahead. Commands themselves still reach the worker in their partition's
-// order.
+// ahead.
+//
+// Commands reach the worker in their partition's order, so another
+// event's commands produced after a broadcast's sit behind the
+// broadcast's on their partitions. The consumer therefore hands the
+// worker ReadAhead commands more than it has command slots; they wait,
+// having loaded and sent nothing, and the slots that load and send go to
+// the waiting commands' events in turn (Worker.admit, the same fairSlots
+// keyed by event): a small event's command, once read, starts at the next
+// slot or the one after, not after the broadcast's waiting commands. A
+// command carries no app (its devices may be of several), so the turn is
+// per event.
 //
 // # Disabled subscriptions
 //
@@ -156,7 +166,11 @@
 // and are recorded, and the command returns uncommitted for the next owner,
 // which sends only what is not recorded. The partition is handed back when
 // its commands are done or after RevokeTimeout; a command still running
-// then is not cancelled, it finishes in the background. Stop hands
+// then is not cancelled, it finishes in the background. Commands of the
+// partition that have not started — waiting for a command slot, for a
+// copy of themselves, or held as early retries — give up at once
+// (errReleased) and stay uncommitted for the next owner, so the revoke
+// waits only for the commands that are sending. Stop hands
 // back held retries (re-queued) and commands that have not started, and lets
 // commands that are sending finish. The worker follows services/startstop:
 // Start once (a second Start fails with ErrAlreadyStarted), the end of the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/apps"
 	"github.com/notify-dev/notify/services/apps/secrets"
 	"github.com/notify-dev/notify/services/push/webpush"
@@ -38,6 +39,10 @@ func BenchmarkAppsFairShare(b *testing.B) {
 	eventA, eventB1, eventB2 := f.eventID, newUUID(), newUUID()
 	f.exec(`DELETE FROM notifications WHERE event_id = $1 AND user_id >= $2`, eventA, bUsers[0])
 	for _, ev := range []string{eventB1, eventB2} {
+		// Its run: the worker sends the run's content, and dead-letters
+		// a command of an event without one.
+		schematest.InsertRun(b, f.db.Pool, streams.PushCommand{EventID: ev, CourseID: f.course, Type: streams.TypeMaterial,
+			Title: fixtureTitle, URL: fixtureURL})
 		f.exec(`INSERT INTO notifications (event_id, user_id, created_at) SELECT $1, user_id, now() FROM enrollments
 			WHERE course_id = $2 AND user_id >= $3`, ev, f.course, bUsers[0])
 	}

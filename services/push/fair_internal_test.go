@@ -2,9 +2,12 @@ package push
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // waitFor polls cond (state other goroutines reach) for up to 10 s.
@@ -33,7 +36,7 @@ func TestFairSlotsHotAppCannotStarve(t *testing.T) {
 	f := newFairSlots(tokens)
 	ctx := context.Background()
 	for range slots {
-		if !f.acquire(ctx, nil, "a") {
+		if !f.acquire(ctx, nil, nil, "a") {
 			t.Fatal("a free slot was refused")
 		}
 	}
@@ -42,7 +45,7 @@ func TestFairSlotsHotAppCannotStarve(t *testing.T) {
 	// the turn, the others wait in its queue.
 	for i := range hot {
 		go func() {
-			if f.acquire(ctx, nil, "a") {
+			if f.acquire(ctx, nil, nil, "a") {
 				grants <- "a"
 			}
 		}()
@@ -53,7 +56,7 @@ func TestFairSlotsHotAppCannotStarve(t *testing.T) {
 	go func() {
 		for range 4 {
 			bQueued <- struct{}{}
-			if f.acquire(ctx, nil, "b") {
+			if f.acquire(ctx, nil, nil, "b") {
 				grants <- "b"
 			}
 		}
@@ -102,18 +105,18 @@ func TestFairSlotsGiveUp(t *testing.T) {
 	tokens := make(chan struct{}, 1)
 	f := newFairSlots(tokens)
 	ctx := context.Background()
-	if !f.acquire(ctx, nil, "a") {
+	if !f.acquire(ctx, nil, nil, "a") {
 		t.Fatal("a free slot was refused")
 	}
 	got := make(chan bool, 3)
 	holderCtx, cancelHolder := context.WithCancel(ctx)
-	go func() { got <- f.acquire(holderCtx, nil, "a") }() // holds the turn
-	waitFor(t, "turn taken", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.busy })
+	go func() { got <- f.acquire(holderCtx, nil, nil, "a") }() // holds the turn
+	waitFor(t, "turn taken", f.turnHeld)
 	queuedCtx, cancelQueued := context.WithCancel(ctx)
-	go func() { got <- f.acquire(queuedCtx, nil, "b") }()
+	go func() { got <- f.acquire(queuedCtx, nil, nil, "b") }()
 	waitFor(t, "b queued", func() bool { return f.queued("b") == 1 })
 	released := make(chan struct{})
-	go func() { got <- f.acquire(ctx, released, "c") }()
+	go func() { got <- f.acquire(ctx, released, nil, "c") }()
 	waitFor(t, "c queued", func() bool { return f.queued("c") == 1 })
 
 	cancelQueued() // b leaves its queue
@@ -136,6 +139,123 @@ func TestFairSlotsGiveUp(t *testing.T) {
 	f.mu.Unlock()
 	if busy {
 		t.Fatal("the turn is still held with nobody waiting")
+	}
+}
+
+// gateWorker is a worker with only its command gate: n slots to load and
+// send; closing stop stops it.
+func gateWorker(n int) (w *Worker, stop chan struct{}) {
+	stop = make(chan struct{})
+	w = &Worker{m: newWorkerMetrics(metrics.NewSet()), active: make(chan struct{}, n), stopping: stop}
+	w.gate = newFairSlots(w.active)
+	return w, stop
+}
+
+func (f *fairSlots) turnHeld() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.busy
+}
+
+// A broadcast's commands fill the command slots and ten more of them wait
+// (read ahead); then another event's two commands arrive. As slots free,
+// the second event's commands start after one and two of the broadcast's
+// waiting ones — not after all ten, as they would in arrival order.
+func TestCommandGateHotEventCannotStarve(t *testing.T) {
+	const slots, hot = 2, 10
+	w, _ := gateWorker(slots)
+	ctx := context.Background()
+	for range slots {
+		if err := w.admit(ctx, nil, "broadcast"); err != nil {
+			t.Fatalf("a free command slot was refused: %v", err)
+		}
+	}
+	admitted := make(chan string, hot+2)
+	wait := func(event string) {
+		go func() {
+			if err := w.admit(ctx, nil, event); err != nil {
+				t.Errorf("admit %s: %v", event, err)
+				return
+			}
+			admitted <- event
+		}()
+	}
+	// One after the other, so the arrival order is known: the first
+	// holds the turn, the others queue behind it.
+	for i := range hot {
+		wait("broadcast")
+		waitFor(t, "broadcast command waiting", func() bool { return w.gate.queued("broadcast") == max(0, i) })
+	}
+	for i := range 2 {
+		wait("small")
+		waitFor(t, "small command waiting", func() bool { return w.gate.queued("small") == i+1 })
+	}
+	if got := w.m.waiting.Get(); got != hot+2 {
+		t.Fatalf("notify_push_commands_waiting %v, want %d", got, hot+2)
+	}
+	var order []string
+	for range hot + 2 {
+		<-w.active // a command finished: its slot frees
+		order = append(order, <-admitted)
+	}
+	want := []string{"broadcast", "broadcast", "small", "broadcast", "small"}
+	for range hot - 3 {
+		want = append(want, "broadcast")
+	}
+	if !equal(order, want) {
+		t.Fatalf("admitted %v, want %v (the small event's commands between the broadcast's)", order, want)
+	}
+	if got := w.m.waiting.Get(); got != 0 {
+		t.Fatalf("notify_push_commands_waiting %v after every command started, want 0", got)
+	}
+}
+
+// Commands waiting for a command slot give up at once, taking none, when
+// their partition is released (the revoke then waits only for commands
+// that are sending) or the worker stops; the others keep their places.
+func TestCommandGateGivesUpOnReleaseAndStop(t *testing.T) {
+	w, stop := gateWorker(1)
+	ctx := context.Background()
+	if err := w.admit(ctx, nil, "a"); err != nil {
+		t.Fatal(err)
+	}
+	revoked, kept := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 4)
+	// The turn holder and a queued waiter of the revoked partition, one of
+	// a partition that stays.
+	for _, c := range []struct {
+		released <-chan struct{}
+		event    string
+	}{{revoked, "a"}, {revoked, "b"}, {kept, "c"}} {
+		go func() { errs <- w.admit(ctx, c.released, c.event) }()
+		waitFor(t, "waiter queued", func() bool {
+			if c.event == "a" {
+				return w.gate.turnHeld()
+			}
+			return w.gate.queued(c.event) == 1
+		})
+	}
+	close(revoked)
+	for range 2 {
+		if err := <-errs; !errors.Is(err, errReleased) {
+			t.Fatalf("a waiter of a released partition returned %v, want errReleased", err)
+		}
+	}
+	if len(w.active) != 1 {
+		t.Fatalf("%d command slots taken, want 1 (the waiters that gave up took none)", len(w.active))
+	}
+	<-w.active
+	if err := <-errs; err != nil {
+		t.Fatalf("the waiter of the kept partition: %v", err)
+	}
+	go func() { errs <- w.admit(ctx, kept, "d") }()
+	waitFor(t, "waiter on the full gate", func() bool { return w.m.waiting.Get() == 1 })
+	close(stop)
+	if err := <-errs; !errors.Is(err, errStopping) {
+		t.Fatalf("a waiter when the worker stops returned %v, want errStopping", err)
+	}
+	if len(w.active) != 1 || w.m.waiting.Get() != 0 {
+		t.Fatalf("slots taken %d, waiting %v: want 1, 0", len(w.active), w.m.waiting.Get())
 	}
 }
 

@@ -12,7 +12,10 @@ import (
 // and the consumer loop its own (records, retries, commits, fetch lag):
 //
 //	notify_push_commands_total{kind="fresh|retry",result="done|requeued|empty"}
-//	notify_push_commands_in_flight          commands being handled
+//	notify_push_commands_in_flight          commands handed to the worker
+//	                                        (waiting, held or sending)
+//	notify_push_commands_waiting            commands waiting for a slot to
+//	                                        load and send (ReadAhead)
 //	notify_push_commands_held               early retries being held
 //	notify_push_held_retries_total          sparse 429s waited out in place
 //	                                        and sent again (HoldRetryAfter)
@@ -50,7 +53,7 @@ type workerMetrics struct {
 	set *metrics.Set
 
 	freshDone, freshEmpty, retryDone, retryEmpty, requeued *metrics.Counter
-	inFlight, held, unrecorded                             *metrics.Gauge
+	inFlight, waiting, held, unrecorded                    *metrics.Gauge
 
 	delivered, gone, failed, retrying, deferred, deadLettered *metrics.Counter
 	disabled, heldRetries, contentMismatch                    *metrics.Counter
@@ -72,6 +75,7 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.retryEmpty = m.counter(`notify_push_commands_total{kind="retry",result="empty"}`)
 	m.requeued = m.counter(`notify_push_commands_total{kind="retry",result="requeued"}`)
 	m.inFlight = m.gauge(`notify_push_commands_in_flight`)
+	m.waiting = m.gauge(`notify_push_commands_waiting`)
 	m.held = m.gauge(`notify_push_commands_held`)
 	m.unrecorded = m.gauge(`notify_push_unrecorded_sends`)
 	m.delivered = m.counter(`notify_push_recorded_total{status="delivered"}`)

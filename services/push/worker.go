@@ -21,6 +21,11 @@ import (
 // (uncommitted) when the worker stops.
 var errStopping = errors.New("push worker stopping: command handed back uncommitted")
 
+// errReleased makes a command that had not started sending hand itself
+// back (uncommitted) when its partition is revoked or lost, at once: a
+// rebalance waits only for the commands that are sending.
+var errReleased = errors.New("partition released: command handed back before it started")
+
 // errSubscriptionDisabled is recorded, without a send, for a subscription
 // disabled after failing on Config.DisableAfterFailures events in a row.
 var errSubscriptionDisabled = errors.New("subscription disabled after failing on consecutive events; not sent")
@@ -52,9 +57,11 @@ type Worker struct {
 	slots *fairSlots
 	// origins caps the slots one push-service origin holds.
 	origins *originBudget
-	// active admits commands to load and send, so commands finish roughly
-	// in arrival order instead of all crawling at once.
+	// active holds one token per command loading and sending, so a few
+	// commands send at full speed instead of all crawling at once; gate
+	// hands its tokens to the waiting commands' events in turn (admit).
 	active     chan struct{}
+	gate       *fairSlots
 	holders    atomic.Int64
 	maxHolders int64
 
@@ -130,9 +137,12 @@ func New(cfg Config) (*Worker, error) {
 	w.slots = newFairSlots(w.tokens)
 	// Half the command slots may load and send at once (plenty to keep
 	// every send slot busy); the other half is where early retries wait,
-	// so held retries never take a fresh command's place.
+	// so held retries never take a fresh command's place. The consumer
+	// hands the worker ReadAhead records more, which wait for one of the
+	// first half (admit).
 	activeN := max(1, cfg.MaxCommands/2)
 	w.active = make(chan struct{}, activeN)
+	w.gate = newFairSlots(w.active)
 	w.maxHolders = int64(max(1, cfg.MaxCommands-activeN))
 	w.ctl = newWorkerControl(cfg, w.m)
 	w.content = newContentCache(cfg.Pool, w.ctl.states)
@@ -165,7 +175,7 @@ func New(cfg Config) (*Worker, error) {
 		Topics:        []string{w.topic()},
 		Component:     "push",
 		Handler:       w.handle,
-		MaxInFlight:   cfg.MaxCommands,
+		MaxInFlight:   cfg.MaxCommands + cfg.readAhead(),
 		RevokeTimeout: cfg.RevokeTimeout,
 		OnMalformed:   w.deadLetterMalformed,
 		Logger:        w.log,
@@ -200,7 +210,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.log.Warn("push providers without credentials: their devices are recorded failed (provider_not_configured)", "disabled", disabled)
 	}
 	w.log.Info("push worker started", "providers", enabled, "max_in_flight", w.cfg.MaxInFlight, "max_commands", w.cfg.MaxCommands,
-		"active_commands", cap(w.active), "max_attempts", w.cfg.MaxAttempts, "batch_size", w.cfg.BatchSize)
+		"active_commands", cap(w.active), "read_ahead", w.cfg.readAhead(), "max_attempts", w.cfg.MaxAttempts, "batch_size", w.cfg.BatchSize)
 	return nil
 }
 
@@ -303,14 +313,13 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 	}
 	defer unlock()
 
-	select {
-	case w.active <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.stopping:
-		return errStopping
+	waited := time.Now()
+	if err := w.admit(ctx, streams.PartitionReleased(ctx), cmd.EventID); err != nil {
+		return err
 	}
 	defer func() { <-w.active }()
+	w.log.Debug("command admitted", "event", cmd.EventID, "first_user", cmd.FirstUser, "attempt", cmd.Attempt,
+		"partition", r.Partition, "offset", r.Offset, "waited_ms", time.Since(waited).Milliseconds())
 
 	var start time.Time
 	var recips []recipient
@@ -395,7 +404,33 @@ func (w *Worker) lockCommand(ctx context.Context, cmd streams.PushCommand) (unlo
 			return nil, ctx.Err()
 		case <-w.stopping:
 			return nil, errStopping
+		case <-streams.PartitionReleased(ctx):
+			return nil, errReleased
 		}
+	}
+}
+
+// admit waits for one of the command slots that load and send
+// (Worker.active), handed to the waiting commands' events in turn
+// (fairSlots), so the commands of an event read behind a broadcast's start
+// as soon as a slot frees rather than after the broadcast's. It gives up,
+// nothing started, when released (the command's partition's
+// streams.PartitionReleased) closes (errReleased: a revoke does not wait
+// for it), the worker stops (errStopping) or ctx ends. The caller frees
+// the slot with <-w.active.
+func (w *Worker) admit(ctx context.Context, released <-chan struct{}, eventID string) error {
+	w.m.waiting.Inc()
+	ok := w.gate.acquire(ctx, released, w.stopping, eventID)
+	w.m.waiting.Dec()
+	switch {
+	case ok:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case isClosed(released):
+		return errReleased
+	default:
+		return errStopping
 	}
 }
 
