@@ -77,6 +77,17 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // crosses jit_above_cost although most slices decide nothing, and JIT
 // compiling it took 1–2 s of a 50 ms statement (EXPLAIN ANALYZE,
 // BenchmarkSlicePreferences).
+//
+// In the same way it makes the transaction's statements planned for their
+// parameters each time (plan_cache_mode force_custom_plan). A generic plan
+// of the slice statement is made once per connection and kept, with the
+// sizes its tables had then: made while push_holds was empty (a quiet
+// spell, a truncated benchmark), its cap check scanned the whole table for
+// each notification of a capped student, while the event wrote hundreds
+// of thousands of holds (17–23× the fan-out's time at 200,000 students
+// with 5% capped, benchmarks/RESULTS.md). A custom plan sees the table's
+// current size and probes push_holds_pkey; planning the statement costs
+// about 1.5 ms a slice.
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
        r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale,
@@ -84,6 +95,7 @@ SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT N
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
   AND set_config('jit', 'off', true) = 'off'
+  AND set_config('plan_cache_mode', 'force_custom_plan', true) = 'force_custom_plan'
 FOR UPDATE OF g`
 
 // The slice statement: pick the next ≤ $5 students of the range in user-id
@@ -170,7 +182,7 @@ WITH slice AS (
 // Finding the rows: where the slice's students are most of the users
 // between its bound and its last student (a course's slices over a roster
 // of its size), one range scan of user_preferences' primary key over that
-// span reads each row once (pref_span, hash-joined to the slice); probing
+// span reads each row once (pref_span, joined to the slice); probing
 // the key once per student instead cost three index pages a student, with
 // preferences or without (18,000 buffers for a slice of 5,000, EXPLAIN
 // (ANALYZE, BUFFERS) on the 1M benchmark database). Where the span holds
