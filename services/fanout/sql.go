@@ -84,10 +84,11 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // sizes its tables had then: made while push_holds was empty (a quiet
 // spell, a truncated benchmark), its cap check scanned the whole table for
 // each notification of a capped student, while the event wrote hundreds
-// of thousands of holds (17–23× the fan-out's time at 200,000 students
-// with 5% capped, benchmarks/RESULTS.md). A custom plan sees the table's
-// current size and probes push_holds_pkey; planning the statement costs
-// about 1.5 ms a slice.
+// of thousands of holds (26× the fan-out's time without preferences at
+// 200,000 students with 5% capped; 2.1× planned for the parameters,
+// benchmarks/RESULTS.md). A custom plan sees the table's current size and
+// probes push_holds_pkey; planning the statement costs 1.3–4 ms a slice
+// on the loaded benchmark machine.
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
        r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale,
@@ -191,8 +192,9 @@ WITH slice AS (
 // roster), the range would read all of their rows, so the slice probes the
 // key per student as before (the OFFSET 0 keeps the planner from a hash
 // join over the whole table). Which one is decided per slice by counting,
-// index-only and up to 2 × the slice size, the rows in the span (dense);
-// an empty table answers from one page.
+// index-only and up to 2 × the slice size, the rows in the span (dense;
+// heap pages not all-visible since the last vacuum are read too); an
+// empty table costs it nothing.
 //
 // The roster's zone (users.time_zone) is read only for a student with
 // quiet hours and no zone of their own: nothing else uses it.
