@@ -224,7 +224,7 @@ func (w *SliceWorker) Run(ctx context.Context, cmd streams.SliceCommand) (SliceR
 	}
 	err := attempt(false)
 	if isUniqueViolation(err) {
-		// A notification of the slice existed already (see sliceInsert):
+		// A notification or hold of the slice existed already (see sliceInsert):
 		// the transaction is rolled back whole; run it again skipping
 		// existing rows.
 		metricSliceConflicts.Inc()
@@ -273,10 +273,11 @@ func (w *SliceWorker) behind(ctx context.Context, cmd streams.SliceCommand) (boo
 }
 
 // isUniqueViolation: SQLSTATE 23505 on notifications (or one of its
-// partitions), a notification of the slice existed.
+// partitions) or push_holds, a notification or a hold of the slice existed.
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505" && strings.HasPrefix(pe.TableName, "notifications")
+	return errors.As(err, &pe) && pe.Code == "23505" &&
+		(strings.HasPrefix(pe.TableName, "notifications") || pe.TableName == "push_holds")
 }
 
 // RunIn runs one slice command in the caller's transaction tx (the

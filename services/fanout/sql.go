@@ -77,6 +77,18 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // crosses jit_above_cost although most slices decide nothing, and JIT
 // compiling it took 1–2 s of a 50 ms statement (EXPLAIN ANALYZE,
 // BenchmarkSlicePreferences).
+//
+// In the same way it makes the transaction's statements planned for their
+// parameters each time (plan_cache_mode force_custom_plan). A generic plan
+// of the slice statement is made once per connection and kept, with the
+// sizes its tables had then: made while push_holds was empty (a quiet
+// spell, a truncated benchmark), its cap check scanned the whole table for
+// each notification of a capped student, while the event wrote hundreds
+// of thousands of holds (26× the fan-out's time without preferences at
+// 200,000 students with 5% capped; 2.1× planned for the parameters,
+// benchmarks/RESULTS.md). A custom plan sees the table's current size and
+// probes push_holds_pkey; planning the statement costs 1.3–4 ms a slice
+// on the loaded benchmark machine.
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
        r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale,
@@ -84,6 +96,7 @@ SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT N
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
   AND set_config('jit', 'off', true) = 'off'
+  AND set_config('plan_cache_mode', 'force_custom_plan', true) = 'force_custom_plan'
 FOR UPDATE OF g`
 
 // The slice statement: pick the next ≤ $5 students of the range in user-id
@@ -165,13 +178,33 @@ WITH slice AS (
 // slicePreferences decides, in the slice statement, what each student's
 // preferences (user_preferences, migration 0024) make of the event; see
 // README "Preferences and quiet hours" for the rules. Only students with a
-// preferences row get a decision: the lateral primary-key probe finds
-// nothing for the others, so a slice of students without preferences pays
-// 5,000 probes of an index (the OFFSET 0 keeps the planner from a hash
-// join over the whole table when many students have preferences). A
-// decided student gets a push_holds row; the push command's load
+// preferences row get a decision.
+//
+// Finding the rows: where the slice's students are most of the users
+// between its bound and its last student (a course's slices over a roster
+// of its size), one range scan of user_preferences' primary key over that
+// span reads each row once (pref_span, joined to the slice); probing
+// the key once per student instead cost three index pages a student,
+// whether that student has preferences or not (18,000 buffers against
+// 2,500 for a slice of 5,000, half of them with preferences, EXPLAIN
+// (ANALYZE, BUFFERS) on the 1M benchmark database). Where the span holds
+// many users outside the slice (a small course, a user list, over a large
+// roster), the range would read all of their rows, so the slice probes the
+// key per student as before (the OFFSET 0 keeps the planner from a hash
+// join over the whole table). Which one is decided per slice by counting,
+// index-only and up to 2 × the slice size, the rows in the span (dense;
+// heap pages not all-visible since the last vacuum are read too); an
+// empty table costs it nothing.
+//
+// The roster's zone (users.time_zone) is read only for a student with
+// quiet hours and no zone of their own: nothing else uses it.
+//
+// A decided student gets a push_holds row; the push command's load
 // (push_command_devices) records their devices with that reason instead
-// of sending.
+// of sending. The plain form inserts them without ON CONFLICT, for the
+// reason the notifications are (see sliceSelectFirst): a hold that exists
+// already refuses the statement like a notification does, and the
+// skipping form runs (sliceInsertSkipping).
 //
 // The rule of a student: the exact type's, else the course's, else the
 // longest type prefix's ("a.b.*", "a.*", "*": $9, most specific first).
@@ -187,14 +220,32 @@ WITH slice AS (
 //
 // Parameters beyond the slice's: $7 now, $8 type, $9 type prefixes,
 // $10 mandatory, $11 high priority, $12 course (” for a user list).
-const slicePreferences = `pref AS MATERIALIZED (
-    SELECT s.user_id, p.quiet_start, p.quiet_end, p.max_pushes_per_hour,
-           coalesce(p.time_zone, (SELECT u.time_zone FROM users u WHERE u.id = s.user_id), 'UTC') AS tz,
+const slicePreferencesHead = `slice_last AS (
+    SELECT s.user_id FROM slice s ORDER BY s.user_id DESC LIMIT 1
+), dense AS (
+    SELECT count(*) <= 2 * $5 AS d FROM (
+        SELECT FROM user_preferences p
+        WHERE p.user_id >= $2 AND p.user_id <= (SELECT l.user_id FROM slice_last l)
+        LIMIT 2 * $5 + 1) x
+), pref_span AS MATERIALIZED (
+    SELECT p.user_id, p.types, p.courses, p.quiet_start, p.quiet_end, p.time_zone, p.max_pushes_per_hour
+    FROM user_preferences p
+    WHERE (SELECT d FROM dense) AND p.user_id >= $2 AND p.user_id <= (SELECT l.user_id FROM slice_last l)
+), pref AS MATERIALIZED (
+    SELECT p.user_id, p.quiet_start, p.quiet_end, p.max_pushes_per_hour,
+           CASE WHEN p.quiet_start IS NOT NULL
+                THEN coalesce(p.time_zone, (SELECT u.time_zone FROM users u WHERE u.id = p.user_id), 'UTC') END AS tz,
            coalesce(p.types -> $8::text, p.courses -> $12::text,
                     (SELECT p.types -> k.k FROM unnest($9::text[]) WITH ORDINALITY AS k(k, n)
                      WHERE p.types ? k.k ORDER BY k.n LIMIT 1)) AS rule
-    FROM slice s
-    CROSS JOIN LATERAL (SELECT * FROM user_preferences p WHERE p.user_id = s.user_id OFFSET 0) p
+    FROM (
+        SELECT p.* FROM slice s JOIN pref_span p ON p.user_id = s.user_id
+        UNION ALL
+        SELECT p.user_id, p.types, p.courses, p.quiet_start, p.quiet_end, p.time_zone, p.max_pushes_per_hour
+        FROM slice s
+        CROSS JOIN LATERAL (SELECT * FROM user_preferences p WHERE p.user_id = s.user_id OFFSET 0) p
+        WHERE NOT (SELECT d FROM dense)
+    ) p
 ), decided AS MATERIALIZED (
     SELECT f.user_id,
            CASE
@@ -221,8 +272,9 @@ const slicePreferences = `pref AS MATERIALIZED (
 ), held AS (
     INSERT INTO push_holds (event_id, user_id, reason, release_at)
     SELECT $6, d.user_id, d.reason, CASE WHEN d.reason = 'deferred' THEN least(d.release_at, $13::timestamptz) END
-    FROM decided d WHERE d.reason IS NOT NULL
-    ON CONFLICT DO NOTHING
+    FROM decided d WHERE d.reason IS NOT NULL`
+
+const slicePreferencesTail = `
     RETURNING reason
 ), silenced AS (
     INSERT INTO event_counters AS c (event_id, shard, silenced)
@@ -231,7 +283,7 @@ const slicePreferences = `pref AS MATERIALIZED (
     ON CONFLICT (event_id, shard) DO UPDATE SET silenced = c.silenced + excluded.silenced
 ), `
 
-const sliceInsert = slicePreferences + `ins AS (
+const sliceInsert = slicePreferencesHead + slicePreferencesTail + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
     WHERE user_id NOT IN (SELECT d.user_id FROM decided d WHERE d.reason = 'silenced')
@@ -239,8 +291,10 @@ const sliceInsert = slicePreferences + `ins AS (
 )` + sliceReport
 
 // sliceInsertSkipping is sliceInsert for a slice whose plain insert met an
-// existing row: those are skipped, the rest inserted and counted.
-const sliceInsertSkipping = slicePreferences + `ins AS (
+// existing row (a notification or a hold): those are skipped, the rest
+// inserted and counted.
+const sliceInsertSkipping = slicePreferencesHead + `
+    ON CONFLICT DO NOTHING` + slicePreferencesTail + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
     WHERE user_id NOT IN (SELECT d.user_id FROM decided d WHERE d.reason = 'silenced')
@@ -248,10 +302,12 @@ const sliceInsertSkipping = slicePreferences + `ins AS (
     RETURNING 1
 )` + sliceReport
 
+// The last user comes from slice_last, which the preferences' span reads
+// too.
 const sliceReport = `
 SELECT (SELECT count(*) FROM slice),
        (SELECT s.user_id FROM slice s ORDER BY s.user_id LIMIT 1)::text,
-       (SELECT s.user_id FROM slice s ORDER BY s.user_id DESC LIMIT 1)::text,
+       (SELECT l.user_id FROM slice_last l)::text,
        (SELECT count(*) FROM ins)`
 
 // SQLSliceFirst and SQLSliceNext are the slice statements for the first
