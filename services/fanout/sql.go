@@ -278,7 +278,7 @@ const slicePreferencesTail = `
     RETURNING reason
 ), silenced AS (
     INSERT INTO event_counters AS c (event_id, shard, silenced)
-    SELECT $6, (pg_backend_pid() % 16)::smallint, count(*) FROM held WHERE reason = 'silenced'
+    SELECT $6, counter_shard('slice'), count(*) FROM held WHERE reason = 'silenced'
     HAVING count(*) > 0
     ON CONFLICT (event_id, shard) DO UPDATE SET silenced = c.silenced + excluded.silenced
 ), `
