@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +35,12 @@ func TestFairSlotsHotAppCannotStarve(t *testing.T) {
 	const slots, hot = 4, 8
 	tokens := make(chan struct{}, slots)
 	f := newFairSlots(tokens)
-	ctx := context.Background()
+	// The waiters left when the test ends give up with ctx, and the test
+	// waits for them: none outlives it.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	for range slots {
 		if !f.acquire(ctx, nil, nil, "a") {
 			t.Fatal("a free slot was refused")
@@ -44,7 +50,9 @@ func TestFairSlotsHotAppCannotStarve(t *testing.T) {
 	// The hot app's waiters, queued one after the other: the first holds
 	// the turn, the others wait in its queue.
 	for i := range hot {
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			if f.acquire(ctx, nil, nil, "a") {
 				grants <- "a"
 			}
@@ -53,7 +61,9 @@ func TestFairSlotsHotAppCannotStarve(t *testing.T) {
 	}
 	// App b's dispatcher: four sends, one slot at a time.
 	bQueued := make(chan struct{}, 10)
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for range 4 {
 			bQueued <- struct{}{}
 			if f.acquire(ctx, nil, nil, "b") {

@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/benchmarks/benchkit"
+	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/notify/notifytest"
@@ -488,7 +489,7 @@ func (f *fixture) count(sql string, args ...any) int64 {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	notifytest.Cleanup()
-	os.Exit(code)
+	os.Exit(leaktest.Check(code))
 }
 
 // notifyBinary builds the notify binary once per test binary.

@@ -269,7 +269,12 @@ func TestGoneAndForeverFailing(t *testing.T) {
 // most the first worker's in-flight sends.
 func TestRevokeHandsOverSlowCommandsUncommitted(t *testing.T) {
 	t.Parallel()
-	const cap = 50
+	// Room for every admitted command's sends at once (8 active commands
+	// of ~63 devices), so that commands of most partitions are on the wire
+	// when the revoke comes; with fewer slots one or two commands held
+	// them all, and half the time only on partitions the worker kept
+	// (commands waiting to be admitted are handed back at once).
+	const cap = 600
 	// Sends take 1 s at the mock and the revoke waits 100 ms: whatever the
 	// scheduling, sends on the wire at the revoke outlast its timeout (at
 	// 200 ms latency they sometimes finished inside it, and the test then
@@ -289,7 +294,7 @@ func TestRevokeHandsOverSlowCommandsUncommitted(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	f.newWorker(func(c *push.Config) { c.MaxInFlight = 200 })
+	f.newWorker(func(c *push.Config) { c.MaxInFlight = cap })
 	st := f.waitSettled(2 * time.Minute)
 	f.waitCaughtUp(time.Minute)
 	ms := f.mock.Stats()
