@@ -373,7 +373,7 @@ func erase(ctx context.Context, tx pgx.Tx, dels []Change, res *Result) error {
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlEraseFlagOn)
-	for _, q := range []string{sqlEraseDeliveries, sqlEraseHolds, sqlEraseNotifications, sqlEraseTargetRanges, sqlEraseDevices} {
+	for _, q := range []string{sqlEraseDeliveries, sqlEraseHolds, sqlEraseNotifications, sqlEraseTargetRanges, sqlEraseCursors, sqlEraseDevices} {
 		b.Queue(q, targets)
 	}
 	b.Queue(sqlEraseEnrollments, targets, targetPos)

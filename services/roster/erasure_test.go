@@ -93,15 +93,16 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	// ann and bob in uuid order, so a push command's range is [ann, bob].
-	ann, bob := uuid.New(), uuid.New()
-	if bytes.Compare(ann[:], bob[:]) > 0 {
-		ann, bob = bob, ann
-	}
+	// carl, ann and bob in uuid order, so a push command's range is
+	// [ann, bob] and a fan-out walk at ann has carl behind her.
+	three := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	sort.Slice(three, func(i, j int) bool { return bytes.Compare(three[i][:], three[j][:]) < 0 })
+	carl, ann, bob := three[0], three[1], three[2]
 	ins, c, annsCourse := uuid.New(), uuid.New(), uuid.New()
 	apply(t, db.Pool, userUp(ins, "I", 1), userUp(ann, "Ann", 2), userUp(bob, "Bob", 3),
 		courseUp(c, ins, "C", 4), courseUp(annsCourse, ann, "Ann's course", 5),
-		enrol(c, ann, 6), enrol(c, bob, 7), enrol(annsCourse, bob, 8))
+		enrol(c, ann, 6), enrol(c, bob, 7), enrol(annsCourse, bob, 8),
+		userUp(carl, "Carl", 9), enrol(c, carl, 10))
 	shared := schematest.EventIDAt(time.Now()) // ann and bob notified
 	annOnly := uuid.New()                      // ann alone, in the default partition
 	sentByAnn := schematest.EventIDAt(time.Now().Add(-time.Hour))
@@ -141,6 +142,15 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 	// The recorded ranges of push commands: [ann, bob] of the shared
 	// event, [ann, ann] of ann's own.
 	exec(`INSERT INTO event_target_ranges (event_id, first_user, last_user, students, devices) VALUES ($1, $2, $3, 2, 6), ($4, $2, $2, 1, 3)`,
+		shared, ann, bob, annOnly)
+	// Fan-out walks standing at ann: the course's (carl is behind her),
+	// ann's own user list (nobody is), and one at bob.
+	exec(`INSERT INTO fanout_runs (event_id, course_id, published_at, ranges, slice_size) VALUES ($1, $2, now(), 2, 5000), ($3, NULL, now(), 1, 5000)`,
+		shared, c, annOnly)
+	exec(`INSERT INTO fanout_ranges (event_id, range_index, lo, hi, cursor) VALUES
+		($1, 0, '00000000-0000-0000-0000-000000000000', '7fffffff-ffff-ffff-ffff-ffffffffffff', $2),
+		($1, 1, '80000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', $3),
+		($4, 0, '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', $2)`,
 		shared, ann, bob, annOnly)
 
 	cols := userColumns(t, db.Pool)
@@ -252,6 +262,33 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM event_target_ranges WHERE event_id = $1`, annOnly).Scan(&n); err != nil || n != 0 {
 		t.Errorf("ann's own event keeps %d ranges (%v)", n, err)
 	}
+	// The walks: the course's moved back to carl, the next slice starting
+	// where it would have; ann's list's back to its start; bob's kept.
+	cursors := map[string]*uuid.UUID{}
+	rows, err := db.Pool.Query(ctx, `SELECT event_id::text || '/' || range_index, cursor FROM fanout_ranges`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var cur *uuid.UUID
+		if err := rows.Scan(&k, &cur); err != nil {
+			t.Fatal(err)
+		}
+		cursors[k] = cur
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	for k, want := range map[string]*uuid.UUID{shared.String() + "/0": &carl, shared.String() + "/1": &bob, annOnly.String() + "/0": nil} {
+		got := cursors[k]
+		if (got == nil) != (want == nil) || got != nil && *got != *want {
+			t.Errorf("fan-out range %s: cursor %v, want %v", k, got, want)
+		}
+	}
+	// A replay of ann's course from before her erasure does not make her
+	// its instructor again.
+	apply(t, db.Pool, courseUp(annsCourse, ann, "Ann's course", 5))
 	var audience []uuid.UUID
 	if err := db.Pool.QueryRow(ctx, `SELECT user_ids FROM notification_events WHERE event_id = $1`, shared).Scan(&audience); err != nil || len(audience) != 1 || audience[0] != bob {
 		t.Errorf("shared event's user_ids %v (%v), want [bob]", audience, err)

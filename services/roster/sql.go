@@ -19,10 +19,17 @@ SET name = excluded.name, locale = excluded.locale, time_zone = excluded.time_zo
 WHERE u.source_pos IS NULL OR excluded.source_pos IS NULL OR excluded.source_pos >= u.source_pos`
 
 // sqlUpsertCourses: courses by id; a course created again after its
-// deletion is no longer deleted.
+// deletion is no longer deleted. An instructor erased after the change
+// (a replay from the earliest offset after their erasure) is the nil
+// uuid, as the erasure left the course (sqlEraseReferences).
 const sqlUpsertCourses = `
 INSERT INTO courses AS c (id, instructor_id, title, source_pos)
-SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[])
+SELECT v.id,
+    CASE WHEN v.pos IS NOT NULL AND EXISTS (
+        SELECT 1 FROM roster_erasures x WHERE x.id_hash = sha256(uuid_send(v.instructor_id)) AND x.source_pos > v.pos)
+    THEN '00000000-0000-0000-0000-000000000000'::uuid ELSE v.instructor_id END,
+    v.title, v.pos
+FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bigint[]) AS v (id, instructor_id, title, pos)
 ON CONFLICT (id) DO UPDATE
 SET instructor_id = excluded.instructor_id, title = excluded.title, source_pos = excluded.source_pos, deleted_at = NULL
 WHERE c.source_pos IS NULL OR excluded.source_pos IS NULL OR excluded.source_pos >= c.source_pos`
@@ -156,7 +163,8 @@ WHERE ` + livePeriod + `
 //   - the student's push holds, found the same way (push_holds' key);
 //   - the notifications (every partition: the parent's index per
 //     partition), then the push commands' recorded ranges that start or
-//     end at the student (sqlEraseTargetRanges), then the devices (their
+//     end at the student (sqlEraseTargetRanges), the fan-out cursors
+//     that stand at the student (sqlEraseCursors), then the devices (their
 //     triggers then find no notification of the student, so record no
 //     'gone' outcome for them);
 //   - enrollments, API idempotency rows;
@@ -233,6 +241,28 @@ UPDATE event_target_ranges r SET first_user = h.new_first, last_user = h.new_las
 FROM hit h
 WHERE r.event_id = h.event_id AND r.first_user = h.first_user
   AND h.new_first IS NOT NULL AND h.new_last IS NOT NULL AND h.new_first <= h.new_last`
+
+// sqlEraseCursors: a fan-out range's cursor is the last student its walk
+// handled, the exclusive bound of its next slice. One that is an erased
+// student moves back to the nearest student of the event's audience below
+// it in the range — the course's enrolled students (every period stays a
+// row) or the event's user list, erased ones left out — so no student
+// between the two was handled and the next slice starts exactly where it
+// would have; with none, to NULL, the walk's start (only erased students
+// were handled). Notifications would not do: a student silenced by their
+// preferences is handled and gets none, and a walk moved back behind them
+// would send a push command of a range that differs from the recorded one
+// (sqlEraseTargetRanges), a first copy that skips the per-device check.
+// Runs before the enrollments' delete.
+const sqlEraseCursors = `
+UPDATE fanout_ranges g SET cursor = coalesce(
+    (SELECT e.user_id FROM fanout_runs r JOIN enrollments e ON e.course_id = r.course_id
+     WHERE r.event_id = g.event_id AND e.user_id >= g.lo AND e.user_id < g.cursor AND e.user_id <> ALL($1::uuid[])
+     ORDER BY e.user_id DESC LIMIT 1),
+    (SELECT u.id FROM notification_events ne, unnest(ne.user_ids) AS u (id)
+     WHERE ne.event_id = g.event_id AND u.id >= g.lo AND u.id < g.cursor AND u.id <> ALL($1::uuid[])
+     ORDER BY u.id DESC LIMIT 1))
+WHERE g.cursor = ANY($1::uuid[])`
 
 const sqlEraseDevices = `DELETE FROM push_subscriptions WHERE user_id = ANY($1::uuid[])`
 
