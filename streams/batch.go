@@ -119,9 +119,9 @@ func (c BatchConsumerConfig) validate() error {
 // stay uncommitted. Stop then leaves the group and closes the client.
 type BatchConsumer struct {
 	startstop.Base
-	cfg       BatchConsumerConfig
-	cl        *kgo.Client
-	closeOnce sync.Once
+	cfg  BatchConsumerConfig
+	cl   *kgo.Client
+	exit groupExit
 
 	// uncommitted holds, per partition, the last record handled whose
 	// offset commit failed; dropped when the partition is revoked or lost
@@ -163,6 +163,7 @@ func NewBatchConsumer(cfg BatchConsumerConfig) (*BatchConsumer, error) {
 		return nil, fmt.Errorf("%s: kafka client: %w", cfg.Component, err)
 	}
 	c.cl = cl
+	c.exit = groupExit{cl: cl, group: cfg.Group, log: cfg.Logger}
 	return c, nil
 }
 
@@ -189,14 +190,14 @@ func (c *BatchConsumer) Start(ctx context.Context) error {
 // leaves the group and closes the client.
 func (c *BatchConsumer) Stop(ctx context.Context) error {
 	err := c.Base.Stop(ctx, func(ctx context.Context, _ bool) error {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// Every batch committed before the next poll: nothing is left to
+		// commit, only to leave (bounded as Consumer's).
+		lctx, cancel := stopStepContext(ctx)
 		defer cancel()
-		if err := c.cl.LeaveGroupContext(lctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			c.cfg.Logger.Warn("leave group", "err", err)
-		}
+		c.exit.leaveAndClose(lctx)
 		return nil
 	})
-	c.closeOnce.Do(c.cl.Close)
+	c.exit.close() // stopped before it started
 	return err
 }
 

@@ -186,10 +186,10 @@ type Consumer struct {
 	startstop.Base
 	run *startstop.Run // set by Start
 
-	cfg       ConsumerConfig
-	log       *slog.Logger
-	cl        *kgo.Client
-	closeOnce sync.Once
+	cfg  ConsumerConfig
+	log  *slog.Logger
+	cl   *kgo.Client
+	exit groupExit
 
 	mu    sync.Mutex
 	parts map[topicPartition]*partitionState
@@ -294,6 +294,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: kafka client: %w", cfg.Group, err)
 	}
 	c.cl = cl
+	c.exit = groupExit{cl: cl, group: c.cfg.Group, log: c.log}
 	if c.cfg.OnMalformed == nil && c.cfg.DLQTopic != "" {
 		c.cfg.OnMalformed = c.produceDLQ
 	}
@@ -339,44 +340,23 @@ func (c *Consumer) Start(ctx context.Context) error {
 // the group. A second call returns the first one's result.
 func (c *Consumer) Stop(ctx context.Context) error {
 	err := c.Base.Stop(ctx, c.finish)
-	c.closeClient() // stopped before it started: finish did not run
+	c.exit.close() // stopped before it started: finish did not run
 	return err
 }
 
-func (c *Consumer) closeClient() { c.closeOnce.Do(c.cl.Close) }
-
-// stopStepTimeout is the least time Stop's last steps — the final commit,
-// leaving the group, closing the client — get together: finished work is
-// worth committing even when Stop's ctx ran out, and none of them may wait
-// for the group. With more of Stop's deadline left they share that; one
-// budget for the three, so a loaded broker cannot stretch a stop to three
-// times the bound. 2 s: a stop whose handlers took the whole deadline ends
-// at most 2 s past it (the bound an operator's stop timeout is told to
-// allow, TestStopDuringRebalanceLeavesTheGroup); a commit that does not fit
-// leaves its records to the next owner, as after a crash.
-const stopStepTimeout = 2 * time.Second
-
 // finish is Stop's last step, once every handler has returned. It works
-// whatever the group's state. During a rebalance — above all one waiting
-// out a member that vanished without leaving (kill -9), which lasts that
-// member's session timeout — the client holds commits back until the
-// join completes, and its LeaveGroup and Close wait for that join: the
-// stop took as long as the rebalance, the final commit failed on its
-// deadline, and the member stayed in the group (refusing `notify replay`)
-// for its own session timeout more. So finish sends the commit and the
-// LeaveGroup as requests of its own, for the generation the client is in
-// (the coordinator accepts both while it prepares a rebalance), and
-// closes the client without waiting for its group machinery.
+// whatever the group's state: during a rebalance the client holds commits
+// back until the join completes (above all one waiting out a member that
+// vanished without leaving, for that member's session timeout), so the
+// final commit is a request of its own (commitDirect), for the generation
+// the client is in, and so are the LeaveGroup and the bounded close
+// (groupExit).
 func (c *Consumer) finish(ctx context.Context, hard bool) error {
 	if hard {
 		c.log.Warn("stop: abandoned in-flight records uncommitted")
 	}
 	var stopErr error
-	budget := stopStepTimeout
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > budget {
-		budget = time.Until(dl)
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	cctx, cancel := stopStepContext(ctx)
 	defer cancel()
 	if err := c.commitDirect(cctx); err != nil {
 		stopErr = fmt.Errorf("consumer %s: final commit: %w", c.cfg.Group, err)
@@ -390,25 +370,7 @@ func (c *Consumer) finish(ctx context.Context, hard bool) error {
 		delete(c.parts, tp)
 	}
 	c.mu.Unlock()
-	if err := c.leaveDirect(cctx); err != nil {
-		c.log.Warn("leave group; the group drops this member after its session timeout", "err", err)
-	}
-	// The client's own leave, started with a cancelled context, only
-	// tears its group state down (the broker has been told above); Close
-	// then waits for that, bounded too.
-	done, cancelNow := context.WithCancel(context.Background())
-	cancelNow()
-	_ = c.cl.LeaveGroupContext(done)
-	closed := make(chan struct{})
-	go func() {
-		c.closeClient()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-cctx.Done():
-		c.log.Warn("stop: the Kafka client is still closing; leaving it to finish in the background")
-	}
+	c.exit.leaveAndClose(cctx)
 	return stopErr
 }
 
@@ -471,33 +433,6 @@ func (c *Consumer) commitDirect(ctx context.Context) error {
 		return err
 	}
 	c.committed(offsets, states)
-	return nil
-}
-
-// leaveDirect sends this member's LeaveGroup itself (see finish).
-func (c *Consumer) leaveDirect(ctx context.Context) error {
-	memberID, _ := c.cl.GroupMetadata()
-	if memberID == "" {
-		return nil // never joined
-	}
-	req := kmsg.NewPtrLeaveGroupRequest()
-	req.Group, req.MemberID = c.cfg.Group, memberID
-	m := kmsg.NewLeaveGroupRequestMember()
-	m.MemberID = memberID
-	m.Reason = kmsg.StringPtr("consumer stopping")
-	req.Members = append(req.Members, m)
-	resp, err := req.RequestWith(ctx, c.cl)
-	if err != nil {
-		return err
-	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return err
-	}
-	for _, m := range resp.Members {
-		if err := kerr.ErrorForCode(m.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-			return err
-		}
-	}
 	return nil
 }
 
