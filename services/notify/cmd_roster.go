@@ -6,11 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/roster"
@@ -80,10 +76,8 @@ func rosterFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	infra.register(fs, true)
 	var tf rosterTopicFlags
 	tf.register(fs, true)
-	batch := fs.Int("max-batch", roster.DefaultMaxBatch, "records of one partition applied per transaction at most")
-	parallel := fs.Int("parallel", roster.DefaultParallel, "partitions applied at once, each in its own transactions")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9106", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
-	sessionTimeout := fs.Duration("session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them")
+	var bf batchServiceFlags
+	bf.register(fs, roster.DefaultMaxBatch, roster.DefaultParallel, "127.0.0.1:9106", "applied")
 	return func(ctx context.Context, log *slog.Logger) (*hosted, error) {
 		brokers, err := infra.brokerList()
 		if err != nil {
@@ -100,21 +94,7 @@ func rosterFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		if err != nil {
 			return nil, usageError{msg: err.Error()}
 		}
-		if *sessionTimeout < time.Second {
-			return nil, usageError{msg: fmt.Sprintf("--session-timeout %s is too short", *sessionTimeout)}
-		}
-		if *metricsAddr == "off" {
-			*metricsAddr = ""
-		} else if _, _, err := net.SplitHostPort(*metricsAddr); err != nil {
-			return nil, usageError{msg: fmt.Sprintf("--metrics-addr %q is not host:port", *metricsAddr)}
-		}
-		if err := checkDevListenEnv("--metrics-addr", *metricsAddr); err != nil {
-			return nil, err
-		}
-		if *parallel < 1 {
-			return nil, usageError{msg: fmt.Sprintf("--parallel %d: must be at least 1", *parallel)}
-		}
-		pool, err := infra.servicePool(ctx, int32(*parallel+2))
+		pool, err := bf.check(ctx, &infra)
 		if err != nil {
 			return nil, err
 		}
@@ -122,14 +102,14 @@ func rosterFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			Pool: pool, Brokers: brokers, Topics: infra.topics(),
 			UsersTopic: tf.users, CoursesTopic: tf.courses, EnrollmentsTopic: tf.enrollments,
 			UsersColumns: users, CoursesColumns: courses, EnrollmentsColumns: enrollments,
-			IDs: mapper, MaxBatch: *batch, Parallel: *parallel, Logger: log,
-			ClientOpts: []kgo.Opt{kgo.SessionTimeout(*sessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, *sessionTimeout/3))},
+			IDs: mapper, MaxBatch: bf.batch, Parallel: bf.parallel, Logger: log,
+			ClientOpts: bf.clientOpts(),
 		})
 		if err != nil {
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
-		return &hosted{svc: svc, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: *metricsAddr}, nil
+		return &hosted{svc: svc, infra: &infra, db: true, kafka: true, pool: pool, metricsAddr: bf.metricsAddr}, nil
 	}
 }
 
