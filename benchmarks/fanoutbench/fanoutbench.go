@@ -355,6 +355,14 @@ func rawSQL(ctx context.Context, pool *pgxpool.Pool, course string, cfg Config) 
 			return 0, 0, 0, err
 		}
 		defer conns[i].Release()
+		// As the slice worker runs the statement (its range lock sets
+		// both for the transaction, services/fanout sqlLockRange): without
+		// them a custom plan of the statement, priced as if every student
+		// had preferences, is JIT-compiled for about a second each time.
+		if _, err := conns[i].Exec(ctx, `SELECT set_config('jit', 'off', false), set_config('plan_cache_mode', 'force_custom_plan', false)`); err != nil {
+			return 0, 0, 0, err
+		}
+		defer conns[i].Exec(context.WithoutCancel(ctx), `RESET jit; RESET plan_cache_mode`)
 	}
 	var mu sync.Mutex
 	var firstErr error
