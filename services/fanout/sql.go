@@ -313,7 +313,9 @@ SELECT (SELECT count(*) FROM slice),
 // SQLSliceFirst and SQLSliceNext are the slice statements for the first
 // slice of a range (lower bound inclusive: the range's lo) and the later
 // ones (lower bound exclusive: the cursor). Exported so the benchmark's raw
-// SQL baseline runs exactly the statement the slice worker runs.
+// SQL baseline runs exactly the statement the slice worker runs — with the
+// worker's settings too (jit off, custom plans; see sqlLockRange): left on,
+// JIT compiled the statement for about a second each call.
 // sqlSliceFirstSkipping and sqlSliceNextSkipping are their ON CONFLICT DO
 // NOTHING forms, run after a unique violation.
 const (
