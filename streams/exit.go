@@ -28,19 +28,38 @@ type groupExit struct {
 	closing atomic.Bool // the client's Close has started
 }
 
-// leaveAndClose tells the coordinator this member leaves, then closes the
+// leaveAndClose makes this member leave the group, then closes the
 // client, waiting for that at most until ctx ends (the close then goes on
 // in the background).
+//
+// Two leaves, in this order. The client's own (LeaveGroupContext) stops
+// its group management and, once that has stopped, sends a LeaveGroup for
+// the member id it then has; it can be held up behind a join in flight.
+// Ours goes at once for the id the client has now. Ours alone is not
+// enough: a join in flight that our leave answers (UNKNOWN_MEMBER_ID)
+// makes a management loop not yet stopped join again under a new member
+// id (KIP-394), and that member stayed in the group for its session
+// timeout. So once the client's leave has returned — or had half the
+// time — a member id other than the one we left with is left too.
 func (x *groupExit) leaveAndClose(ctx context.Context) {
-	if err := x.leave(ctx); err != nil {
+	clientLeft := make(chan struct{})
+	go func() {
+		_ = x.cl.LeaveGroupContext(ctx) // its errors are the ones ours reports
+		close(clientLeft)
+	}()
+	left, err := x.leave(ctx, "")
+	half := time.Until(deadlineOr(ctx, time.Now())) / 2
+	select {
+	case <-clientLeft:
+	case <-time.After(half):
+	case <-ctx.Done():
+	}
+	if err == nil {
+		_, err = x.leave(ctx, left)
+	}
+	if err != nil {
 		x.log.Warn("leave group; the group drops this member after its session timeout", "err", err)
 	}
-	// The client's own leave, started with a cancelled context, only
-	// tears its group state down (the broker has been told above); Close
-	// then waits for that, bounded too.
-	done, cancelNow := context.WithCancel(context.Background())
-	cancelNow()
-	_ = x.cl.LeaveGroupContext(done)
 	closed := make(chan struct{})
 	go func() {
 		x.close()
@@ -51,6 +70,14 @@ func (x *groupExit) leaveAndClose(ctx context.Context) {
 	case <-ctx.Done():
 		x.log.Warn("stop: the Kafka client is still closing; leaving it to finish in the background")
 	}
+}
+
+// deadlineOr is ctx's deadline, or def without one.
+func deadlineOr(ctx context.Context, def time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return def
 }
 
 // close closes the client once. A later call returns at once rather than
@@ -64,11 +91,12 @@ func (x *groupExit) close() {
 	}
 }
 
-// leave sends this member's LeaveGroup itself (see groupExit).
-func (x *groupExit) leave(ctx context.Context) error {
+// leave sends a LeaveGroup for the member id the client has, unless it
+// has none or it is done (the id already left); it returns the id.
+func (x *groupExit) leave(ctx context.Context, done string) (string, error) {
 	memberID, _ := x.cl.GroupMetadata()
-	if memberID == "" {
-		return nil // never joined
+	if memberID == "" || memberID == done {
+		return memberID, nil // never joined, or left already
 	}
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group, req.MemberID = x.group, memberID
@@ -78,17 +106,17 @@ func (x *groupExit) leave(ctx context.Context) error {
 	req.Members = append(req.Members, m)
 	resp, err := req.RequestWith(ctx, x.cl)
 	if err != nil {
-		return err
+		return memberID, err
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return err
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
+		return memberID, err
 	}
 	for _, m := range resp.Members {
 		if err := kerr.ErrorForCode(m.ErrorCode); err != nil && !errors.Is(err, kerr.UnknownMemberID) {
-			return err
+			return memberID, err
 		}
 	}
-	return nil
+	return memberID, nil
 }
 
 // stopStepTimeout is the least time Stop's last steps — the final commit,
