@@ -16,11 +16,11 @@ import (
 // group and close their client, whatever the group's state. During a
 // rebalance — above all one waiting out a member that vanished without
 // leaving (kill -9), which lasts that member's session timeout — the
-// client's LeaveGroup and Close wait for the join in flight: a stop took
-// as long as the rebalance, and the member stayed in the group (refusing
-// `notify replay`) for its own session timeout more. So the LeaveGroup is
-// a request of its own (the coordinator accepts it while it prepares a
-// rebalance) and the close is bounded by the stop's context.
+// client's own LeaveGroup and Close can wait for the join in flight; the
+// member then stayed in the group (refusing `notify replay`) for its own
+// session timeout more. So a LeaveGroup request of ours goes beside the
+// client's (the coordinator accepts it while it prepares a rebalance), and
+// the close is bounded by the stop's context (leaveAndClose).
 type groupExit struct {
 	cl      *kgo.Client
 	group   string
@@ -30,7 +30,7 @@ type groupExit struct {
 
 // leaveAndClose makes this member leave the group, then closes the
 // client, waiting for that at most until ctx ends (the close then goes on
-// in the background).
+// in the background). ctx must have a deadline (stopStepContext).
 //
 // Two leaves, in this order. The client's own (LeaveGroupContext) stops
 // its group management and, once that has stopped, sends a LeaveGroup for
@@ -48,10 +48,10 @@ func (x *groupExit) leaveAndClose(ctx context.Context) {
 		close(clientLeft)
 	}()
 	left, err := x.leave(ctx, "")
-	half := time.Until(deadlineOr(ctx, time.Now())) / 2
+	dl, _ := ctx.Deadline() // stopStepContext's: there is one
 	select {
 	case <-clientLeft:
-	case <-time.After(half):
+	case <-time.After(time.Until(dl) / 2):
 	case <-ctx.Done():
 	}
 	if err == nil {
@@ -70,14 +70,6 @@ func (x *groupExit) leaveAndClose(ctx context.Context) {
 	case <-ctx.Done():
 		x.log.Warn("stop: the Kafka client is still closing; leaving it to finish in the background")
 	}
-}
-
-// deadlineOr is ctx's deadline, or def without one.
-func deadlineOr(ctx context.Context, def time.Time) time.Time {
-	if dl, ok := ctx.Deadline(); ok {
-		return dl
-	}
-	return def
 }
 
 // close closes the client once. A later call returns at once rather than

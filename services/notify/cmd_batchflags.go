@@ -30,9 +30,9 @@ func (f *batchServiceFlags) register(fs *flag.FlagSet, defaultBatch, defaultPara
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "Kafka group session timeout: how long a crashed process holds its partitions before the group moves them")
 }
 
-// check validates the flags ("off" turns metrics off) and opens the
+// openPool validates the flags ("off" turns metrics off), then opens the
 // service's pool: one connection per partition at once, and two more.
-func (f *batchServiceFlags) check(ctx context.Context, infra *infraFlags) (*pgxpool.Pool, error) {
+func (f *batchServiceFlags) openPool(ctx context.Context, infra *infraFlags) (*pgxpool.Pool, error) {
 	if f.sessionTimeout < time.Second {
 		return nil, usageError{msg: fmt.Sprintf("--session-timeout %s is too short", f.sessionTimeout)}
 	}

@@ -94,7 +94,7 @@ func rosterFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		if err != nil {
 			return nil, usageError{msg: err.Error()}
 		}
-		pool, err := bf.check(ctx, &infra)
+		pool, err := bf.openPool(ctx, &infra)
 		if err != nil {
 			return nil, err
 		}
