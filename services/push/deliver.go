@@ -101,7 +101,7 @@ func (d *dispatcher) run(recips []recipient) {
 			q := queued{rc: rc, p: p, budget: p.Budget(rc.device()), rate: w.rateOf(p)}
 			if pending, ok := queue[q.budget]; ok {
 				queue[q.budget] = append(pending, q) // keep the budget's order
-			} else if ok, _ := w.origins.tryAcquire(q.budget, q.rate); !ok {
+			} else if ok, _ := w.origins.tryAcquire(q.budget, q.rc.app, q.rate); !ok {
 				queue[q.budget] = []queued{q}
 				budgets = append(budgets, q.budget)
 			} else if !d.start(q) {
@@ -120,7 +120,7 @@ func (d *dispatcher) run(recips []recipient) {
 		for _, b := range budgets {
 			pending := queue[b]
 			for len(pending) > 0 {
-				ok, wait := w.origins.tryAcquire(b, pending[0].rate)
+				ok, wait := w.origins.tryAcquire(b, pending[0].rc.app, pending[0].rate)
 				if !ok {
 					if wait > 0 && (due == 0 || wait < due) {
 						due = wait
@@ -171,18 +171,18 @@ func (d *dispatcher) start(q queued) bool {
 	w := d.w
 	select {
 	case <-d.released:
-		w.origins.release(q.budget)
+		w.origins.release(q.budget, q.rc.app)
 		return false
 	default:
 	}
 	if !w.slots.acquire(d.ctx, d.released, nil, q.rc.app) {
-		w.origins.release(q.budget)
+		w.origins.release(q.budget, q.rc.app)
 		return false
 	}
 	// Checked with the slot in hand: the wait for it may be long.
 	if s, stop := w.halted(d.ctx, d.cmd.EventID); stop {
 		<-w.tokens
-		w.origins.release(q.budget)
+		w.origins.release(q.budget, q.rc.app)
 		d.halt = s
 		return false
 	}
@@ -211,7 +211,7 @@ func (d *dispatcher) send(q queued) {
 		// nothing a crash could repeat: the slot goes back at once.
 		ttl, expired := lifetime(d.cmd, w.cfg.TTL, time.Now())
 		if expired {
-			w.origins.release(q.budget)
+			w.origins.release(q.budget, q.rc.app)
 			w.release(1)
 			d.results <- result{rc: q.rc, out: expiredOutcome()}
 			return
@@ -223,10 +223,10 @@ func (d *dispatcher) send(q queued) {
 		del.Expedite = w.cfg.Lane
 		del.Device, del.TTL = q.rc.device(), ttl
 		out := q.p.Send(d.ctx, del)
-		w.origins.release(q.budget)
+		w.origins.release(q.budget, q.rc.app)
 		if held < maxHeldRetries && w.holdable(d.cmd, out) &&
 			w.waitRetryAfter(d.ctx, d.released, out.RetryAfter) && !w.isHalted(d.ctx, d.cmd.EventID) &&
-			w.reacquire(d.ctx, d.released, q.budget, q.rate) {
+			w.reacquire(d.ctx, d.released, q.budget, q.rc.app, q.rate) {
 			w.m.heldRetries.Inc()
 			continue
 		}
@@ -380,11 +380,11 @@ func (w *Worker) isHalted(ctx context.Context, eventID string) bool {
 }
 
 // reacquire takes a slot of origin (and a token of its rate) again for a
-// held retry, waiting for one as the dispatcher does.
-func (w *Worker) reacquire(ctx context.Context, released <-chan struct{}, origin string, rate int) bool {
+// held retry of app's, waiting for one as the dispatcher does.
+func (w *Worker) reacquire(ctx context.Context, released <-chan struct{}, origin, app string, rate int) bool {
 	for {
 		freed, unwatch := w.origins.watch()
-		ok, due := w.origins.tryAcquire(origin, rate)
+		ok, due := w.origins.tryAcquire(origin, app, rate)
 		if ok {
 			unwatch()
 			return true

@@ -274,41 +274,41 @@ func TestCommandGateGivesUpOnReleaseAndStop(t *testing.T) {
 // more than the limit plus that first second.
 func TestOriginBudgetRateLimit(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := newOriginBudget(1000)
+	b := newOriginBudget(1000, 0)
 	b.now = func() time.Time { return now }
 	const perMinute = 600 // 10 a second
 	for i := range 10 {
-		if ok, _ := b.tryAcquire("fcm project p", perMinute); !ok {
+		if ok, _ := b.tryAcquire("fcm project p", "", perMinute); !ok {
 			t.Fatalf("send %d of the first second's burst refused", i)
 		}
-		b.release("fcm project p")
+		b.release("fcm project p", "")
 	}
-	ok, wait := b.tryAcquire("fcm project p", perMinute)
+	ok, wait := b.tryAcquire("fcm project p", "", perMinute)
 	if ok || wait != 100*time.Millisecond {
 		t.Fatalf("11th send at once: ok %v wait %s; want refused, 100ms", ok, wait)
 	}
-	if ok, _ := b.tryAcquire("fcm project q", perMinute); !ok {
+	if ok, _ := b.tryAcquire("fcm project q", "", perMinute); !ok {
 		t.Fatal("another project's send was held back by p's rate")
 	}
-	if ok, _ := b.tryAcquire("https://push.example", 0); !ok {
+	if ok, _ := b.tryAcquire("https://push.example", "", 0); !ok {
 		t.Fatal("an unlimited budget was refused")
 	}
 	now = now.Add(60 * time.Millisecond)
-	if ok, wait := b.tryAcquire("fcm project p", perMinute); ok || wait != 40*time.Millisecond {
+	if ok, wait := b.tryAcquire("fcm project p", "", perMinute); ok || wait != 40*time.Millisecond {
 		t.Fatalf("60ms later: ok %v wait %s; want refused, 40ms", ok, wait)
 	}
 	now = now.Add(40 * time.Millisecond)
-	if ok, _ := b.tryAcquire("fcm project p", perMinute); !ok {
+	if ok, _ := b.tryAcquire("fcm project p", "", perMinute); !ok {
 		t.Fatal("a token due was refused")
 	}
-	b.release("fcm project p")
+	b.release("fcm project p", "")
 
 	// A minute of trying every millisecond.
 	sent := 0
 	for end := now.Add(time.Minute); now.Before(end); now = now.Add(time.Millisecond) {
-		if ok, _ := b.tryAcquire("fcm project p", perMinute); ok {
+		if ok, _ := b.tryAcquire("fcm project p", "", perMinute); ok {
 			sent++
-			b.release("fcm project p")
+			b.release("fcm project p", "")
 		}
 	}
 	if sent < perMinute-1 || sent > perMinute+1 {
@@ -320,7 +320,7 @@ func TestOriginBudgetRateLimit(t *testing.T) {
 	now = now.Add(time.Hour)
 	n := 0
 	for {
-		ok, _ := b.tryAcquire("fcm project p", 120)
+		ok, _ := b.tryAcquire("fcm project p", "", 120)
 		if !ok {
 			break
 		}
@@ -335,16 +335,55 @@ func TestOriginBudgetRateLimit(t *testing.T) {
 // spending a token, and without a wait (a release brings the slot).
 func TestOriginBudgetCapBeforeRate(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b := newOriginBudget(1)
+	b := newOriginBudget(1, 0)
 	b.now = func() time.Time { return now }
-	if ok, _ := b.tryAcquire("k", 120); !ok {
+	if ok, _ := b.tryAcquire("k", "", 120); !ok {
 		t.Fatal("first send refused")
 	}
-	if ok, wait := b.tryAcquire("k", 120); ok || wait != 0 {
+	if ok, wait := b.tryAcquire("k", "", 120); ok || wait != 0 {
 		t.Fatalf("at the cap: ok %v wait %s; want refused without a wait", ok, wait)
 	}
-	b.release("k")
-	if ok, _ := b.tryAcquire("k", 120); !ok {
+	b.release("k", "")
+	if ok, _ := b.tryAcquire("k", "", 120); !ok {
 		t.Fatal("the second token of the burst was spent by a refused send")
+	}
+}
+
+// Apps split the sends on the wire: an app alone keeps its origins' caps;
+// once another app has a send on the wire, the first may take no more
+// until it is under half, while the second takes up to its half at once;
+// when the second is done, the first has its origin's cap again.
+func TestOriginBudgetSharedBetweenApps(t *testing.T) {
+	b := newOriginBudget(60, 100) // caps of 60 per origin, 100 split
+	take := func(app, origin string, n int) int {
+		got := 0
+		for range n {
+			if ok, _ := b.tryAcquire(origin, app, 0); ok {
+				got++
+			}
+		}
+		return got
+	}
+	if got := take("a", "app a https://push.example", 100); got != 60 {
+		t.Fatalf("app a alone took %d slots of its origin, want its cap 60", got)
+	}
+	if got := take("b", "app b https://push.example", 100); got != 50 {
+		t.Fatalf("app b beside a took %d, want its half, 50", got)
+	}
+	for range 10 {
+		b.release("app a https://push.example", "a")
+	}
+	if got := take("a", "app a https://push.example", 10); got != 0 {
+		t.Fatalf("app a at its half, 50, took %d more, want 0", got)
+	}
+	b.release("app a https://push.example", "a")
+	if got := take("a", "app a https://push.example", 10); got != 1 {
+		t.Fatalf("app a one under its half took %d more, want 1", got)
+	}
+	for range 50 {
+		b.release("app b https://push.example", "b")
+	}
+	if got := take("a", "app a https://push.example", 100); got != 10 {
+		t.Fatalf("app a with b done took %d more, want the 10 left of its origin's cap", got)
 	}
 }

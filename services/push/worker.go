@@ -131,7 +131,7 @@ func New(cfg Config) (*Worker, error) {
 		providers: providers,
 		m:         newWorkerMetrics(cfg.Metrics),
 		tokens:    make(chan struct{}, cfg.MaxInFlight),
-		origins:   newOriginBudget(cfg.MaxInFlightPerOrigin),
+		origins:   newOriginBudget(cfg.MaxInFlightPerOrigin, cfg.MaxInFlight),
 		cmdBusy:   map[commandKey]chan struct{}{},
 	}
 	w.slots = newFairSlots(w.tokens)
