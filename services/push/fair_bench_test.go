@@ -127,7 +127,7 @@ func BenchmarkAppsFairShare(b *testing.B) {
 		subsA, aTook.Seconds(), float64(subsA)/aTook.Seconds(), subsB, alone.Seconds(), delay, beside.Seconds(), ratio, flags, ws, f.mock.Stats())
 }
 
-func envInt(b *testing.B, name string, def int) int {
+func envInt(b testing.TB, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
 		return def
@@ -139,7 +139,7 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
-func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+func envDuration(b testing.TB, name string, def time.Duration) time.Duration {
 	v := os.Getenv(name)
 	if v == "" {
 		return def
