@@ -199,3 +199,64 @@ func TestRangesByAudienceSize(t *testing.T) {
 		t.Fatalf("no audience: %v", err)
 	}
 }
+
+// TestUserListPreferencesPerSlice: a user list's slices decide
+// preferences slice by slice. Of 20 users in slices of 7, the first slice
+// has no student with preferences (it runs without them, sqlLockRange's
+// last column), the second starts with a student who muted pushes and the
+// third ends with one who turned the inbox off: each gets its decision,
+// the others their notification.
+func TestUserListPreferencesPerSlice(t *testing.T) {
+	t.Parallel()
+	db := schematest.NewDatabase(t)
+	topics := streamstest.NewTopics(t)
+	users := createUsers(t, db.Pool, 20)
+	sorted := slices.Clone(users)
+	slices.Sort(sorted)
+	muted, silenced := sorted[7], sorted[19]
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO user_preferences (user_id, types) VALUES
+		($1, '{"grade.*": {"push": false}}'), ($2, '{"*": {"inbox": false}}')`, muted, silenced); err != nil {
+		t.Fatal(err)
+	}
+	startRelay(t, db.Pool, topics)
+	startService(t, db.Pool, topics, 4, 7)
+
+	c := create(t, db.Pool, notifications.Sender{Service: "grades"}, notifications.Request{
+		Type: "grade.posted", Audience: notifications.Audience{UserIDs: users}, Title: ptr("Your grade"),
+	})
+	st := waitFinished(t, db.Pool, c.EventID.String(), 2*time.Minute)
+	if st.SlicesDone != 3 {
+		t.Fatalf("status %+v, want 3 slices", st)
+	}
+	var notified []string
+	rows, err := db.Pool.Query(ctx, `SELECT user_id::text FROM notifications WHERE event_id = $1 ORDER BY user_id`, c.EventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notified, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.DeleteFunc(slices.Clone(sorted), func(u string) bool { return u == silenced })
+	if !slices.Equal(notified, want) {
+		t.Fatalf("notified %d users, want the 19 but the silenced one", len(notified))
+	}
+	holds := map[string]string{}
+	rows, err = db.Pool.Query(ctx, `SELECT user_id::text, reason FROM push_holds WHERE event_id = $1`, c.EventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var u, r string
+		if err := rows.Scan(&u, &r); err != nil {
+			t.Fatal(err)
+		}
+		holds[u] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(holds) != 2 || holds[muted] != "muted" || holds[silenced] != "silenced" {
+		t.Fatalf("holds %v, want %s muted and %s silenced", holds, muted, silenced)
+	}
+}

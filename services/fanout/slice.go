@@ -322,9 +322,12 @@ type slice struct {
 	slicesDone int
 	done       bool
 	userList   bool
-	title      string
-	state      string
-	ev         eventContent
+	// plain: a user list's slice none of whose students has preferences
+	// (sqlLockRange), run by the statement without them.
+	plain bool
+	title string
+	state string
+	ev    eventContent
 	// run: the slice is to be run (not skipped, parked or dropped).
 	run         bool
 	first, last *string
@@ -340,9 +343,10 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 	for i, cmd := range cmds {
 		x := &sl[i]
 		x.cmd, x.res = cmd, res[i]
-		b.Queue(sqlLockRange, cmd.EventID, cmd.RangeIndex).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlLockRange, cmd.EventID, cmd.RangeIndex, cmd.SliceSize).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&x.lo, &x.hi, &x.cursor, &x.slicesDone, &x.done, &x.title, &x.url, &x.state,
-				&x.userList, &x.ev.typ, &x.ev.body, &x.ev.data, &x.ev.priority, &x.ev.collapseKey, &x.ev.locales, &x.ev.defaultLocale, &x.ev.mandatory)
+				&x.userList, &x.ev.typ, &x.ev.body, &x.ev.data, &x.ev.priority, &x.ev.collapseKey, &x.ev.locales, &x.ev.defaultLocale, &x.ev.mandatory,
+				&x.plain)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
@@ -392,12 +396,21 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 		if x.userList {
 			audience = cmd.EventID
 		}
+		scan := func(row pgx.Row) error {
+			return row.Scan(&x.res.Students, &x.first, &x.last, &x.res.Inserted)
+		}
+		if x.userList && x.plain && !skipExisting {
+			q := sqlSliceUsersFirstPlain
+			if x.cursor != nil {
+				q = sqlSliceUsersNextPlain
+			}
+			b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).QueryRow(scan)
+			continue
+		}
 		high := x.ev.priority != nil && *x.ev.priority == "high"
 		b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
 			w.cfg.Now(), x.ev.typ, TypePrefixes(x.ev.typ), x.ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
-			QueryRow(func(row pgx.Row) error {
-				return row.Scan(&x.res.Students, &x.first, &x.last, &x.res.Inserted)
-			})
+			QueryRow(scan)
 	}
 	if b.Len() == 0 {
 		return nil
