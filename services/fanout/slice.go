@@ -379,41 +379,28 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 		x.run = !stop
 	}
 
+	// The plain slices first, then the others between sqlCustomPlans and
+	// sqlSessionPlans.
 	b = pgx.Batch{}
-	for i := range sl {
-		x := &sl[i]
-		if !x.run {
-			continue
-		}
-		cmd := x.cmd
-		// The database's cursor, not the command's, decides where the
-		// slice starts: it is the committed truth.
-		q, bound := sliceStatement(x.userList, x.cursor != nil, skipExisting), x.lo
-		if x.cursor != nil {
-			bound = *x.cursor
-		}
-		audience := cmd.CourseID // $1: the course, or the event of a user list
-		if x.userList {
-			audience = cmd.EventID
-		}
-		scan := func(row pgx.Row) error {
-			return row.Scan(&x.res.Students, &x.first, &x.last, &x.res.Inserted)
-		}
-		if x.userList && x.plain && !skipExisting {
-			q := sqlSliceUsersFirstPlain
-			if x.cursor != nil {
-				q = sqlSliceUsersNextPlain
+	custom := false
+	for _, plain := range []bool{true, false} {
+		for i := range sl {
+			x := &sl[i]
+			if !x.run || x.runsPlain(skipExisting) != plain {
+				continue
 			}
-			b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).QueryRow(scan)
-			continue
+			if !plain && !custom {
+				b.Queue(sqlCustomPlans)
+				custom = true
+			}
+			w.queueSlice(&b, x, skipExisting)
 		}
-		high := x.ev.priority != nil && *x.ev.priority == "high"
-		b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
-			w.cfg.Now(), x.ev.typ, TypePrefixes(x.ev.typ), x.ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
-			QueryRow(scan)
 	}
 	if b.Len() == 0 {
 		return nil
+	}
+	if custom {
+		b.Queue(sqlSessionPlans)
 	}
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("insert notifications: %w", err)
@@ -449,6 +436,42 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 		w.cfg.Logger.Log(ctx, level, "fan-out finished", "event_id", x.cmd.EventID, "notified", x.notified, "seconds", x.seconds)
 	}
 	return nil
+}
+
+// runsPlain: x runs the slice statement without preferences
+// (sliceInsertPlain); the skipping form always has them.
+func (x *slice) runsPlain(skipExisting bool) bool {
+	return x.userList && x.plain && !skipExisting
+}
+
+// queueSlice queues x's slice statement.
+func (w *SliceWorker) queueSlice(b *pgx.Batch, x *slice, skipExisting bool) {
+	cmd := x.cmd
+	// The database's cursor, not the command's, decides where the slice
+	// starts: it is the committed truth.
+	bound := x.lo
+	if x.cursor != nil {
+		bound = *x.cursor
+	}
+	audience := cmd.CourseID // $1: the course, or the event of a user list
+	if x.userList {
+		audience = cmd.EventID
+	}
+	scan := func(row pgx.Row) error {
+		return row.Scan(&x.res.Students, &x.first, &x.last, &x.res.Inserted)
+	}
+	if x.runsPlain(skipExisting) {
+		q := sqlSliceUsersFirstPlain
+		if x.cursor != nil {
+			q = sqlSliceUsersNextPlain
+		}
+		b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).QueryRow(scan)
+		return
+	}
+	high := x.ev.priority != nil && *x.ev.priority == "high"
+	b.Queue(sliceStatement(x.userList, x.cursor != nil, skipExisting), audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID,
+		w.cfg.Now(), x.ev.typ, TypePrefixes(x.ev.typ), x.ev.mandatory, high, cmd.CourseID, cmd.ExpiresAt).
+		QueryRow(scan)
 }
 
 // queueSliceWrites queues the writes of slice x, whose insert ran: its push

@@ -83,18 +83,6 @@ SELECT slices_done, done_at IS NOT NULL FROM fanout_ranges WHERE event_id = $1 A
 // already) has a preferences row, so the slice can run without them
 // (sliceInsertPlain). Each student is probed by the primary key (OFFSET
 // 0: the planner would hash the whole table otherwise).
-//
-// In the same way it makes the transaction's statements planned for their
-// parameters each time (plan_cache_mode force_custom_plan). A generic plan
-// of the slice statement is made once per connection and kept, with the
-// sizes its tables had then: made while push_holds was empty (a quiet
-// spell, a truncated benchmark), its cap check scanned the whole table for
-// each notification of a capped student, while the event wrote hundreds
-// of thousands of holds (26× the fan-out's time without preferences at
-// 200,000 students with 5% capped; 2.1× planned for the parameters,
-// benchmarks/RESULTS.md). A custom plan sees the table's current size and
-// probes push_holds_pkey; planning the statement costs 1.3–4 ms a slice
-// on the loaded benchmark machine.
 const sqlLockRange = `
 SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT NULL, r.title, r.url, r.state,
        r.course_id IS NULL, r.type, r.body, r.data::text, r.priority, r.collapse_key, r.locales::text, r.default_locale,
@@ -109,8 +97,34 @@ SELECT g.lo::text, g.hi::text, g.cursor::text, g.slices_done, g.done_at IS NOT N
 FROM fanout_ranges g JOIN fanout_runs r ON r.event_id = g.event_id
 WHERE g.event_id = $1 AND g.range_index = $2
   AND set_config('jit', 'off', true) = 'off'
-  AND set_config('plan_cache_mode', 'force_custom_plan', true) = 'force_custom_plan'
 FOR UPDATE OF g`
+
+// sqlCustomPlans and sqlSessionPlans put around the slice statements with
+// preferences: they are planned for their parameters each time
+// (plan_cache_mode force_custom_plan), the transaction's other statements
+// as the session plans them (by default generic plans once they are no
+// worse).
+//
+// A generic plan of the slice statement is made once per connection and
+// kept, with the sizes its tables had then: made while push_holds was
+// empty (a quiet spell, a truncated benchmark), its cap check scanned the
+// whole table for each notification of a capped student, while the event
+// wrote hundreds of thousands of holds (26× the fan-out's time without
+// preferences at 200,000 students with 5% capped; 2.1× planned for the
+// parameters, benchmarks/RESULTS.md). A custom plan sees the table's
+// current size and probes push_holds_pkey; planning the statement costs
+// 1.3–4 ms a slice on the loaded benchmark machine.
+//
+// The other statements are short ones by primary key, and planning them
+// each time cost more than running them: for a small event's transaction
+// (the range's lock, progress and run end, the push command) 1.4 ms of
+// planning against about 1 ms of running, on the transactional benchmark
+// at 1,000 events/s (pg_stat_statements with track_planning). So custom
+// plans are for the slice statement only.
+const (
+	sqlCustomPlans  = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
+	sqlSessionPlans = `SELECT set_config('plan_cache_mode', reset_val, true) FROM pg_settings WHERE name = 'plan_cache_mode'`
+)
 
 // The slice statement: pick the next ≤ $5 students of the range in user-id
 // order (an index-only range scan of the enrollments primary key), insert
