@@ -393,13 +393,22 @@ const sqlLockRun = `SELECT 1 FROM fanout_runs WHERE event_id = $1 FOR UPDATE`
 // sqlFinishRun marks the run finished when no range is left. finished_at
 // is clock_timestamp(): the moment the last slice is about to commit, which
 // the benchmark and status report as the fan-out's end.
+//
+// The ranges are read once, by the event's primary-key prefix, for both
+// the sum and the check that none is open. A NOT EXISTS (… done_at IS
+// NULL) was planned on fanout_ranges_open, the partial index of every open
+// range of every event, filtered by event: under a stream of small events
+// that index holds thousands of entries, most of them dead until vacuum
+// (each range is done a moment after it is planned), and the statement
+// walked them all for each event, 1.6 ms of a small event's ~3 ms of
+// database time at 1,000 events/s (pg_stat_statements, EXPLAIN).
 const sqlFinishRun = `
-UPDATE fanout_runs
-SET finished_at = clock_timestamp(),
-    notified = (SELECT sum(notified) FROM fanout_ranges WHERE event_id = $1)
-WHERE event_id = $1 AND finished_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM fanout_ranges WHERE event_id = $1 AND done_at IS NULL)
-RETURNING notified, extract(epoch FROM finished_at - started_at)::float8`
+UPDATE fanout_runs r
+SET finished_at = clock_timestamp(), notified = g.notified
+FROM (SELECT sum(notified) AS notified, count(*) FILTER (WHERE done_at IS NULL) AS open
+      FROM fanout_ranges WHERE event_id = $1) g
+WHERE r.event_id = $1 AND r.finished_at IS NULL AND g.open = 0
+RETURNING r.notified, extract(epoch FROM r.finished_at - r.started_at)::float8`
 
 // sqlClaimDue locks the earliest due scheduled run (the partial index
 // fanout_runs_scheduled of migration 0009). SKIP LOCKED: a run another
