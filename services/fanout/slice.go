@@ -439,9 +439,10 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 }
 
 // runsPlain: x runs the slice statement without preferences
-// (sliceInsertPlain); the skipping form always has them.
+// (sliceInsertPlain; x.plain is only ever true for a user list); the
+// skipping form always has them.
 func (x *slice) runsPlain(skipExisting bool) bool {
-	return x.userList && x.plain && !skipExisting
+	return x.plain && !skipExisting
 }
 
 // queueSlice queues x's slice statement.

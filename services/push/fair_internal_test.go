@@ -355,6 +355,7 @@ func TestOriginBudgetCapBeforeRate(t *testing.T) {
 // when the second is done, the first has its origin's cap again.
 func TestOriginBudgetSharedBetweenApps(t *testing.T) {
 	b := newOriginBudget(60, 100) // caps of 60 per origin, 100 split
+	const originA, originB = "app a https://push.example", "app b https://push.example"
 	take := func(app, origin string, n int) int {
 		got := 0
 		for range n {
@@ -364,26 +365,27 @@ func TestOriginBudgetSharedBetweenApps(t *testing.T) {
 		}
 		return got
 	}
-	if got := take("a", "app a https://push.example", 100); got != 60 {
+	release := func(app, origin string, n int) {
+		for range n {
+			b.release(origin, app)
+		}
+	}
+	if got := take("a", originA, 100); got != 60 {
 		t.Fatalf("app a alone took %d slots of its origin, want its cap 60", got)
 	}
-	if got := take("b", "app b https://push.example", 100); got != 50 {
+	if got := take("b", originB, 100); got != 50 {
 		t.Fatalf("app b beside a took %d, want its half, 50", got)
 	}
-	for range 10 {
-		b.release("app a https://push.example", "a")
-	}
-	if got := take("a", "app a https://push.example", 10); got != 0 {
+	release("a", originA, 10)
+	if got := take("a", originA, 10); got != 0 {
 		t.Fatalf("app a at its half, 50, took %d more, want 0", got)
 	}
-	b.release("app a https://push.example", "a")
-	if got := take("a", "app a https://push.example", 10); got != 1 {
+	release("a", originA, 1)
+	if got := take("a", originA, 10); got != 1 {
 		t.Fatalf("app a one under its half took %d more, want 1", got)
 	}
-	for range 50 {
-		b.release("app b https://push.example", "b")
-	}
-	if got := take("a", "app a https://push.example", 100); got != 10 {
+	release("b", originB, 50)
+	if got := take("a", originA, 100); got != 10 {
 		t.Fatalf("app a with b done took %d more, want the 10 left of its origin's cap", got)
 	}
 }
