@@ -586,6 +586,81 @@ END $$;
 
 
 --
+-- Name: push_commands_devices(uuid[], uuid[], uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.push_commands_devices(evs uuid[], los uuid[], his uuid[]) RETURNS TABLE(cmd integer, id bigint, platform text, endpoint text, p256dh bytea, auth bytea, token text, topic text, environment text, consecutive_failures integer, disabled boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(l.k) FROM (
+        SELECT DISTINCT event_targets_lock_key(e) AS k FROM unnest(evs) e ORDER BY 1) l;
+    RETURN QUERY
+    WITH cmds AS MATERIALIZED (
+        SELECT c.i::integer AS i, c.ev, c.lo, c.hi,
+               NOT EXISTS (
+                   SELECT 1 FROM event_target_ranges r
+                   WHERE r.event_id = c.ev AND r.first_user <= c.hi AND r.last_user >= c.lo) AS fresh
+        FROM unnest(evs, los, his) WITH ORDINALITY AS c(ev, lo, hi, i)
+    ), held AS MATERIALIZED (
+        SELECT c.i, h.user_id, h.reason
+        FROM cmds c
+        JOIN push_holds h ON h.event_id = c.ev AND h.user_id BETWEEN c.lo AND c.hi
+        WHERE h.reason <> 'silenced' AND h.released_at IS NULL
+    ), students AS MATERIALIZED (
+        SELECT c.i, c.ev, c.fresh, n.user_id
+        FROM cmds c
+        CROSS JOIN LATERAL (
+            SELECT n.user_id FROM notifications n
+            WHERE n.event_id = c.ev AND n.user_id BETWEEN c.lo AND c.hi
+            OFFSET 0) n
+    ), devices AS MATERIALIZED (
+        SELECT st.i, st.ev, st.user_id AS owner, x.*
+        FROM students st
+        CROSS JOIN LATERAL (
+            SELECT s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
+                   s.consecutive_failures, s.disabled_at IS NOT NULL AS disabled,
+                   CASE WHEN st.fresh THEN false
+                        ELSE EXISTS (SELECT 1 FROM push_deliveries d WHERE d.event_id = st.ev AND d.subscription_id = s.id)
+                   END AS recorded
+            FROM push_subscriptions s WHERE s.user_id = st.user_id
+            OFFSET 0) x
+    ), withheld AS (
+        INSERT INTO push_deliveries (event_id, subscription_id, platform, status, attempts)
+        SELECT d.ev, d.id, d.platform, h.reason, 0
+        FROM devices d JOIN held h ON h.i = d.i AND h.user_id = d.owner
+        WHERE NOT d.recorded
+        ON CONFLICT (event_id, subscription_id) DO NOTHING
+    ), counted AS (
+        INSERT INTO event_target_ranges (event_id, first_user, last_user, students, devices)
+        SELECT c.ev, c.lo, c.hi,
+               (SELECT count(*) FROM students st WHERE st.i = c.i),
+               (SELECT count(*) FROM devices d WHERE d.i = c.i)
+        FROM cmds c WHERE c.fresh
+        ON CONFLICT DO NOTHING
+        RETURNING event_id, students, devices
+    ), totals AS (
+        INSERT INTO event_counters AS c (event_id, shard, targeted_students, targeted)
+        SELECT k.event_id, counter_shard('command'), k.students, k.devices FROM counted k
+        ON CONFLICT (event_id, shard) DO UPDATE
+        SET targeted_students = c.targeted_students + excluded.targeted_students,
+            targeted = c.targeted + excluded.targeted
+    ), per_platform AS (
+        INSERT INTO event_platform_counters AS c (event_id, platform, shard, targeted)
+        SELECT d.ev, d.platform, counter_shard('command'), count(*)
+        FROM devices d WHERE d.ev IN (SELECT k.event_id FROM counted k)
+        GROUP BY d.ev, d.platform
+        ON CONFLICT (event_id, platform, shard) DO UPDATE SET targeted = c.targeted + excluded.targeted
+    )
+    SELECT d.i, d.id, d.platform, d.endpoint, d.p256dh, d.auth, d.token, d.topic, d.environment,
+           d.consecutive_failures, d.disabled
+    FROM devices d
+    WHERE NOT d.recorded AND NOT EXISTS (SELECT 1 FROM held h WHERE h.i = d.i AND h.user_id = d.owner);
+END $$;
+
+
+--
 -- Name: push_deliveries_platform_fill(); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -419,6 +420,7 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 			return err
 		}
 	}
+	queueFinishRuns(&b, sl)
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("record the slice (commands, range, run): %w", err)
 	}
@@ -476,9 +478,8 @@ func (w *SliceWorker) queueSlice(b *pgx.Batch, x *slice, skipExisting bool) {
 }
 
 // queueSliceWrites queues the writes of slice x, whose insert ran: its push
-// command, its range's next slice command, the range's progress and, when
-// the range is done, the run's end (x.res.RunFinished, x.notified and
-// x.seconds once b has run).
+// command, its range's next slice command and the range's progress (the
+// run's end follows all slices': queueFinishRuns).
 func (w *SliceWorker) queueSliceWrites(b *pgx.Batch, x *slice) error {
 	cmd, res := x.cmd, x.res
 	if x.first != nil {
@@ -519,20 +520,58 @@ func (w *SliceWorker) queueSliceWrites(b *pgx.Batch, x *slice) error {
 		newCursor = &res.LastUser
 	}
 	b.Queue(sqlUpdateRange, cmd.EventID, cmd.RangeIndex, newCursor, res.Inserted, res.RangeDone)
-	if res.RangeDone {
-		b.Queue(sqlLockRun, cmd.EventID)
-		b.Queue(sqlFinishRun, cmd.EventID).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&x.notified, &x.seconds)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // other ranges still open
-			}
-			if err == nil {
-				res.RunFinished = true
-			}
-			return err
-		})
-	}
 	return nil
+}
+
+// canonicalUUID is id as Postgres prints a uuid (id itself if it is none:
+// the statement using it then fails on it).
+func canonicalUUID(id string) string {
+	if u, err := uuid.Parse(id); err == nil {
+		return u.String()
+	}
+	return id
+}
+
+// queueFinishRuns queues, after every slice's writes, the end of each run
+// one of sl's slices finished the last range of (x.res.RunFinished,
+// x.notified and x.seconds of that slice once b has run): one lock and one
+// update for all of them.
+func queueFinishRuns(b *pgx.Batch, sl []slice) {
+	// By event, as Postgres spells it back: its last slice that finished
+	// a range.
+	last := map[string]*slice{}
+	var events []string
+	for i := range sl {
+		x := &sl[i]
+		if !x.run || !x.res.RangeDone {
+			continue
+		}
+		key := canonicalUUID(x.cmd.EventID)
+		if last[key] == nil {
+			events = append(events, x.cmd.EventID)
+		}
+		last[key] = x
+	}
+	if len(events) == 0 {
+		return
+	}
+	b.Queue(sqlLockRuns, events)
+	b.Queue(sqlFinishRuns, events).Query(func(rows pgx.Rows) error {
+		var (
+			ev       string
+			notified int64
+			seconds  float64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&ev, &notified, &seconds}, func() error {
+			x := last[ev]
+			if x == nil {
+				return fmt.Errorf("finish runs: run %s was not asked for", ev)
+			}
+			x.notified, x.seconds, x.res.RunFinished = notified, seconds, true
+			return nil
+		})
+		return err
+	})
 }
 
 // sliceStatement is the slice's statement: a course's or a user list's,

@@ -387,16 +387,22 @@ SET cursor = coalesce($3::uuid, cursor),
     done_at = CASE WHEN $5::bool THEN clock_timestamp() END
 WHERE event_id = $1 AND range_index = $2`
 
-// sqlLockRun serialises the ranges that finish concurrently, so the last
+// sqlLockRuns serialises the ranges that finish concurrently, so the last
 // one to commit sees every other range done (its next statement takes a
-// fresh snapshot after the lock).
-const sqlLockRun = `SELECT 1 FROM fanout_runs WHERE event_id = $1 FOR UPDATE`
+// fresh snapshot after the lock). The runs of every event whose range a
+// slice pipeline finished, in key order: two pipelines never wait for each
+// other in a cycle.
+const sqlLockRuns = `SELECT 1 FROM fanout_runs WHERE event_id = ANY($1::uuid[]) ORDER BY event_id FOR UPDATE`
 
-// sqlFinishRun marks the run finished when no range is left. finished_at
-// is clock_timestamp(): the moment the last slice is about to commit, which
-// the benchmark and status report as the fan-out's end.
+// sqlFinishRuns marks each run of $1 finished when no range of it is left.
+// finished_at is clock_timestamp(): the moment the last slice is about to
+// commit, which the benchmark and status report as the fan-out's end. One
+// statement for all the events of a slice pipeline (a planning group's
+// small events finish together): a statement per event cost a small
+// event more than its update (pg_stat_statements, RESULTS.md "The lane
+// set-wise").
 //
-// The ranges are read once, by the event's primary-key prefix, for both
+// The ranges are read once, by the events' primary-key prefix, for both
 // the sum and the check that none is open. A NOT EXISTS (… done_at IS
 // NULL) was planned on fanout_ranges_open, the partial index of every open
 // range of every event, filtered by event: under a stream of small events
@@ -404,13 +410,13 @@ const sqlLockRun = `SELECT 1 FROM fanout_runs WHERE event_id = $1 FOR UPDATE`
 // (each range is done a moment after it is planned), and the statement
 // walked them all for each event, 1.6 ms of a small event's ~3 ms of
 // database time at 1,000 events/s (pg_stat_statements, EXPLAIN).
-const sqlFinishRun = `
+const sqlFinishRuns = `
 UPDATE fanout_runs r
 SET finished_at = clock_timestamp(), notified = g.notified
-FROM (SELECT sum(notified) AS notified, count(*) FILTER (WHERE done_at IS NULL) AS open
-      FROM fanout_ranges WHERE event_id = $1) g
-WHERE r.event_id = $1 AND r.finished_at IS NULL AND g.open = 0
-RETURNING r.notified, extract(epoch FROM r.finished_at - r.started_at)::float8`
+FROM (SELECT event_id, sum(notified) AS notified, count(*) FILTER (WHERE done_at IS NULL) AS open
+      FROM fanout_ranges WHERE event_id = ANY($1::uuid[]) GROUP BY event_id) g
+WHERE r.event_id = g.event_id AND r.finished_at IS NULL AND g.open = 0
+RETURNING r.event_id::text, r.notified, extract(epoch FROM r.finished_at - r.started_at)::float8`
 
 // sqlClaimDue locks the earliest due scheduled run (the partial index
 // fanout_runs_scheduled of migration 0009). SKIP LOCKED: a run another

@@ -44,6 +44,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 	fs.IntVar(&cfg.ReadAhead, "read-ahead", push.DefaultReadAhead, "push commands taken beyond --max-commands to wait for a slot, which goes to the waiting events in turn, so another event's commands read behind a broadcast's start before the broadcast's waiting ones (negative: none; "+envPushReadAhead+")")
 	laneCommands := fs.Int("lane-commands", push.DefaultLaneCommands, "transactional lane: its push commands (small events') handled at once, beside and apart from --max-commands")
 	laneRecordGroup := fs.Int("lane-record-group", push.DefaultLaneRecordGroup, "transactional lane: most commands whose outcomes one recording transaction writes (1: each command its own)")
+	laneLoadGroup := fs.Int("lane-load-group", push.DefaultLaneLoadGroup, "transactional lane: most commands whose devices one statement loads (1: each command its own)")
 	laneInFlight := fs.Int("lane-in-flight", push.DefaultLaneInFlight, "transactional lane: its own send slots, which a broadcast's sends never take")
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", push.DefaultMaxAttempts, "send attempts per subscription before it is recorded failed and dead-lettered")
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", push.DefaultBackoffBase, "first retry waits about this long; doubles per attempt (jittered), never below Retry-After")
@@ -220,6 +221,7 @@ func pushFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (*h
 		lane := cfg
 		lane.Lane, lane.MaxCommands, lane.MaxInFlight, lane.MaxInFlightPerOrigin = true, *laneCommands, *laneInFlight, 0
 		lane.RecordGroup = *laneRecordGroup
+		lane.LoadGroup = *laneLoadGroup
 		// One lag gauge per process: the broadcast topic's.
 		lane.LagInterval = -1
 		lane.WorkerID, lane.Pool = cfg.WorkerID+"-lane", lanePool

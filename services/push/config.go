@@ -34,7 +34,9 @@ const (
 	DefaultLaneInFlight = 1000
 	// DefaultLaneRecordGroup is the lane worker's Config.RecordGroup.
 	DefaultLaneRecordGroup = 64
-	DefaultMaxCommands     = 16
+	// DefaultLaneLoadGroup is the lane worker's Config.LoadGroup.
+	DefaultLaneLoadGroup = 64
+	DefaultMaxCommands   = 16
 	// DefaultReadAhead: see Config.ReadAhead.
 	DefaultReadAhead     = 256
 	DefaultMaxAttempts   = 5
@@ -181,6 +183,15 @@ type Config struct {
 	// large flushes gain nothing from sharing one. `notify run push` gives
 	// the lane's worker DefaultLaneRecordGroup.
 	RecordGroup int
+	// LoadGroup is the most fresh commands (of different events) whose
+	// devices one statement loads (push_commands_devices, schema migration
+	// 0029). Small commands arriving together then share one statement,
+	// one snapshot and one lock round, which cost a one-student command
+	// more than its devices; a group that fails is loaded command by
+	// command. Default 1: each command its own load, as a broadcast's
+	// commands load thousands of devices each. `notify run push` gives the
+	// lane's worker DefaultLaneLoadGroup.
+	LoadGroup int
 	// BatchSize is how many outcomes one recording transaction writes (one
 	// round trip). Default 1000.
 	BatchSize int
@@ -239,6 +250,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.RecordGroup == 0 {
 		c.RecordGroup = 1
+	}
+	if c.LoadGroup == 0 {
+		c.LoadGroup = 1
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
@@ -313,6 +327,8 @@ func (c Config) validateSettings() error {
 	switch {
 	case c.RecordGroup < 1 || c.RecordGroup > 1000:
 		return fmt.Errorf("push worker: record group must be between 1 and 1000, got %d", c.RecordGroup)
+	case c.LoadGroup < 1 || c.LoadGroup > 1000:
+		return fmt.Errorf("push worker: load group must be between 1 and 1000, got %d", c.LoadGroup)
 	case c.MaxInFlight < 1 || c.MaxInFlight > 100_000:
 		return fmt.Errorf("push worker: max-in-flight must be between 1 and 100000, got %d", c.MaxInFlight)
 	case c.MaxInFlightPerOrigin < 1 || c.MaxInFlightPerOrigin > c.MaxInFlight:

@@ -25,6 +25,7 @@ func TestLaneWorkerSendsItsTopicAndRetriesThere(t *testing.T) {
 		c.BackoffBase, c.BackoffMax = 100*time.Millisecond, 500*time.Millisecond
 		c.HoldRetryAfter = -1 // every 429 through a retry command
 		c.MaxAttempts = 20
+		c.LoadGroup, c.RecordGroup = 16, 16 // as `notify run push` gives the lane
 	})
 	f.produceLane(f.commands(200)) // 2 students each: small events' commands
 	st := f.waitSettled(2 * time.Minute)

@@ -65,6 +65,11 @@ type workerMetrics struct {
 	// command after their transaction failed.
 	recordGroup     *metrics.Histogram
 	recordFallbacks *metrics.Counter
+	// loadGroup: fresh commands per load statement (Config.LoadGroup);
+	// loadFallbacks: groups loaded command by command after the group's
+	// statement failed.
+	loadGroup     *metrics.Histogram
+	loadFallbacks *metrics.Counter
 }
 
 func newWorkerMetrics(set *metrics.Set) *workerMetrics {
@@ -92,6 +97,8 @@ func newWorkerMetrics(set *metrics.Set) *workerMetrics {
 	m.lagTotal = m.gauge(`notify_push_group_lag_total`)
 	m.recordGroup = m.histogram(`notify_push_record_group_commands`)
 	m.recordFallbacks = m.counter(`notify_push_record_group_fallbacks_total`)
+	m.loadGroup = m.histogram(`notify_push_load_group_commands`)
+	m.loadFallbacks = m.counter(`notify_push_load_group_fallbacks_total`)
 	return m
 }
 

@@ -43,6 +43,19 @@ CROSS JOIN LATERAL (SELECT p.app, p.vapid_key_id, p.user_id FROM push_subscripti
 LEFT JOIN LATERAL (SELECT u.locale FROM users u WHERE u.id = ps.user_id OFFSET 0) u ON true
 ORDER BY s.id`
 
+// loadFreshManySQL is loadFreshLocalizedSQL for several fresh commands of
+// different events in one statement (push_commands_devices, migration
+// 0029): $1–$3 each command's event and range, $4 whether it is templated
+// (only then is its students' locale read). Each row starts with its
+// command's position in the arrays (1-based).
+const loadFreshManySQL = `
+SELECT s.cmd, s.id, s.platform, s.endpoint, s.p256dh, s.auth, s.token, s.topic, s.environment,
+       s.consecutive_failures, s.disabled, ps.app, ps.vapid_key_id, ps.user_id::text, u.locale
+FROM push_commands_devices($1::uuid[], $2::uuid[], $3::uuid[]) s
+CROSS JOIN LATERAL (SELECT p.app, p.vapid_key_id, p.user_id FROM push_subscriptions p WHERE p.id = s.id OFFSET 0) ps
+LEFT JOIN LATERAL (SELECT u.locale FROM users u WHERE ($4::bool[])[s.cmd] AND u.id = ps.user_id OFFSET 0) u ON true
+ORDER BY s.cmd, s.id`
+
 // loadRetrySQL: the retry's subscriptions that are still waiting for
 // exactly this attempt (status retrying, attempts = attempt - 1). A copy of
 // the retry that was already processed moved them on, so duplicates of a
@@ -88,6 +101,16 @@ const RecordFreshSQL = `
 INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
 SELECT $1::uuid, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), nullif(u.platform, ''), now()
 FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[]) AS u(id, status, http, attempts, err, platform)`
+
+// recordFreshManySQL is RecordFreshSQL for the outcomes of several fresh
+// commands, of any events, in one statement ($1 each row's event). A row
+// another writer recorded first refuses the whole statement (23505), and
+// the group is then recorded command by command (recordGroup's queue),
+// each with recordOutcomes' own fallback.
+const recordFreshManySQL = `
+INSERT INTO push_deliveries (event_id, subscription_id, status, http_status, attempts, error, platform, updated_at)
+SELECT u.ev, u.id, u.status, nullif(u.http, 0), u.attempts, nullif(u.err, ''), nullif(u.platform, ''), now()
+FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::text[]) AS u(ev, id, status, http, attempts, err, platform)`
 
 // recordCountedSQL is recordSQL that also moves the consecutive-failure
 // count of the subscriptions named in $8 (failed for good: +1, disabled

@@ -80,6 +80,9 @@ type Worker struct {
 	// recorder records the flushes of several commands in one
 	// transaction; nil when Config.RecordGroup is 1.
 	recorder *groupcommit.Queue[*recording]
+	// loader loads several fresh commands' devices in one statement; nil
+	// when Config.LoadGroup is 1.
+	loader *groupcommit.Queue[*loadCall]
 }
 
 type stats struct {
@@ -166,6 +169,26 @@ func New(cfg Config) (*Worker, error) {
 		}, func(ctx context.Context, r *recording) error {
 			var err error
 			r.disabled, err = recordOutcomes(ctx, cfg.Pool, r.eventID, r.o)
+			return err
+		})
+	}
+	if cfg.LoadGroup > 1 {
+		w.loader = groupcommit.New(groupcommit.Config[*loadCall]{
+			MaxGroup: cfg.LoadGroup,
+			Writers:  recordWriters,
+			// One command per event in a statement: push_commands_devices
+			// counts each range once only across distinct events.
+			Key:     func(l *loadCall) (any, bool) { return l.cmd.EventID, true },
+			Grouped: func(n int) { w.m.loadGroup.Update(float64(n)) },
+			Fallback: func(n int, err error) {
+				w.m.loadFallbacks.Inc()
+				w.log.Warn("loading a group of commands failed; loading each alone", "commands", n, "err", err)
+			},
+		}, func(ctx context.Context, ls []*loadCall) error {
+			return loadGroup(ctx, cfg.Pool, ls)
+		}, func(ctx context.Context, l *loadCall) error {
+			var err error
+			l.recips, err = loadRecipients(ctx, cfg.Pool, l.cmd)
 			return err
 		})
 	}
@@ -332,7 +355,7 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 			return err
 		}
 		start = time.Now()
-		recips, err = loadRecipients(ctx, w.cfg.Pool, cmd)
+		recips, err = w.load(ctx, cmd)
 		w.m.loadDuration.UpdateDuration(start)
 		if err != nil {
 			return err
