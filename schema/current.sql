@@ -464,11 +464,12 @@ END $$;
 --
 
 CREATE FUNCTION public.lifecycle_emit(event_type text, aggregate_id text, payload jsonb) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-    VALUES (gen_random_uuid(), 'lifecycle', aggregate_id, event_type, jsonb_strip_nulls(payload))
-$$;
+    VALUES (gen_random_uuid(), 'lifecycle', aggregate_id, event_type, jsonb_strip_nulls(payload));
+END $$;
 
 
 --

@@ -147,63 +147,61 @@ func LoadPush(ctx context.Context, q Querier, eventID string) (Push, error) {
 	if err := checkEventID(eventID); err != nil {
 		return s, err
 	}
-	rows, err := q.Query(ctx, sqlPushCounters, eventID)
+	rows, err := q.Query(ctx, sqlPushCounters, []string{eventID})
 	if err != nil {
 		return s, fmt.Errorf("push status of %s: %w", eventID, err)
 	}
-	return s, scanPush(rows, &s)
+	out := []Push{s}
+	err = scanPush(rows, out)
+	return out[0], err
 }
 
-// LoadPushMany is LoadPush of every event of ids in one round trip (the
+// LoadPushMany is LoadPush of every event of ids in one statement (the
 // finisher's page of candidates), in the order of ids.
-func LoadPushMany(ctx context.Context, q Batcher, ids []string) ([]Push, error) {
+func LoadPushMany(ctx context.Context, q Querier, ids []string) ([]Push, error) {
 	out := make([]Push, len(ids))
-	b := &pgx.Batch{}
 	for i, id := range ids {
 		if err := checkEventID(id); err != nil {
 			return nil, err
 		}
 		out[i].EventID = id
-		b.Queue(sqlPushCounters, id)
 	}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	br := q.SendBatch(ctx, b)
-	for i := range out {
-		rows, err := br.Query()
-		if err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("push status of %s: %w", out[i].EventID, err)
-		}
-		if err := scanPush(rows, &out[i]); err != nil {
-			_ = br.Close()
-			return nil, err
-		}
-	}
-	if err := br.Close(); err != nil {
+	rows, err := q.Query(ctx, sqlPushCounters, ids)
+	if err != nil {
 		return nil, fmt.Errorf("push status of %d events: %w", len(ids), err)
+	}
+	if err := scanPush(rows, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// scanPush reads sqlPushCounters' rows into s: the totals (platform ""),
-// then one row per platform with counters.
-func scanPush(rows pgx.Rows, s *Push) error {
+// scanPush reads sqlPushCounters' rows into out, each by its event's
+// position: the totals (platform ""), and one row per platform with
+// counters.
+func scanPush(rows pgx.Rows, out []Push) error {
 	defer rows.Close()
-	var totals bool
+	totals := make([]bool, len(out))
 	for rows.Next() {
+		var i int32
 		var platform string
 		var targetedStudents int64
 		var c PushCounts
 		var notified, silenced int64
-		if err := rows.Scan(&platform, &notified, &targetedStudents, &c.Target, &c.Delivered, &c.Gone, &c.Failed, &c.Retrying, &c.Cancelled, &c.Expired, &c.NotConfigured,
+		if err := rows.Scan(&i, &platform, &notified, &targetedStudents, &c.Target, &c.Delivered, &c.Gone, &c.Failed, &c.Retrying, &c.Cancelled, &c.Expired, &c.NotConfigured,
 			&c.Muted, &c.Capped, &c.Deferred, &silenced, &c.Pending); err != nil {
-			return fmt.Errorf("push status of %s: %w", s.EventID, err)
+			return fmt.Errorf("push status: %w", err)
 		}
+		if i < 1 || int(i) > len(out) {
+			return fmt.Errorf("push status: counters of event %d of %d", i, len(out))
+		}
+		s := &out[i-1]
 		c.derive()
 		if platform == "" {
-			totals = true
+			totals[i-1] = true
 			s.Notified, s.PushCounts, s.Silenced = notified, c, silenced
 			// Negative only if the counters drifted from the rows, which
 			// Verify names; shown as it is rather than hidden.
@@ -217,10 +215,12 @@ func scanPush(rows pgx.Rows, s *Push) error {
 		*p = c
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("push status of %s: %w", s.EventID, err)
+		return fmt.Errorf("push status: %w", err)
 	}
-	if !totals {
-		return fmt.Errorf("push status of %s: no totals row", s.EventID)
+	for i, ok := range totals {
+		if !ok {
+			return fmt.Errorf("push status of %s: no totals row", out[i].EventID)
+		}
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 	var b pgx.Batch
 	b.Queue(sqlFanoutRun, eventID)
 	b.Queue(sqlFanoutRanges, eventID)
-	b.Queue(sqlPushCounters, eventID)
+	b.Queue(sqlPushCounters, []string{eventID})
 	b.Queue(receipts.SQLLoad, eventID)
 	br := q.SendBatch(ctx, &b)
 	defer func() {
@@ -138,12 +138,12 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 		return Report{}, true, err
 	}
 	r.finish(run, rs)
-	ps := Push{EventID: eventID}
+	ps := []Push{{EventID: eventID}}
 	rows, err = br.Query()
 	if err != nil {
 		return Report{}, true, fmt.Errorf("push status of %s: %w", eventID, err)
 	}
-	if err := scanPush(rows, &ps); err != nil {
+	if err := scanPush(rows, ps); err != nil {
 		return Report{}, true, err
 	}
 	rows, err = br.Query()
@@ -154,7 +154,7 @@ func loadBatch(ctx context.Context, q Batcher, eventID string) (r Report, planne
 	if err != nil {
 		return Report{}, true, err
 	}
-	r.setPush(ps, by)
+	r.setPush(ps[0], by)
 	return r, true, nil
 }
 

@@ -45,32 +45,40 @@ SELECT lo::text, hi::text, cursor::text, slices_done, notified, done_at IS NOT N
 FROM fanout_ranges WHERE event_id = $1`
 )
 
-// sqlPushCounters sums the event's counter shards: the totals (≤ 48
-// event_counters rows by primary key prefix, platform empty) and then each
-// platform's (≤ 48 event_platform_counters rows each), in one statement.
-// Pending, last, is the schema's counters_pending (migration 0028): its one
-// definition.
+// sqlPushCounters sums the counter shards of each event of $1 (uuid[]):
+// its totals (≤ 48 event_counters rows by primary key prefix, platform
+// empty, all zero for an unknown event) and then each platform's (≤ 48
+// event_platform_counters rows each), in one statement, every row led by
+// its event's position in $1 (1-based). One statement for many events: the
+// finisher polls every event whose fan-out finished, a page of hundreds of
+// small events per pass, and a statement per event cost them more than
+// their few counter rows (pg_stat_statements, RESULTS.md "The lane
+// set-wise"). Pending, last, is the schema's counters_pending (migration
+// 0028): its one definition.
 const sqlPushCounters = `
-SELECT ''::text,
-  coalesce(sum(notified), 0)::bigint, coalesce(sum(targeted_students), 0)::bigint,
-  coalesce(sum(targeted), 0)::bigint, coalesce(sum(delivered), 0)::bigint, coalesce(sum(gone), 0)::bigint,
-  coalesce(sum(failed), 0)::bigint, coalesce(sum(retrying), 0)::bigint,
-  coalesce(sum(cancelled), 0)::bigint, coalesce(sum(expired), 0)::bigint,
-  coalesce(sum(not_configured), 0)::bigint,
-  coalesce(sum(muted), 0)::bigint, coalesce(sum(capped), 0)::bigint, coalesce(sum(deferred), 0)::bigint,
-  coalesce(sum(silenced), 0)::bigint,
-  coalesce(sum(counters_pending(targeted, delivered, gone, failed, cancelled, expired, muted, capped)), 0)::bigint
-FROM event_counters WHERE event_id = $1
+SELECT e.i::int, ''::text,
+  coalesce(sum(c.notified), 0)::bigint, coalesce(sum(c.targeted_students), 0)::bigint,
+  coalesce(sum(c.targeted), 0)::bigint, coalesce(sum(c.delivered), 0)::bigint, coalesce(sum(c.gone), 0)::bigint,
+  coalesce(sum(c.failed), 0)::bigint, coalesce(sum(c.retrying), 0)::bigint,
+  coalesce(sum(c.cancelled), 0)::bigint, coalesce(sum(c.expired), 0)::bigint,
+  coalesce(sum(c.not_configured), 0)::bigint,
+  coalesce(sum(c.muted), 0)::bigint, coalesce(sum(c.capped), 0)::bigint, coalesce(sum(c.deferred), 0)::bigint,
+  coalesce(sum(c.silenced), 0)::bigint,
+  coalesce(sum(counters_pending(c.targeted, c.delivered, c.gone, c.failed, c.cancelled, c.expired, c.muted, c.capped)), 0)::bigint
+FROM unnest($1::uuid[]) WITH ORDINALITY AS e(id, i)
+LEFT JOIN event_counters c ON c.event_id = e.id
+GROUP BY e.i
 UNION ALL
-SELECT platform, 0, 0,
-  sum(targeted)::bigint, sum(delivered)::bigint, sum(gone)::bigint,
-  sum(failed)::bigint, sum(retrying)::bigint,
-  sum(cancelled)::bigint, sum(expired)::bigint,
-  sum(not_configured)::bigint,
-  sum(muted)::bigint, sum(capped)::bigint, sum(deferred)::bigint, 0::bigint,
-  sum(counters_pending(targeted, delivered, gone, failed, cancelled, expired, muted, capped))::bigint
-FROM event_platform_counters WHERE event_id = $1
-GROUP BY platform`
+SELECT e.i::int, c.platform, 0, 0,
+  sum(c.targeted)::bigint, sum(c.delivered)::bigint, sum(c.gone)::bigint,
+  sum(c.failed)::bigint, sum(c.retrying)::bigint,
+  sum(c.cancelled)::bigint, sum(c.expired)::bigint,
+  sum(c.not_configured)::bigint,
+  sum(c.muted)::bigint, sum(c.capped)::bigint, sum(c.deferred)::bigint, 0::bigint,
+  sum(counters_pending(c.targeted, c.delivered, c.gone, c.failed, c.cancelled, c.expired, c.muted, c.capped))::bigint
+FROM unnest($1::uuid[]) WITH ORDINALITY AS e(id, i)
+JOIN event_platform_counters c ON c.event_id = e.id
+GROUP BY e.i, c.platform`
 
 // Verify's terms, recomputed from the rows, each on its own so that a
 // mistake in one cannot hide in another. The device terms are grouped by
