@@ -340,22 +340,35 @@ type slice struct {
 // then every slice insert, then every slice's writes.
 func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.SliceCommand, res []*SliceResult, skipExisting bool) error {
 	sl := make([]slice, len(cmds))
-	var b pgx.Batch
+	evs := make([]string, len(cmds))
+	ris := make([]int32, len(cmds))
+	sizes := make([]int32, len(cmds))
 	for i, cmd := range cmds {
-		x := &sl[i]
-		x.cmd, x.res = cmd, res[i]
-		b.Queue(sqlLockRange, cmd.EventID, cmd.RangeIndex, cmd.SliceSize).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&x.lo, &x.hi, &x.cursor, &x.slicesDone, &x.done, &x.title, &x.url, &x.state,
-				&x.userList, &x.ev.typ, &x.ev.body, &x.ev.data, &x.ev.priority, &x.ev.collapseKey, &x.ev.locales, &x.ev.defaultLocale, &x.ev.mandatory,
-				&x.plain)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			x.found = err == nil
-			return err
-		})
+		sl[i].cmd, sl[i].res = cmd, res[i]
+		evs[i], ris[i], sizes[i] = cmd.EventID, int32(cmd.RangeIndex), int32(cmd.SliceSize)
 	}
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+	rows, err := tx.Query(ctx, sqlLockRange, evs, ris, sizes)
+	if err != nil {
+		return fmt.Errorf("lock range: %w", err)
+	}
+	for rows.Next() {
+		var i int32
+		var x slice
+		if err := rows.Scan(&i, &x.lo, &x.hi, &x.cursor, &x.slicesDone, &x.done, &x.title, &x.url, &x.state,
+			&x.userList, &x.ev.typ, &x.ev.body, &x.ev.data, &x.ev.priority, &x.ev.collapseKey, &x.ev.locales, &x.ev.defaultLocale, &x.ev.mandatory,
+			&x.plain); err != nil {
+			rows.Close()
+			return fmt.Errorf("lock range: %w", err)
+		}
+		if i < 1 || int(i) > len(sl) {
+			rows.Close()
+			return fmt.Errorf("lock range: row of slice %d of %d", i, len(sl))
+		}
+		x.cmd, x.res, x.found = sl[i-1].cmd, sl[i-1].res, true
+		sl[i-1] = x
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return fmt.Errorf("lock range: %w", err)
 	}
 	for i := range sl {
@@ -380,14 +393,16 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 		x.run = !stop
 	}
 
-	// The plain slices first, then the others between sqlCustomPlans and
+	// The plain first slices of user lists in one statement, the other
+	// plain slices, then the others between sqlCustomPlans and
 	// sqlSessionPlans.
-	b = pgx.Batch{}
+	var b pgx.Batch
+	queueFirstPlainSlices(&b, sl, skipExisting)
 	custom := false
 	for _, plain := range []bool{true, false} {
 		for i := range sl {
 			x := &sl[i]
-			if !x.run || x.runsPlain(skipExisting) != plain {
+			if !x.run || x.runsPlain(skipExisting) != plain || x.firstPlain(skipExisting) {
 				continue
 			}
 			if !plain && !custom {
@@ -411,15 +426,17 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 	// goes in one round trip: the push command, the next slice command,
 	// the range's progress and, when the range is done, the run's end.
 	b = pgx.Batch{}
+	var wr sliceWrites
 	for i := range sl {
 		x := &sl[i]
 		if !x.run {
 			continue
 		}
-		if err := w.queueSliceWrites(&b, x); err != nil {
+		if err := w.addSliceWrites(&wr, x); err != nil {
 			return err
 		}
 	}
+	wr.queue(&b)
 	queueFinishRuns(&b, sl)
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("record the slice (commands, range, run): %w", err)
@@ -445,6 +462,52 @@ func (w *SliceWorker) runMany(ctx context.Context, tx pgx.Tx, cmds []streams.Sli
 // skipping form always has them.
 func (x *slice) runsPlain(skipExisting bool) bool {
 	return x.plain && !skipExisting
+}
+
+// firstPlain: x is the first slice of a user list run plainly, which
+// queueFirstPlainSlices runs with the others in one statement.
+func (x *slice) firstPlain(skipExisting bool) bool {
+	return x.run && x.runsPlain(skipExisting) && x.cursor == nil
+}
+
+// queueFirstPlainSlices queues the first plain slices of sl's user lists
+// as one statement (sqlSliceUsersFirstPlainMany): a planning group's small
+// events, whose statement each cost them more than their few rows.
+func queueFirstPlainSlices(b *pgx.Batch, sl []slice, skipExisting bool) {
+	var (
+		idx          []int
+		evs, los, hs []string
+		ats          []time.Time
+		sizes        []int32
+	)
+	for i := range sl {
+		x := &sl[i]
+		if !x.firstPlain(skipExisting) {
+			continue
+		}
+		idx = append(idx, i)
+		evs, los, hs = append(evs, x.cmd.EventID), append(los, x.lo), append(hs, x.hi)
+		ats, sizes = append(ats, x.cmd.PublishedAt), append(sizes, int32(x.cmd.SliceSize))
+	}
+	if len(idx) == 0 {
+		return
+	}
+	b.Queue(sqlSliceUsersFirstPlainMany, evs, los, hs, ats, sizes).Query(func(rows pgx.Rows) error {
+		var (
+			i           int32
+			n, inserted int64
+			first, last *string
+		)
+		_, err := pgx.ForEachRow(rows, []any{&i, &n, &first, &last, &inserted}, func() error {
+			if i < 1 || int(i) > len(idx) {
+				return fmt.Errorf("slice row %d of %d", i, len(idx))
+			}
+			x := &sl[idx[i-1]]
+			x.res.Students, x.first, x.last, x.res.Inserted = n, first, last, inserted
+			return nil
+		})
+		return err
+	})
 }
 
 // queueSlice queues x's slice statement.
@@ -477,10 +540,40 @@ func (w *SliceWorker) queueSlice(b *pgx.Batch, x *slice, skipExisting bool) {
 		QueryRow(scan)
 }
 
-// queueSliceWrites queues the writes of slice x, whose insert ran: its push
-// command, its range's next slice command and the range's progress (the
-// run's end follows all slices': queueFinishRuns).
-func (w *SliceWorker) queueSliceWrites(b *pgx.Batch, x *slice) error {
+// sliceWrites are a slice pipeline's writes after its inserts, as the
+// columns of one statement each: the commands (sqlInsertOutboxRows) and
+// the ranges' progress (sqlUpdateRange). A statement per slice cost a
+// small event more than its rows.
+type sliceWrites struct {
+	aggs, keys, types, payloads []string
+	parts                       []int32
+
+	events   []string
+	ranges   []int32
+	cursors  []*string
+	notified []int64
+	done     []bool
+}
+
+func (wr *sliceWrites) command(agg, key, typ, payload string, part int32) {
+	wr.aggs, wr.keys, wr.types = append(wr.aggs, agg), append(wr.keys, key), append(wr.types, typ)
+	wr.payloads, wr.parts = append(wr.payloads, payload), append(wr.parts, part)
+}
+
+// queue queues wr's statements on b.
+func (wr *sliceWrites) queue(b *pgx.Batch) {
+	if len(wr.aggs) > 0 {
+		b.Queue(sqlInsertOutboxRows, wr.aggs, wr.keys, wr.types, wr.payloads, wr.parts)
+	}
+	if len(wr.events) > 0 {
+		b.Queue(sqlUpdateRange, wr.events, wr.ranges, wr.cursors, wr.notified, wr.done)
+	}
+}
+
+// addSliceWrites adds the writes of slice x, whose insert ran, to wr: its
+// push command, its range's next slice command and the range's progress
+// (the run's end follows all slices': queueFinishRuns).
+func (w *SliceWorker) addSliceWrites(wr *sliceWrites, x *slice) error {
 	cmd, res := x.cmd, x.res
 	if x.first != nil {
 		res.FirstUser, res.LastUser = *x.first, *x.last
@@ -504,7 +597,7 @@ func (w *SliceWorker) queueSliceWrites(b *pgx.Batch, x *slice) error {
 		if w.inLane(cmd, res.Students) {
 			agg, part = streams.AggregatePushLane, PushPartition(cmd.EventID, 0, 0, 1, w.cfg.PushLanePartitions)
 		}
-		b.Queue(sqlInsertOutbox, agg, cmd.EventID, streams.TypePushCommand, string(enc), part)
+		wr.command(agg, cmd.EventID, streams.TypePushCommand, string(enc), part)
 	}
 	res.RangeDone = res.Students < int64(cmd.SliceSize)
 	if !res.RangeDone {
@@ -512,14 +605,14 @@ func (w *SliceWorker) queueSliceWrites(b *pgx.Batch, x *slice) error {
 		if err != nil {
 			return fmt.Errorf("encode slice command: %w", err)
 		}
-		part := int32(cmd.RangeIndex) % w.cfg.FanoutPartitions
-		b.Queue(sqlInsertOutbox, streams.AggregateFanout, cmd.EventID, streams.TypeSliceCommand, string(enc), part)
+		wr.command(streams.AggregateFanout, cmd.EventID, streams.TypeSliceCommand, string(enc), int32(cmd.RangeIndex)%w.cfg.FanoutPartitions)
 	}
 	var newCursor *string
 	if res.LastUser != "" {
 		newCursor = &res.LastUser
 	}
-	b.Queue(sqlUpdateRange, cmd.EventID, cmd.RangeIndex, newCursor, res.Inserted, res.RangeDone)
+	wr.events, wr.ranges = append(wr.events, cmd.EventID), append(wr.ranges, int32(cmd.RangeIndex))
+	wr.cursors, wr.notified, wr.done = append(wr.cursors, newCursor), append(wr.notified, res.Inserted), append(wr.done, res.RangeDone)
 	return nil
 }
 
