@@ -409,52 +409,59 @@ CREATE FUNCTION public.event_targets_lock_key(ev uuid) RETURNS bigint
 CREATE FUNCTION public.fanout_runs_lifecycle() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    base jsonb := jsonb_build_object('event_id', NEW.event_id, 'type', NEW.type, 'course_id', NEW.course_id, 'at', lifecycle_time(now()));
-    started jsonb := jsonb_build_object('material_id', NEW.material_id, 'published_at', lifecycle_time(NEW.published_at),
-        'ranges', NEW.ranges, 'send_at', lifecycle_time(NEW.send_at), 'expires_at', lifecycle_time(NEW.expires_at));
-    agg text := NEW.event_id::text;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A run planned for later ('scheduled') starts when its state
         -- becomes 'running'.
-        IF NEW.state = 'running' THEN
-            PERFORM lifecycle_emit('FanoutStarted', agg, base || started);
-        END IF;
+        INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+        SELECT gen_random_uuid(), 'lifecycle', n.event_id::text, 'FanoutStarted', jsonb_strip_nulls(
+                   jsonb_build_object('event_id', n.event_id, 'type', n.type, 'course_id', n.course_id, 'at', lifecycle_time(now()))
+                   || jsonb_build_object('material_id', n.material_id, 'published_at', lifecycle_time(n.published_at),
+                          'ranges', n.ranges, 'send_at', lifecycle_time(n.send_at), 'expires_at', lifecycle_time(n.expires_at)))
+        FROM new_runs n
+        WHERE n.state = 'running';
         RETURN NULL;
     END IF;
-    IF OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL THEN
-        PERFORM lifecycle_emit('FanoutFinished', agg, base || jsonb_build_object(
-            'notified', coalesce(NEW.notified, 0), 'at', lifecycle_time(NEW.finished_at),
-            'started_at', lifecycle_time(NEW.started_at)));
-    END IF;
-    IF NEW.state IS DISTINCT FROM OLD.state THEN
-        CASE NEW.state
-        WHEN 'running' THEN
-            IF OLD.state = 'scheduled' THEN
-                PERFORM lifecycle_emit('FanoutStarted', agg, base || started);
-            ELSE
-                PERFORM lifecycle_emit('EventResumed', agg, base || jsonb_build_object('previous_state', OLD.state));
-            END IF;
-        WHEN 'paused' THEN
-            PERFORM lifecycle_emit('EventPaused', agg, base || jsonb_build_object('previous_state', OLD.state));
-        WHEN 'cancelled' THEN
-            PERFORM lifecycle_emit('EventCancelled', agg, base || jsonb_build_object('previous_state', OLD.state));
-        WHEN 'finished' THEN
-            -- The final counts, read in the transaction that finishes the
-            -- event (at most 32 counter rows).
-            PERFORM lifecycle_emit('PushFinished', agg, base || (
-                SELECT jsonb_build_object(
-                    'notified', coalesce(sum(c.notified), 0), 'delivered', coalesce(sum(c.delivered), 0),
-                    'gone', coalesce(sum(c.gone), 0), 'failed', coalesce(sum(c.failed), 0),
-                    'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0),
-                    'muted', coalesce(sum(c.muted), 0), 'capped', coalesce(sum(c.capped), 0),
-                    'deferred', coalesce(sum(c.deferred), 0), 'silenced', coalesce(sum(c.silenced), 0))
-                FROM event_counters c WHERE c.event_id = NEW.event_id));
-        ELSE
-            NULL;
-        END CASE;
-    END IF;
+    INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+    SELECT gen_random_uuid(), 'lifecycle', r.event_id::text, r.kind, jsonb_strip_nulls(r.payload)
+    FROM (
+        SELECT n.event_id, 1 AS k, 'FanoutFinished' AS kind,
+               b.base || jsonb_build_object('notified', coalesce(n.notified, 0), 'at', lifecycle_time(n.finished_at),
+                                            'started_at', lifecycle_time(n.started_at)) AS payload
+        FROM new_runs n JOIN old_runs o ON o.event_id = n.event_id
+        CROSS JOIN LATERAL (SELECT jsonb_build_object('event_id', n.event_id, 'type', n.type, 'course_id', n.course_id,
+                                                      'at', lifecycle_time(now())) AS base) b
+        WHERE o.finished_at IS NULL AND n.finished_at IS NOT NULL
+        UNION ALL
+        SELECT n.event_id, 2,
+               CASE WHEN n.state = 'running' AND o.state = 'scheduled' THEN 'FanoutStarted'
+                    WHEN n.state = 'running' THEN 'EventResumed'
+                    WHEN n.state = 'paused' THEN 'EventPaused'
+                    WHEN n.state = 'cancelled' THEN 'EventCancelled'
+                    ELSE 'PushFinished' END,
+               b.base || CASE
+                   WHEN n.state = 'running' AND o.state = 'scheduled' THEN
+                       jsonb_build_object('material_id', n.material_id, 'published_at', lifecycle_time(n.published_at),
+                           'ranges', n.ranges, 'send_at', lifecycle_time(n.send_at), 'expires_at', lifecycle_time(n.expires_at))
+                   WHEN n.state IN ('running', 'paused', 'cancelled') THEN
+                       jsonb_build_object('previous_state', o.state)
+                   ELSE (
+                       -- The final counts, read in the transaction that
+                       -- finishes the event (at most 32 counter rows).
+                       SELECT jsonb_build_object(
+                           'notified', coalesce(sum(c.notified), 0), 'delivered', coalesce(sum(c.delivered), 0),
+                           'gone', coalesce(sum(c.gone), 0), 'failed', coalesce(sum(c.failed), 0),
+                           'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0),
+                           'muted', coalesce(sum(c.muted), 0), 'capped', coalesce(sum(c.capped), 0),
+                           'deferred', coalesce(sum(c.deferred), 0), 'silenced', coalesce(sum(c.silenced), 0))
+                       FROM event_counters c WHERE c.event_id = n.event_id)
+               END
+        FROM new_runs n JOIN old_runs o ON o.event_id = n.event_id
+        CROSS JOIN LATERAL (SELECT jsonb_build_object('event_id', n.event_id, 'type', n.type, 'course_id', n.course_id,
+                                                      'at', lifecycle_time(now())) AS base) b
+        WHERE n.state IS DISTINCT FROM o.state AND n.state IN ('running', 'paused', 'cancelled', 'finished')
+    ) r
+    ORDER BY r.event_id, r.k;
     RETURN NULL;
 END $$;
 
@@ -1902,14 +1909,14 @@ CREATE TRIGGER event_counters_subscription_removed AFTER DELETE ON public.push_s
 -- Name: fanout_runs fanout_runs_lifecycle_inserted; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER fanout_runs_lifecycle_inserted AFTER INSERT ON public.fanout_runs FOR EACH ROW EXECUTE FUNCTION public.fanout_runs_lifecycle();
+CREATE TRIGGER fanout_runs_lifecycle_inserted AFTER INSERT ON public.fanout_runs REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION public.fanout_runs_lifecycle();
 
 
 --
 -- Name: fanout_runs fanout_runs_lifecycle_updated; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER fanout_runs_lifecycle_updated AFTER UPDATE ON public.fanout_runs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) OR ((old.finished_at IS NULL) AND (new.finished_at IS NOT NULL)))) EXECUTE FUNCTION public.fanout_runs_lifecycle();
+CREATE TRIGGER fanout_runs_lifecycle_updated AFTER UPDATE ON public.fanout_runs REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION public.fanout_runs_lifecycle();
 
 
 --
