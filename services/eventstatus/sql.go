@@ -55,8 +55,8 @@ FROM fanout_ranges WHERE event_id = $1`
 // their few counter rows (pg_stat_statements, RESULTS.md "The lane
 // set-wise"). Each event's rows by its primary-key prefix (LATERAL): a
 // join of the array to the counters was planned as a hash join over
-// every event's counter rows, 68 ms for a page of 500. Pending, last, is the schema's counters_pending (migration
-// 0028): its one definition.
+// every event's counter rows, 68 ms for a page of 500. Pending, last, is
+// the schema's counters_pending (migration 0028): its one definition.
 const sqlPushCounters = `
 SELECT e.i::int, ''::text, t.*
 FROM unnest($1::uuid[]) WITH ORDINALITY AS e(id, i)

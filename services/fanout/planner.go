@@ -593,18 +593,15 @@ type runStart struct {
 // event) and the scheduler (a scheduled one at its send_at) alike. The
 // first command of range i goes to partition i mod fanoutPartitions.
 func insertFirstSlices(ctx context.Context, tx pgx.Tx, run runStart, ranges []Range, fanoutPartitions int32) error {
-	n := len(ranges)
-	payloads := make([]string, n)
-	parts := make([]int32, n)
+	var wr sliceWrites
 	for i, c := range firstSlices(run, ranges) {
 		b, err := json.Marshal(c)
 		if err != nil {
 			return fmt.Errorf("encode slice command: %w", err)
 		}
-		payloads[i] = string(b)
-		parts[i] = int32(i) % fanoutPartitions
+		wr.command(streams.AggregateFanout, run.EventID, streams.TypeSliceCommand, string(b), int32(i)%fanoutPartitions)
 	}
-	if _, err := tx.Exec(ctx, sqlInsertOutboxMany, streams.AggregateFanout, run.EventID, streams.TypeSliceCommand, payloads, parts); err != nil {
+	if _, err := tx.Exec(ctx, sqlInsertOutboxRows, wr.aggs, wr.keys, wr.types, wr.payloads, wr.parts); err != nil {
 		return fmt.Errorf("insert slice commands: %w", err)
 	}
 	return nil

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -527,11 +526,8 @@ func (w *SliceWorker) queueSlice(b *pgx.Batch, x *slice, skipExisting bool) {
 		return row.Scan(&x.res.Students, &x.first, &x.last, &x.res.Inserted)
 	}
 	if x.runsPlain(skipExisting) {
-		q := sqlSliceUsersFirstPlain
-		if x.cursor != nil {
-			q = sqlSliceUsersNextPlain
-		}
-		b.Queue(q, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).QueryRow(scan)
+		// A first one runs with the others (queueFirstPlainSlices).
+		b.Queue(sqlSliceUsersNextPlain, audience, bound, x.hi, cmd.PublishedAt, cmd.SliceSize, cmd.EventID).QueryRow(scan)
 		return
 	}
 	high := x.ev.priority != nil && *x.ev.priority == "high"
@@ -616,34 +612,26 @@ func (w *SliceWorker) addSliceWrites(wr *sliceWrites, x *slice) error {
 	return nil
 }
 
-// canonicalUUID is id as Postgres prints a uuid (id itself if it is none:
-// the statement using it then fails on it).
-func canonicalUUID(id string) string {
-	if u, err := uuid.Parse(id); err == nil {
-		return u.String()
-	}
-	return id
-}
-
 // queueFinishRuns queues, after every slice's writes, the end of each run
 // one of sl's slices finished the last range of (x.res.RunFinished,
 // x.notified and x.seconds of that slice once b has run): one lock and one
 // update for all of them.
 func queueFinishRuns(b *pgx.Batch, sl []slice) {
-	// By event, as Postgres spells it back: its last slice that finished
-	// a range.
-	last := map[string]*slice{}
+	// Each event once, with its last slice that finished a range.
 	var events []string
+	var last []*slice
+	seen := map[string]int{}
 	for i := range sl {
 		x := &sl[i]
 		if !x.run || !x.res.RangeDone {
 			continue
 		}
-		key := canonicalUUID(x.cmd.EventID)
-		if last[key] == nil {
-			events = append(events, x.cmd.EventID)
+		if j, ok := seen[x.cmd.EventID]; ok {
+			last[j] = x
+			continue
 		}
-		last[key] = x
+		seen[x.cmd.EventID] = len(events)
+		events, last = append(events, x.cmd.EventID), append(last, x)
 	}
 	if len(events) == 0 {
 		return
@@ -651,15 +639,15 @@ func queueFinishRuns(b *pgx.Batch, sl []slice) {
 	b.Queue(sqlLockRuns, events)
 	b.Queue(sqlFinishRuns, events).Query(func(rows pgx.Rows) error {
 		var (
-			ev       string
+			i        int32
 			notified int64
 			seconds  float64
 		)
-		_, err := pgx.ForEachRow(rows, []any{&ev, &notified, &seconds}, func() error {
-			x := last[ev]
-			if x == nil {
-				return fmt.Errorf("finish runs: run %s was not asked for", ev)
+		_, err := pgx.ForEachRow(rows, []any{&i, &notified, &seconds}, func() error {
+			if i < 1 || int(i) > len(last) {
+				return fmt.Errorf("finish runs: row of run %d of %d", i, len(last))
 			}
+			x := last[i-1]
 			x.notified, x.seconds, x.res.RunFinished = notified, seconds, true
 			return nil
 		})

@@ -49,13 +49,6 @@ const sqlInsertRanges = `
 INSERT INTO fanout_ranges (event_id, range_index, lo, hi)
 SELECT $1, t.i, t.lo, t.hi FROM unnest($2::int[], $3::uuid[], $4::uuid[]) AS t(i, lo, hi)`
 
-// sqlInsertOutboxMany writes several rows of one aggregate in one statement,
-// in array order.
-const sqlInsertOutboxMany = `
-INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, kafka_partition)
-SELECT gen_random_uuid(), $1, $2, $3, t.payload::jsonb, t.part
-FROM unnest($4::text[], $5::int[]) WITH ORDINALITY AS t(payload, part, n)
-ORDER BY t.n`
 
 // sqlInsertOutboxRows writes a slice pipeline's commands, each with its
 // own aggregate, key, type and partition, in one statement, in the arrays'
@@ -365,13 +358,14 @@ const sliceInsertPlain = `slice_last AS (
     RETURNING 1
 )` + sliceReport
 
-// sqlSliceUsersFirstPlainMany is sqlSliceUsersFirstPlain for the first
-// slices of several user lists at once (a planning group's small events):
+// sqlSliceUsersFirstPlainMany is the first slice of user lists without
+// preferences (sliceInsertPlain's insert), for several at once (a
+// planning group's small events, or a user list's first slice alone):
 // $1–$5 each slice's event, bounds, publish time and size; one row per
 // slice, led by its position (1-based): students, first and last user,
-// inserted. A plain insert, as sqlSliceUsersFirstPlain's: a row that
-// exists refuses the statement, and the group's events are then planned
-// one by one, each with its skipping form.
+// inserted. A plain insert, as sliceInsertPlain's: a row that exists
+// refuses the statement, and the group's events are then planned one by
+// one, each with its skipping form.
 const sqlSliceUsersFirstPlainMany = `
 WITH c AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::timestamptz[], $5::int[]) WITH ORDINALITY AS c(ev, lo, hi, at, n, i)
@@ -413,7 +407,6 @@ const (
 	sqlSliceFirstSkipping = sliceSelectFirst + sliceInsertSkipping
 	sqlSliceNextSkipping  = sliceSelectNext + sliceInsertSkipping
 
-	sqlSliceUsersFirstPlain    = sliceSelectUsersFirst + sliceInsertPlain
 	sqlSliceUsersNextPlain     = sliceSelectUsersNext + sliceInsertPlain
 	sqlSliceUsersFirst         = sliceSelectUsersFirst + sliceInsert
 	sqlSliceUsersNext          = sliceSelectUsersNext + sliceInsert
@@ -437,7 +430,8 @@ WHERE g.event_id = u.ev AND g.range_index = u.ri`
 // other in a cycle.
 const sqlLockRuns = `SELECT 1 FROM fanout_runs WHERE event_id = ANY($1::uuid[]) ORDER BY event_id FOR UPDATE`
 
-// sqlFinishRuns marks each run of $1 finished when no range of it is left.
+// sqlFinishRuns marks each run of $1 (distinct events) finished when no
+// range of it is left, each row led by its event's position in $1.
 // finished_at is clock_timestamp(): the moment the last slice is about to
 // commit, which the benchmark and status report as the fan-out's end. One
 // statement for all the events of a slice pipeline (a planning group's
@@ -456,10 +450,12 @@ const sqlLockRuns = `SELECT 1 FROM fanout_runs WHERE event_id = ANY($1::uuid[]) 
 const sqlFinishRuns = `
 UPDATE fanout_runs r
 SET finished_at = clock_timestamp(), notified = g.notified
-FROM (SELECT event_id, sum(notified) AS notified, count(*) FILTER (WHERE done_at IS NULL) AS open
-      FROM fanout_ranges WHERE event_id = ANY($1::uuid[]) GROUP BY event_id) g
-WHERE r.event_id = g.event_id AND r.finished_at IS NULL AND g.open = 0
-RETURNING r.event_id::text, r.notified, extract(epoch FROM r.finished_at - r.started_at)::float8`
+FROM (SELECT e.i, e.ev, sum(x.notified) AS notified, count(*) FILTER (WHERE x.done_at IS NULL) AS open
+      FROM unnest($1::uuid[]) WITH ORDINALITY AS e(ev, i)
+      JOIN fanout_ranges x ON x.event_id = e.ev
+      GROUP BY e.i, e.ev) g
+WHERE r.event_id = g.ev AND r.finished_at IS NULL AND g.open = 0
+RETURNING g.i::int, r.notified, extract(epoch FROM r.finished_at - r.started_at)::float8`
 
 // sqlClaimDue locks the earliest due scheduled run (the partial index
 // fanout_runs_scheduled of migration 0009). SKIP LOCKED: a run another
