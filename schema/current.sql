@@ -541,11 +541,13 @@ BEGIN
             SELECT 1 FROM event_target_ranges r
             WHERE r.event_id = ev AND r.first_user <= hi AND r.last_user >= lo) AS f
     ), held AS MATERIALIZED (
-        -- The students whose push the fan-out held back (push_holds):
+        -- The students whose push the fan-out held back (push_hold_sets):
         -- muted, capped, or deferred and not released yet.
-        SELECT h.user_id, h.reason FROM push_holds h
-        WHERE h.event_id = ev AND h.user_id BETWEEN lo AND hi
+        SELECT u.user_id, h.reason FROM push_hold_sets h
+        CROSS JOIN LATERAL unnest(h.user_ids) AS u(user_id)
+        WHERE h.event_id = ev AND h.first_user <= hi AND h.last_user >= lo
           AND h.reason <> 'silenced' AND h.released_at IS NULL
+          AND u.user_id BETWEEN lo AND hi
     ), devices AS MATERIALIZED (
         SELECT n.user_id AS owner, x.*
         FROM notifications n
@@ -612,10 +614,12 @@ BEGIN
                    WHERE r.event_id = c.ev AND r.first_user <= c.hi AND r.last_user >= c.lo) AS fresh
         FROM unnest(evs, los, his) WITH ORDINALITY AS c(ev, lo, hi, i)
     ), held AS MATERIALIZED (
-        SELECT c.i, h.user_id, h.reason
+        SELECT c.i, u.user_id, h.reason
         FROM cmds c
-        JOIN push_holds h ON h.event_id = c.ev AND h.user_id BETWEEN c.lo AND c.hi
+        JOIN push_hold_sets h ON h.event_id = c.ev AND h.first_user <= c.hi AND h.last_user >= c.lo
+        CROSS JOIN LATERAL unnest(h.user_ids) AS u(user_id)
         WHERE h.reason <> 'silenced' AND h.released_at IS NULL
+          AND u.user_id BETWEEN c.lo AND c.hi
     ), students AS MATERIALIZED (
         SELECT c.i, c.ev, c.fresh, n.user_id
         FROM cmds c
@@ -696,14 +700,14 @@ $_$;
 
 
 --
--- Name: push_holds_cancelled(); Type: FUNCTION; Schema: public; Owner: -
+-- Name: push_hold_sets_cancelled(); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.push_holds_cancelled() RETURNS trigger
+CREATE FUNCTION public.push_hold_sets_cancelled() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE push_holds SET release_at = now()
+    UPDATE push_hold_sets SET release_at = now()
     WHERE event_id = NEW.event_id AND reason = 'deferred' AND released_at IS NULL AND release_at > now();
     RETURN NULL;
 END $$;
@@ -1258,17 +1262,21 @@ CREATE TABLE public.push_deliveries_default (
 
 
 --
--- Name: push_holds; Type: TABLE; Schema: public; Owner: -
+-- Name: push_hold_sets; Type: TABLE; Schema: public; Owner: -
 --
 
-CREATE TABLE public.push_holds (
+CREATE TABLE public.push_hold_sets (
     event_id uuid NOT NULL,
-    user_id uuid NOT NULL,
+    first_user uuid NOT NULL,
+    last_user uuid NOT NULL,
     reason text NOT NULL,
     release_at timestamp with time zone,
     released_at timestamp with time zone,
-    CONSTRAINT push_holds_reason CHECK ((reason = ANY (ARRAY['silenced'::text, 'muted'::text, 'capped'::text, 'deferred'::text]))),
-    CONSTRAINT push_holds_release CHECK (((reason = 'deferred'::text) = (release_at IS NOT NULL)))
+    user_ids uuid[] NOT NULL,
+    students integer NOT NULL,
+    CONSTRAINT push_hold_sets_reason CHECK ((reason = ANY (ARRAY['silenced'::text, 'muted'::text, 'capped'::text, 'deferred'::text]))),
+    CONSTRAINT push_hold_sets_release CHECK (((reason = 'deferred'::text) = (release_at IS NOT NULL))),
+    CONSTRAINT push_hold_sets_users CHECK (((students > 0) AND (cardinality(user_ids) = students) AND (user_ids[1] = first_user) AND (user_ids[cardinality(user_ids)] = last_user)))
 );
 
 
@@ -1629,11 +1637,11 @@ ALTER TABLE ONLY public.push_deliveries_default
 
 
 --
--- Name: push_holds push_holds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: push_hold_sets push_hold_sets_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.push_holds
-    ADD CONSTRAINT push_holds_pkey PRIMARY KEY (event_id, user_id);
+ALTER TABLE ONLY public.push_hold_sets
+    ADD CONSTRAINT push_hold_sets_pkey PRIMARY KEY (event_id, first_user) INCLUDE (last_user, reason);
 
 
 --
@@ -1808,10 +1816,10 @@ CREATE UNIQUE INDEX parked_commands_command ON public.parked_commands USING btre
 
 
 --
--- Name: push_holds_due; Type: INDEX; Schema: public; Owner: -
+-- Name: push_hold_sets_due; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX push_holds_due ON public.push_holds USING btree (release_at) WHERE ((reason = 'deferred'::text) AND (released_at IS NULL));
+CREATE INDEX push_hold_sets_due ON public.push_hold_sets USING btree (release_at) WHERE ((reason = 'deferred'::text) AND (released_at IS NULL));
 
 
 --
@@ -1927,10 +1935,10 @@ CREATE TRIGGER push_deliveries_platform_fill BEFORE INSERT ON public.push_delive
 
 
 --
--- Name: fanout_runs push_holds_cancelled; Type: TRIGGER; Schema: public; Owner: -
+-- Name: fanout_runs push_hold_sets_cancelled; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER push_holds_cancelled AFTER UPDATE OF state ON public.fanout_runs FOR EACH ROW WHEN (((new.state = 'cancelled'::text) AND (old.state IS DISTINCT FROM 'cancelled'::text))) EXECUTE FUNCTION public.push_holds_cancelled();
+CREATE TRIGGER push_hold_sets_cancelled AFTER UPDATE OF state ON public.fanout_runs FOR EACH ROW WHEN (((new.state = 'cancelled'::text) AND (old.state IS DISTINCT FROM 'cancelled'::text))) EXECUTE FUNCTION public.push_hold_sets_cancelled();
 
 
 --

@@ -77,7 +77,7 @@ type PreferencesResult struct {
 	// student: muted, deferred and capped students get their inbox row).
 	Rows int64 `json:"rows"`
 	// Muted, Deferred, Capped and Silenced are students of an event with
-	// preferences whose push the fan-out held back (push_holds), the same
+	// preferences whose push the fan-out held back (push_hold_sets), the same
 	// in every run.
 	Muted    int64 `json:"muted"`
 	Deferred int64 `json:"deferred"`
@@ -272,7 +272,7 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 // checkpoint come after them, so both kinds of run start alike.
 func resetPreferences(ctx context.Context, pool *pgxpool.Pool, course string, p *seed.Preferences) error {
 	for _, q := range []string{
-		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries, push_holds, event_counters, event_platform_counters, event_target_ranges`,
+		`TRUNCATE notifications, fanout_ranges, fanout_runs, outbox, push_deliveries, push_hold_sets, event_counters, event_platform_counters, event_target_ranges`,
 		`DELETE FROM materials`,
 		`TRUNCATE user_preferences`,
 	} {
@@ -294,7 +294,7 @@ func resetPreferences(ctx context.Context, pool *pgxpool.Pool, course string, p 
 	for _, q := range []string{
 		`VACUUM ANALYZE enrollments`,
 		`VACUUM ANALYZE notifications`,
-		`VACUUM ANALYZE user_preferences, push_holds`,
+		`VACUUM ANALYZE user_preferences, push_hold_sets`,
 		`VACUUM ANALYZE fanout_ranges, fanout_runs, outbox, materials`,
 		`CHECKPOINT`,
 	} {
@@ -309,9 +309,9 @@ type holds struct{ muted, deferred, capped, silenced int64 }
 
 func loadHolds(ctx context.Context, pool *pgxpool.Pool, event string) (holds, error) {
 	var h holds
-	err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reason = 'muted'), count(*) FILTER (WHERE reason = 'deferred'),
-		count(*) FILTER (WHERE reason = 'capped'), count(*) FILTER (WHERE reason = 'silenced')
-		FROM push_holds WHERE event_id = $1`, event).Scan(&h.muted, &h.deferred, &h.capped, &h.silenced)
+	err := pool.QueryRow(ctx, `SELECT coalesce(sum(students) FILTER (WHERE reason = 'muted'), 0), coalesce(sum(students) FILTER (WHERE reason = 'deferred'), 0),
+		coalesce(sum(students) FILTER (WHERE reason = 'capped'), 0), coalesce(sum(students) FILTER (WHERE reason = 'silenced'), 0)
+		FROM push_hold_sets WHERE event_id = $1`, event).Scan(&h.muted, &h.deferred, &h.capped, &h.silenced)
 	if err != nil {
 		return h, fmt.Errorf("count the event's holds: %w", err)
 	}

@@ -143,12 +143,13 @@ SELECT count(*) FROM push_deliveries WHERE event_id = $1
 
 	// Students silenced by their preferences (inbox off): the fan-out's
 	// holds, against the counter.
-	sqlVerifySilenced = `SELECT count(*) FROM push_holds WHERE event_id = $1 AND reason = 'silenced'`
+	sqlVerifySilenced = `SELECT coalesce(sum(students), 0) FROM push_hold_sets WHERE event_id = $1 AND reason = 'silenced'`
 
 	// A deferred push is released once: a released hold has no device
 	// left deferred, an unreleased one none sent.
 	sqlVerifyHeld = `
-SELECT count(*) FROM push_holds h JOIN push_subscriptions s ON s.user_id = h.user_id
+SELECT count(*) FROM push_hold_sets h CROSS JOIN LATERAL unnest(h.user_ids) AS u(user_id)
+JOIN push_subscriptions s ON s.user_id = u.user_id
 JOIN push_deliveries d ON d.event_id = h.event_id AND d.subscription_id = s.id
 WHERE h.event_id = $1 AND h.reason = 'deferred'
   AND ((h.released_at IS NULL) <> (d.status = 'deferred'))`

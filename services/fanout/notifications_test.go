@@ -242,7 +242,7 @@ func TestUserListPreferencesPerSlice(t *testing.T) {
 		t.Fatalf("notified %d users, want the 19 but the silenced one", len(notified))
 	}
 	holds := map[string]string{}
-	rows, err = db.Pool.Query(ctx, `SELECT user_id::text, reason FROM push_holds WHERE event_id = $1`, c.EventID)
+	rows, err = db.Pool.Query(ctx, `SELECT u::text, reason FROM push_hold_sets CROSS JOIN LATERAL unnest(user_ids) AS u WHERE event_id = $1`, c.EventID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func runPrefCase(t *testing.T, tc prefCase) {
 			t.Fatal(err)
 		}
 		if i < tc.heldPrior {
-			exec(`INSERT INTO push_holds (event_id, user_id, reason) VALUES ($1, $2, 'muted')`, prior, student)
+			exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) VALUES ($1, $2, $2, 'muted', ARRAY[$2]::uuid[], 1)`, prior, student)
 		}
 	}
 	if tc.mandatory {
@@ -175,7 +175,7 @@ func runPrefCase(t *testing.T, tc prefCase) {
 
 	var reason string
 	var release *time.Time
-	err = db.Pool.QueryRow(ctx, `SELECT reason, release_at FROM push_holds WHERE event_id = $1 AND user_id = $2`, ev.EventID, student).Scan(&reason, &release)
+	err = db.Pool.QueryRow(ctx, `SELECT reason, release_at FROM push_hold_sets WHERE event_id = $1 AND $2 = ANY (user_ids)`, ev.EventID, student).Scan(&reason, &release)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestDeferredPushesReleased(t *testing.T) {
 	// An expiring event: due at the expiry, recorded expired.
 	ev, _ = fanOut(later, true)
 	exec(`UPDATE fanout_runs SET expires_at = now() - interval '1 second' WHERE event_id = $1`, ev)
-	exec(`UPDATE push_holds SET release_at = now() - interval '1 second' WHERE event_id = $1 AND reason = 'deferred'`, ev)
+	exec(`UPDATE push_hold_sets SET release_at = now() - interval '1 second' WHERE event_id = $1 AND reason = 'deferred'`, ev)
 	if cmds = release(time.Now(), 2); len(cmds) != 0 {
 		t.Fatalf("release commands of the expired event %+v, want none", cmds)
 	}

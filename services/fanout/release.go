@@ -21,7 +21,8 @@ import (
 const DefaultReleasePoll = time.Second
 
 // DefaultReleaseBatch is how many deferred students one release
-// transaction takes.
+// transaction takes, in whole sets (a slice's students with one release
+// time, push_hold_sets): at least one set, however large.
 const DefaultReleaseBatch = 1000
 
 // ReleaserConfig configures a Releaser. Zero values take the documented
@@ -74,9 +75,9 @@ func (c ReleaserConfig) validate() error {
 }
 
 // Releaser sends the pushes the slice statement deferred to the end of a
-// student's quiet hours (push_holds, reason 'deferred'). Like the
+// student's quiet hours (push_hold_sets, reason 'deferred'). Like the
 // Scheduler, its whole state is in Postgres: one transaction claims due
-// holds (FOR UPDATE SKIP LOCKED, so several releasers never take the same
+// sets (FOR UPDATE SKIP LOCKED, so several releasers never take the same
 // one), marks them released, moves their devices' 'deferred' outcomes to
 // 'retrying' at attempt 0 and writes, per event, push commands of attempt
 // 1 naming those devices: the push worker's retry path, which parks them
@@ -132,8 +133,8 @@ func (r *Releaser) Run(ctx context.Context) {
 	}
 }
 
-// ReleaseDue releases up to Batch due holds in one transaction and
-// reports how many it took.
+// ReleaseDue releases the earliest due sets, about Batch students (whole
+// sets), in one transaction and reports how many students it took.
 func (r *Releaser) ReleaseDue(ctx context.Context) (int, error) {
 	var claimed, devices int
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
@@ -142,27 +143,29 @@ func (r *Releaser) ReleaseDue(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("claim deferred pushes: %w", err)
 		}
-		var events, users []string
+		var events, firsts []string
 		for rows.Next() {
-			var e, u string
-			if err := rows.Scan(&e, &u); err != nil {
+			var e, f string
+			var n int
+			if err := rows.Scan(&e, &f, &n); err != nil {
 				rows.Close()
 				return fmt.Errorf("claim deferred pushes: %w", err)
 			}
-			events, users = append(events, e), append(users, u)
+			events, firsts = append(events, e), append(firsts, f)
+			claimed += n
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("claim deferred pushes: %w", err)
 		}
-		if claimed = len(events); claimed == 0 {
+		if len(events) == 0 {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, sqlLockTargets, events); err != nil {
 			return fmt.Errorf("lock targets: %w", err)
 		}
 		byEvent := map[string]*release{}
-		rows, err = tx.Query(ctx, sqlRelease, events, users)
+		rows, err = tx.Query(ctx, sqlRelease, events, firsts)
 		if err != nil {
 			return fmt.Errorf("release deferred pushes: %w", err)
 		}

@@ -273,11 +273,11 @@ func (w *SliceWorker) behind(ctx context.Context, cmd streams.SliceCommand) (boo
 }
 
 // isUniqueViolation: SQLSTATE 23505 on notifications (or one of its
-// partitions) or push_holds, a notification or a hold of the slice existed.
+// partitions) or push_hold_sets, a notification or a hold set of the slice existed.
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505" &&
-		(strings.HasPrefix(pe.TableName, "notifications") || pe.TableName == "push_holds")
+		(strings.HasPrefix(pe.TableName, "notifications") || pe.TableName == "push_hold_sets")
 }
 
 // RunIn runs one slice command in the caller's transaction tx (the

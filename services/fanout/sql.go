@@ -49,7 +49,6 @@ const sqlInsertRanges = `
 INSERT INTO fanout_ranges (event_id, range_index, lo, hi)
 SELECT $1, t.i, t.lo, t.hi FROM unnest($2::int[], $3::uuid[], $4::uuid[]) AS t(i, lo, hi)`
 
-
 // sqlInsertOutboxRows writes a slice pipeline's commands, each with its
 // own aggregate, key, type and partition, in one statement, in the arrays'
 // order.
@@ -117,13 +116,13 @@ FOR UPDATE OF g`
 // reading it back from pg_settings cost 0.3 ms a call.
 //
 // A generic plan of the slice statement is made once per connection and
-// kept, with the sizes its tables had then: made while push_holds was
+// kept, with the sizes its tables had then: made while the holds were
 // empty (a quiet spell, a truncated benchmark), its cap check scanned the
 // whole table for each notification of a capped student, while the event
 // wrote hundreds of thousands of holds (26× the fan-out's time without
 // preferences at 200,000 students with 5% capped; 2.1× planned for the
 // parameters, benchmarks/RESULTS.md). A custom plan sees the table's
-// current size and probes push_holds_pkey; planning the statement costs
+// current size and probes the holds' primary key; planning the statement costs
 // 1.3–4 ms a slice on the loaded benchmark machine.
 //
 // The other statements are short ones by primary key, and planning them
@@ -237,12 +236,17 @@ WITH slice AS (
 // The roster's zone (users.time_zone) is read only for a student with
 // quiet hours and no zone of their own: nothing else uses it.
 //
-// A decided student gets a push_holds row; the push command's load
+// The decided students go into push_hold_sets, one row per reason and
+// release time with their ids sorted (migration 0030: a row per student
+// was about a sixth of the statement's time); the push command's load
 // (push_command_devices) records their devices with that reason instead
-// of sending. The plain form inserts them without ON CONFLICT, for the
-// reason the notifications are (see sliceSelectFirst): a hold that exists
-// already refuses the statement like a notification does, and the
-// skipping form runs (sliceInsertSkipping).
+// of sending. The plain form inserts without ON CONFLICT, for the reason
+// the notifications are (see sliceSelectFirst): a copy of the slice
+// meets its notifications' keys, and its sets' (the same first students),
+// and the skipping form runs (sliceInsertSkipping), which leaves out the
+// students held already. Only a copy whose students are all silenced (no
+// notification) and decided otherwise than the first time would write a
+// second set of them: no slice is copied but by hand (sliceSelectFirst).
 //
 // The rule of a student: the exact type's, else the course's, else the
 // longest type prefix's ("a.b.*", "a.*", "*": $9, most specific first).
@@ -293,8 +297,9 @@ const slicePreferencesHead = `slice_last AS (
                    SELECT count(*) FROM notifications n
                    WHERE n.user_id = f.user_id AND n.created_at > $7::timestamptz - interval '1 hour'
                      AND n.created_at <= $7::timestamptz AND n.event_id <> $6
-                     AND NOT EXISTS (SELECT 1 FROM push_holds h WHERE h.event_id = n.event_id AND h.user_id = n.user_id
-                                     AND h.reason IN ('muted', 'capped'))
+                     AND NOT EXISTS (SELECT 1 FROM push_hold_sets h
+                                     WHERE h.event_id = n.event_id AND h.first_user <= n.user_id AND h.last_user >= n.user_id
+                                       AND h.reason IN ('muted', 'capped') AND n.user_id = ANY (h.user_ids))
                ) >= f.max_pushes_per_hour THEN 'capped'
                WHEN NOT $11 AND q.inside THEN 'deferred'
            END AS reason,
@@ -308,15 +313,27 @@ const slicePreferencesHead = `slice_last AS (
                ((l.t::date + CASE WHEN l.t::time < f.quiet_end THEN 0 ELSE 1 END) + f.quiet_end) AT TIME ZONE f.tz AS release_at
     ) q
 ), held AS (
-    INSERT INTO push_holds (event_id, user_id, reason, release_at)
-    SELECT $6, d.user_id, d.reason, CASE WHEN d.reason = 'deferred' THEN least(d.release_at, $13::timestamptz) END
-    FROM decided d WHERE d.reason IS NOT NULL`
+    INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, release_at, user_ids, students)
+    SELECT $6, g.u[1], g.u[cardinality(g.u)], g.reason, g.release_at, g.u, cardinality(g.u)
+    FROM (
+        SELECT d.reason, CASE WHEN d.reason = 'deferred' THEN least(d.release_at, $13::timestamptz) END AS release_at,
+               array_agg(d.user_id ORDER BY d.user_id) AS u
+        FROM decided d WHERE d.reason IS NOT NULL`
+
+// sliceHeldBefore is the skipping form's guard: a student already held
+// for the event (by an earlier copy of the slice) keeps that hold and is
+// not put in a second set.
+const sliceHeldBefore = `
+          AND NOT EXISTS (SELECT 1 FROM push_hold_sets h
+                          WHERE h.event_id = $6 AND h.first_user <= d.user_id AND h.last_user >= d.user_id
+                            AND d.user_id = ANY (h.user_ids))`
 
 const slicePreferencesTail = `
-    RETURNING reason
+        GROUP BY 1, 2) g
+    RETURNING reason, students
 ), silenced AS (
     INSERT INTO event_counters AS c (event_id, shard, silenced)
-    SELECT $6, counter_shard('slice'), count(*) FROM held WHERE reason = 'silenced'
+    SELECT $6, counter_shard('slice'), sum(students) FROM held WHERE reason = 'silenced'
     HAVING count(*) > 0
     ON CONFLICT (event_id, shard) DO UPDATE SET silenced = c.silenced + excluded.silenced
 ), `
@@ -331,8 +348,7 @@ const sliceInsert = slicePreferencesHead + slicePreferencesTail + `ins AS (
 // sliceInsertSkipping is sliceInsert for a slice whose plain insert met an
 // existing row (a notification or a hold): those are skipped, the rest
 // inserted and counted.
-const sliceInsertSkipping = slicePreferencesHead + `
-    ON CONFLICT DO NOTHING` + slicePreferencesTail + `ins AS (
+const sliceInsertSkipping = slicePreferencesHead + sliceHeldBefore + slicePreferencesTail + `ins AS (
     INSERT INTO notifications (event_id, user_id, created_at)
     SELECT $6, user_id, $4 FROM slice
     WHERE user_id NOT IN (SELECT d.user_id FROM decided d WHERE d.reason = 'silenced')
@@ -489,15 +505,23 @@ FROM fanout_runs WHERE state = 'scheduled'`
 
 // The releaser's statements (Releaser.ReleaseDue).
 
-// sqlClaimReleases locks up to $2 deferred holds due at $1, earliest
-// first (push_holds_due); SKIP LOCKED: concurrent releasers take
-// different ones.
+// sqlClaimReleases locks the earliest deferred sets due at $1
+// (push_hold_sets_due) until they hold $2 students, at least one set: the
+// running sum is taken over the first $2 candidates without a lock, then
+// those rows are locked. SKIP LOCKED: concurrent releasers take different
+// ones, and a set released meanwhile is passed over (the lock's recheck).
 const sqlClaimReleases = `
-SELECT event_id::text, user_id::text FROM push_holds
-WHERE reason = 'deferred' AND released_at IS NULL AND release_at <= $1
-ORDER BY release_at
-LIMIT $2
-FOR UPDATE SKIP LOCKED`
+WITH due AS (
+    SELECT h.event_id, h.first_user, sum(h.students) OVER (ORDER BY h.release_at, h.event_id, h.first_user) - h.students AS before
+    FROM push_hold_sets h
+    WHERE h.reason = 'deferred' AND h.released_at IS NULL AND h.release_at <= $1
+    ORDER BY h.release_at, h.event_id, h.first_user
+    LIMIT $2
+)
+SELECT h.event_id::text, h.first_user::text, h.students
+FROM push_hold_sets h JOIN due d ON d.event_id = h.event_id AND d.first_user = h.first_user
+WHERE d.before < $2 AND h.released_at IS NULL
+FOR UPDATE OF h SKIP LOCKED`
 
 // sqlLockTargets takes the events' target locks exclusive, in key order,
 // as a subscription change does: a push command of these students
@@ -517,17 +541,19 @@ SELECT pg_advisory_xact_lock(l.k) FROM (
 // their new status.
 const sqlRelease = `
 WITH u AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS u(event_id, user_id)
+    SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS u(event_id, first_user)
 ), released AS (
-    UPDATE push_holds h SET released_at = now()
-    FROM u WHERE h.event_id = u.event_id AND h.user_id = u.user_id AND h.released_at IS NULL
-    RETURNING h.event_id, h.user_id
+    UPDATE push_hold_sets h SET released_at = now()
+    FROM u WHERE h.event_id = u.event_id AND h.first_user = u.first_user AND h.released_at IS NULL
+    RETURNING h.event_id, h.user_ids
+), students AS (
+    SELECT r.event_id, x.user_id FROM released r CROSS JOIN LATERAL unnest(r.user_ids) AS x(user_id)
 ), fate AS (
     SELECT r.event_id, r.user_id,
            CASE WHEN f.state = 'cancelled' THEN 'cancelled'
                 WHEN f.expires_at <= now() THEN 'expired'
                 ELSE 'retrying' END AS status
-    FROM released r JOIN fanout_runs f ON f.event_id = r.event_id
+    FROM students r JOIN fanout_runs f ON f.event_id = r.event_id
 )
 UPDATE push_deliveries d SET status = x.status, attempts = 0, updated_at = now(),
     error = CASE x.status WHEN 'cancelled' THEN 'event cancelled before this device was sent'

@@ -9,8 +9,9 @@ import (
 	"github.com/notify-dev/notify/services/fanout"
 )
 
-// TestHeldPushesThroughTheWorker: the fan-out's holds (push_holds, here
-// written as its slice statement would) keep muted and deferred students'
+// TestHeldPushesThroughTheWorker: the fan-out's holds (push_hold_sets,
+// here written as its slice statement would: a set per reason and release
+// time, spans overlapping) keep muted and deferred students'
 // devices from the worker's fresh commands — recorded muted and deferred
 // instead — and the releaser's commands go through the worker's retry
 // path: sent and delivered once released, recorded cancelled when the
@@ -27,9 +28,16 @@ func TestHeldPushesThroughTheWorker(t *testing.T) {
 		}
 	}
 	later := time.Now().Add(time.Hour)
-	// Students 0–49 muted, 50–99 deferred for an hour.
-	exec(`INSERT INTO push_holds (event_id, user_id, reason) SELECT $1, u, 'muted' FROM unnest($2::uuid[]) u`, f.eventID, f.users[:50])
-	exec(`INSERT INTO push_holds (event_id, user_id, reason, release_at) SELECT $1, u, 'deferred', $3 FROM unnest($2::uuid[]) u`, f.eventID, f.users[50:100], later)
+	// Students 0–49 muted, 50–74 and 75–99 deferred for an hour, a set each.
+	hold := func(users []string, reason string, release *time.Time) {
+		t.Helper()
+		exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, release_at, user_ids, students)
+			SELECT $1, a[1], a[cardinality(a)], $3, $4, a, cardinality(a)
+			FROM (SELECT array_agg(u ORDER BY u) AS a FROM unnest($2::uuid[]) AS u) x`, f.eventID, users, reason, release)
+	}
+	hold(f.users[:50], "muted", nil)
+	hold(f.users[50:75], "deferred", &later)
+	hold(f.users[75:100], "deferred", &later)
 	devicesOf := func(users []string) int64 {
 		return f.count(`SELECT count(*) FROM push_subscriptions WHERE user_id = ANY($1::uuid[])`, users)
 	}
@@ -66,7 +74,7 @@ func TestHeldPushesThroughTheWorker(t *testing.T) {
 	f.verify()
 
 	// Half of the deferred are released at the window's end and sent.
-	exec(`UPDATE push_holds SET release_at = now() WHERE event_id = $1 AND user_id = ANY($2::uuid[])`, f.eventID, f.users[50:75])
+	exec(`UPDATE push_hold_sets SET release_at = now() WHERE event_id = $1 AND reason = 'deferred' AND user_ids && $2::uuid[]`, f.eventID, f.users[50:75])
 	r, err := fanout.NewReleaser(f.db.Pool, fanout.ReleaserConfig{PushPartitions: f.topics.PushPartitions})
 	if err != nil {
 		t.Fatal(err)

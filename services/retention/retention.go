@@ -405,7 +405,7 @@ func (r *Retainer) dropDay(ctx context.Context, conn *pgxpool.Conn, parts []Part
 	}
 	var removed int64
 	for _, q := range []string{sqlDeleteRanges, sqlDeleteCounters, sqlDeletePlatformCounters, sqlDeleteTargetRanges, sqlUnlinkMaterials,
-		sqlDeleteNotificationEvents, sqlDeletePushHolds, sqlDeleteIntakeEvents, sqlDeleteReceiptCounters, sqlDeleteReceiptsQueued, sqlDeleteRuns} { // fanout_runs last: its count is the report's
+		sqlDeleteNotificationEvents, sqlDeleteHoldSets, sqlDeleteIntakeEvents, sqlDeleteReceiptCounters, sqlDeleteReceiptsQueued, sqlDeleteRuns} { // fanout_runs last: its count is the report's
 		tag, err := tx.Exec(ctx, q, lo, hi)
 		if err != nil {
 			return nil, 0, fmt.Errorf("delete the day's event rows: %w", err)

@@ -156,7 +156,7 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 	// dropped event and a kept one.
 	for i, ev := range []uuid.UUID{oldEv, keptEv} {
 		e.exec(`INSERT INTO notification_events (event_id, type, sender_service, user_ids, created_at) VALUES ($1, 'grade.posted', 'grades', ARRAY[gen_random_uuid()], now())`, ev)
-		e.exec(`INSERT INTO push_holds (event_id, user_id, reason) VALUES ($1, gen_random_uuid(), 'muted')`, ev)
+		e.exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) SELECT $1, u, u, 'muted', ARRAY[u], 1 FROM gen_random_uuid() AS u`, ev)
 		e.exec(`INSERT INTO intake_events (source, id, event_id, ce_type, topic, partition, kafka_offset) VALUES ('/grades', $2, $1, 'grade.posted', 't', 0, $3)`, ev, ev.String(), i)
 		e.exec(`INSERT INTO event_receipt_counters (event_id, platform, shown) VALUES ($1, 'webpush', 3)`, ev)
 		e.exec(`INSERT INTO receipt_pending (event_id, platform, kind) VALUES ($1, 'webpush', 'clicked')`, ev)
@@ -190,7 +190,7 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 			}
 		}
 	}
-	for _, table := range []string{"notification_events", "push_holds", "intake_events", "event_receipt_counters", "receipt_pending"} {
+	for _, table := range []string{"notification_events", "push_hold_sets", "intake_events", "event_receipt_counters", "receipt_pending"} {
 		if n := e.count(`SELECT count(*) FROM `+table+` WHERE event_id = $1`, oldEv); n != 0 {
 			t.Errorf("dropped event %s: %d rows left in %s", oldEv, n, table)
 		}

@@ -64,7 +64,7 @@ const (
 	// that CloudEvent, older than the horizon, creates a new event: keep
 	// the horizon past the intake topics' own retention.
 	sqlDeleteNotificationEvents = `DELETE FROM notification_events WHERE event_id >= $1::uuid AND event_id < $2::uuid`
-	sqlDeletePushHolds          = `DELETE FROM push_holds WHERE event_id >= $1::uuid AND event_id < $2::uuid`
+	sqlDeleteHoldSets           = `DELETE FROM push_hold_sets WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 	sqlDeleteIntakeEvents       = `DELETE FROM intake_events WHERE event_id >= $1::uuid AND event_id < $2::uuid`
 	// The day's receipt counters and any receipt still queued for them
 	// (migration 0025; the students' receipt times go with the

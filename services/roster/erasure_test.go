@@ -111,7 +111,7 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 	covered := map[string]bool{
 		"users.id": true, "enrollments.user_id": true, "courses.instructor_id": true,
 		"user_preferences.user_id": true, "api_idempotency.user_id": true,
-		"notifications.user_id": true, "push_subscriptions.user_id": true, "push_holds.user_id": true,
+		"notifications.user_id": true, "push_subscriptions.user_id": true, "push_hold_sets.first_user": true, "push_hold_sets.last_user": true, "push_hold_sets.user_ids": true,
 		"materials.author_id": true, "notification_events.sender_user": true, "notification_events.user_ids": true,
 		"event_target_ranges.first_user": true, "event_target_ranges.last_user": true,
 	}
@@ -125,10 +125,12 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 		// A device of another app than the default one.
 		exec(`INSERT INTO apps (name) VALUES ('mobile') ON CONFLICT DO NOTHING`)
 		exec(`INSERT INTO push_subscriptions (user_id, platform, token, environment, app) VALUES ($1, 'apns', $2, 'sandbox', 'mobile')`, u, "apns-"+u.String())
-		exec(`INSERT INTO push_holds (event_id, user_id, reason) VALUES ($1, $2, 'muted')`, shared, u)
 	}
+	// The shared event's muted set holds both, ann's own a deferred one.
+	exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) VALUES ($1, $2, $3, 'muted', ARRAY[$2, $3]::uuid[], 2)`,
+		shared, ann, bob)
 	exec(`INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, now())`, annOnly, ann)
-	exec(`INSERT INTO push_holds (event_id, user_id, reason, release_at) VALUES ($1, $2, 'deferred', now() + interval '1 hour')`, annOnly, ann)
+	exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, release_at, user_ids, students) VALUES ($1, $2, $2, 'deferred', now() + interval '1 hour', ARRAY[$2]::uuid[], 1)`, annOnly, ann)
 	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status)
 		SELECT n.event_id, s.id, 'delivered' FROM notifications n JOIN push_subscriptions s USING (user_id)`)
 	exec(`INSERT INTO materials (id, course_id, author_id, title, body, published_at, event_id) VALUES ($1, $2, $3, 'M', 'B', now(), $4)`,
@@ -244,8 +246,8 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 	// Bob keeps everything, including his place in the rows ann was in.
 	for _, col := range names {
 		want := bobBefore[col]
-		if col == "event_target_ranges.first_user" {
-			want++ // the shared range now [bob, bob]
+		if col == "event_target_ranges.first_user" || col == "push_hold_sets.first_user" {
+			want++ // the shared range, and its set, now [bob, bob]
 		}
 		if n := count(col, bob); n != want {
 			t.Errorf("%s: bob's rows %d, want %d", col, n, want)

@@ -160,7 +160,10 @@ WHERE ` + livePeriod + `
 //   - the outcomes of the student's devices, found through the student's
 //     notifications (push_deliveries has no user column and no index on
 //     the device alone: this probes its primary key per event);
-//   - the student's push holds, found the same way (push_holds' key);
+//   - the student's push holds (push_hold_sets): a set whose span holds
+//     the student loses them, and goes if they were its only one. The
+//     sets are found by their bounds, before any array is read, so the
+//     silenced students (no notification) are found too;
 //   - the notifications (every partition: the parent's index per
 //     partition), then the push commands' recorded ranges that start or
 //     end at the student (sqlEraseTargetRanges), the fan-out cursors
@@ -202,9 +205,20 @@ WHERE n.user_id = ANY($1::uuid[]) AND s.user_id = n.user_id
   AND d.event_id = n.event_id AND d.subscription_id = s.id`
 
 const sqlEraseHolds = `
-DELETE FROM push_holds h
-USING notifications n
-WHERE n.user_id = ANY($1::uuid[]) AND h.event_id = n.event_id AND h.user_id = n.user_id`
+WITH hit AS MATERIALIZED (
+    SELECT h.event_id, h.first_user, k.u
+    FROM push_hold_sets h
+    CROSS JOIN LATERAL (SELECT array_agg(x ORDER BY x) AS u FROM unnest(h.user_ids) AS x WHERE x <> ALL ($1::uuid[])) k
+    WHERE CASE WHEN EXISTS (SELECT 1 FROM unnest($1::uuid[]) AS e(id) WHERE e.id BETWEEN h.first_user AND h.last_user)
+               THEN h.user_ids && $1::uuid[] ELSE false END
+), emptied AS (
+    DELETE FROM push_hold_sets h USING hit
+    WHERE h.event_id = hit.event_id AND h.first_user = hit.first_user AND hit.u IS NULL
+)
+UPDATE push_hold_sets h
+SET user_ids = hit.u, first_user = hit.u[1], last_user = hit.u[cardinality(hit.u)], students = cardinality(hit.u)
+FROM hit
+WHERE h.event_id = hit.event_id AND h.first_user = hit.first_user AND hit.u IS NOT NULL`
 
 const sqlEraseNotifications = `DELETE FROM notifications WHERE user_id = ANY($1::uuid[])`
 

@@ -80,9 +80,9 @@ func TestLoadPreferencesExactShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	var hMuted, hDeferred, hOther, dueAtEnd int64
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reason = 'muted'), count(*) FILTER (WHERE reason = 'deferred'),
-		count(*) FILTER (WHERE reason NOT IN ('muted', 'deferred')), count(*) FILTER (WHERE release_at = $2)
-		FROM push_holds WHERE event_id = $1`, event, wantEnd).Scan(&hMuted, &hDeferred, &hOther, &dueAtEnd); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT coalesce(sum(students) FILTER (WHERE reason = 'muted'), 0), coalesce(sum(students) FILTER (WHERE reason = 'deferred'), 0),
+		coalesce(sum(students) FILTER (WHERE reason NOT IN ('muted', 'deferred')), 0), coalesce(sum(students) FILTER (WHERE release_at = $2), 0)
+		FROM push_hold_sets WHERE event_id = $1`, event, wantEnd).Scan(&hMuted, &hDeferred, &hOther, &dueAtEnd); err != nil {
 		t.Fatal(err)
 	}
 	if n != users || ins != users || hMuted != 2000 || hDeferred != 3000 || hOther != 0 || dueAtEnd != 3000 {
