@@ -1403,6 +1403,7 @@ CREATE TABLE public.user_preferences (
     time_zone text,
     max_pushes_per_hour integer,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    compact boolean GENERATED ALWAYS AS (((octet_length((types)::text) + octet_length((courses)::text)) <= 800)) STORED,
     CONSTRAINT user_preferences_cap CHECK ((max_pushes_per_hour > 0)),
     CONSTRAINT user_preferences_quiet CHECK (((quiet_start IS NULL) = (quiet_end IS NULL))),
     CONSTRAINT user_preferences_rules CHECK (((jsonb_typeof(types) = 'object'::text) AND (jsonb_typeof(courses) = 'object'::text)))
@@ -1834,6 +1835,20 @@ CREATE INDEX push_subscriptions_user ON public.push_subscriptions USING btree (u
 --
 
 CREATE INDEX receipt_pending_event ON public.receipt_pending USING btree (event_id);
+
+
+--
+-- Name: user_preferences_covered; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX user_preferences_covered ON public.user_preferences USING btree (user_id) INCLUDE (types, courses, quiet_start, quiet_end, time_zone, max_pushes_per_hour) WHERE compact;
+
+
+--
+-- Name: user_preferences_large; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX user_preferences_large ON public.user_preferences USING btree (user_id) WHERE (NOT compact);
 
 
 --

@@ -16,21 +16,25 @@ import (
 // most of the users in its span, and by a probe per student where many
 // users outside the course have preferences (see slicePreferences). Both
 // must decide the same: every student of the course gets their own
-// decision, nobody outside it gets one, and the ledger holds.
+// decision, nobody outside it gets one, and the ledger holds. The span
+// reads rows with small rules from user_preferences_covered and those
+// with large ones (not in that index: "large") from the heap; the
+// vacuum before the event makes the covered read index-only.
 func TestPreferencesFoundBySpanOrByProbe(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
-		outsider int // users outside the course, each muting everything
-	}{{"span", 0}, {"probe", 2000}} {
+		outsider int  // users outside the course, each muting everything
+		large    bool // the course's muting students with rules too large for the covering index
+	}{{"span", 0, false}, {"span_large_rules", 0, true}, {"probe", 2000, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			runSpanOrProbe(t, tc.outsider)
+			runSpanOrProbe(t, tc.outsider, tc.large)
 		})
 	}
 }
 
-func runSpanOrProbe(t *testing.T, outsiders int) {
+func runSpanOrProbe(t *testing.T, outsiders int, large bool) {
 	db := schematest.NewDatabase(t)
 	ctx := context.Background()
 	now := utc("2026-03-10T12:00:00Z")
@@ -66,7 +70,17 @@ func runSpanOrProbe(t *testing.T, outsiders int) {
 		exec(`WITH u AS (INSERT INTO users (id, name) SELECT gen_random_uuid(), 'outsider' FROM generate_series(1, $1) RETURNING id)
 			INSERT INTO user_preferences (user_id, types, quiet_start, quiet_end) SELECT id, '{"*": {"push": false}}', '11:00', '13:00' FROM u`, outsiders)
 	}
-	exec(`ANALYZE user_preferences`)
+	if large {
+		// Forty more course rules each, well past the covering index's
+		// 800 bytes.
+		exec(`UPDATE user_preferences SET courses = courses || (
+				SELECT jsonb_object_agg(gen_random_uuid()::text, '{"push": true}'::jsonb) FROM generate_series(1, 40))
+			WHERE courses ? $1`, c.ID)
+		if n := count(t, db.Pool, `SELECT count(*) FROM user_preferences WHERE NOT compact`); n != students/6 {
+			t.Fatalf("%d students with large rules, want %d", n, students/6)
+		}
+	}
+	exec(`VACUUM ANALYZE user_preferences`)
 
 	ev := publish(t, db.Pool, c, published)
 	exec(`DELETE FROM outbox`)
