@@ -526,6 +526,9 @@ END $$;
 
 CREATE FUNCTION public.push_command_devices(ev uuid, lo uuid, hi uuid) RETURNS TABLE(id bigint, platform text, endpoint text, p256dh bytea, auth bytea, token text, topic text, environment text, consecutive_failures integer, disabled boolean)
     LANGUAGE plpgsql
+    SET enable_nestloop TO 'off'
+    SET enable_mergejoin TO 'off'
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -591,7 +594,7 @@ BEGIN
     )
     SELECT d.id, d.platform, d.endpoint, d.p256dh, d.auth, d.token, d.topic, d.environment,
            d.consecutive_failures, d.disabled
-    FROM devices d WHERE NOT d.recorded AND d.owner NOT IN (SELECT h.user_id FROM held h);
+    FROM devices d WHERE NOT d.recorded AND NOT EXISTS (SELECT 1 FROM held h WHERE h.user_id = d.owner);
 END $$;
 
 
@@ -601,6 +604,9 @@ END $$;
 
 CREATE FUNCTION public.push_commands_devices(evs uuid[], los uuid[], his uuid[]) RETURNS TABLE(cmd integer, id bigint, platform text, endpoint text, p256dh bytea, auth bytea, token text, topic text, environment text, consecutive_failures integer, disabled boolean)
     LANGUAGE plpgsql
+    SET enable_nestloop TO 'off'
+    SET enable_mergejoin TO 'off'
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -616,10 +622,13 @@ BEGIN
     ), held AS MATERIALIZED (
         SELECT c.i, u.user_id, h.reason
         FROM cmds c
-        JOIN push_hold_sets h ON h.event_id = c.ev AND h.first_user <= c.hi AND h.last_user >= c.lo
+        CROSS JOIN LATERAL (
+            SELECT h.reason, h.user_ids FROM push_hold_sets h
+            WHERE h.event_id = c.ev AND h.first_user <= c.hi AND h.last_user >= c.lo
+              AND h.reason <> 'silenced' AND h.released_at IS NULL
+            OFFSET 0) h
         CROSS JOIN LATERAL unnest(h.user_ids) AS u(user_id)
-        WHERE h.reason <> 'silenced' AND h.released_at IS NULL
-          AND u.user_id BETWEEN c.lo AND c.hi
+        WHERE u.user_id BETWEEN c.lo AND c.hi
     ), students AS MATERIALIZED (
         SELECT c.i, c.ev, c.fresh, n.user_id
         FROM cmds c

@@ -64,8 +64,27 @@ EXECUTE FUNCTION push_hold_sets_cancelled();
 -- The loads (0028's single command, 0029's many) read the sets: those of
 -- the event whose span meets the command's, unnested, their students
 -- inside the command's bounds.
+--
+-- And they join by hashing only (SET enable_nestloop and enable_mergejoin
+-- off, for the function's statements only). Their plans are made for
+-- parameters whose CTEs the planner guesses at a row each, so it joined
+-- the command's devices to its held students by a nested loop over both
+-- CTE scans, twice (the withheld insert, the anti-join of what is
+-- returned): 5,000 devices × 2,527 held students, 1.3–1.8 s a command of a
+-- 1M event with the issue's preferences against 20–30 ms for the same
+-- command with none (auto_explain, the 1M benchmark database; 0024's per-
+-- student holds had the same plan); a merge join sorted the 5,000 wide
+-- device rows of a command without holds first. The per-student probes
+-- stay nested loops: they are LATERAL subqueries with OFFSET 0, which the
+-- planner cannot join another way, so the many-command form reads its sets
+-- through one too. Those nested loops are then priced with the planner's
+-- disable cost, far above jit_above_cost: JIT is off too (it compiled a
+-- load of 64 one-student commands for 2 s).
 CREATE OR REPLACE FUNCTION push_command_devices(ev uuid, lo uuid, hi uuid) RETURNS TABLE(id bigint, platform text, endpoint text, p256dh bytea, auth bytea, token text, topic text, environment text, consecutive_failures integer, disabled boolean)
     LANGUAGE plpgsql
+    SET enable_nestloop = off
+    SET enable_mergejoin = off
+    SET jit = off
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -131,13 +150,16 @@ BEGIN
     )
     SELECT d.id, d.platform, d.endpoint, d.p256dh, d.auth, d.token, d.topic, d.environment,
            d.consecutive_failures, d.disabled
-    FROM devices d WHERE NOT d.recorded AND d.owner NOT IN (SELECT h.user_id FROM held h);
+    FROM devices d WHERE NOT d.recorded AND NOT EXISTS (SELECT 1 FROM held h WHERE h.user_id = d.owner);
 END $$;
 
 CREATE OR REPLACE FUNCTION push_commands_devices(evs uuid[], los uuid[], his uuid[])
     RETURNS TABLE(cmd integer, id bigint, platform text, endpoint text, p256dh bytea, auth bytea, token text,
                   topic text, environment text, consecutive_failures integer, disabled boolean)
     LANGUAGE plpgsql
+    SET enable_nestloop = off
+    SET enable_mergejoin = off
+    SET jit = off
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -153,10 +175,13 @@ BEGIN
     ), held AS MATERIALIZED (
         SELECT c.i, u.user_id, h.reason
         FROM cmds c
-        JOIN push_hold_sets h ON h.event_id = c.ev AND h.first_user <= c.hi AND h.last_user >= c.lo
+        CROSS JOIN LATERAL (
+            SELECT h.reason, h.user_ids FROM push_hold_sets h
+            WHERE h.event_id = c.ev AND h.first_user <= c.hi AND h.last_user >= c.lo
+              AND h.reason <> 'silenced' AND h.released_at IS NULL
+            OFFSET 0) h
         CROSS JOIN LATERAL unnest(h.user_ids) AS u(user_id)
-        WHERE h.reason <> 'silenced' AND h.released_at IS NULL
-          AND u.user_id BETWEEN c.lo AND c.hi
+        WHERE u.user_id BETWEEN c.lo AND c.hi
     ), students AS MATERIALIZED (
         SELECT c.i, c.ev, c.fresh, n.user_id
         FROM cmds c
