@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -80,5 +81,20 @@ ON CONFLICT (event_id) DO NOTHING`,
 		locales, cmd.DefaultLocale)
 	if err != nil {
 		t.Fatalf("insert run of event %s: %v", cmd.EventID, err)
+	}
+}
+
+// InsertHold writes one hold set (push_hold_sets, migration 0030) of the
+// event: the users, given as uuids or their text, held back for reason,
+// deferred ones until releaseAt (nil for the other reasons). The set is
+// sorted and bounded as the slice statement writes it.
+func InsertHold(t testing.TB, q Execer, event any, reason string, releaseAt *time.Time, users any) {
+	t.Helper()
+	_, err := q.Exec(context.Background(), `
+INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, release_at, user_ids, students)
+SELECT $1::uuid, a[1], a[cardinality(a)], $2, $3, a, cardinality(a)
+FROM (SELECT array_agg(u ORDER BY u) AS a FROM unnest($4::uuid[]) AS u) x`, event, reason, releaseAt, users)
+	if err != nil {
+		t.Fatalf("insert %s hold of event %v: %v", reason, event, err)
 	}
 }

@@ -177,8 +177,11 @@ func TestSliceMeetingAnExistingHold(t *testing.T) {
 	if ok, err := p.Plan(ctx, ev); err != nil || !ok {
 		t.Fatalf("plan: %v %v", ok, err)
 	}
-	exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students)
-		SELECT $1, user_id, user_id, 'muted', ARRAY[user_id], 1 FROM enrollments WHERE course_id = $2 ORDER BY user_id OFFSET 10 LIMIT 1`, ev.EventID, c.ID)
+	var eleventh string
+	if err := db.Pool.QueryRow(ctx, `SELECT user_id::text FROM enrollments WHERE course_id = $1 ORDER BY user_id OFFSET 10 LIMIT 1`, c.ID).Scan(&eleventh); err != nil {
+		t.Fatal(err)
+	}
+	schematest.InsertHold(t, db.Pool, ev.EventID, "muted", nil, []string{eleventh})
 	w, err := fanout.NewSliceWorker(db.Pool, fanout.SliceConfig{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

@@ -143,7 +143,7 @@ func runPrefCase(t *testing.T, tc prefCase) {
 			t.Fatal(err)
 		}
 		if i < tc.heldPrior {
-			exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) VALUES ($1, $2, $2, 'muted', ARRAY[$2]::uuid[], 1)`, prior, student)
+			schematest.InsertHold(t, db.Pool, prior, "muted", nil, []string{student})
 		}
 	}
 	if tc.mandatory {

@@ -273,7 +273,8 @@ func (w *SliceWorker) behind(ctx context.Context, cmd streams.SliceCommand) (boo
 }
 
 // isUniqueViolation: SQLSTATE 23505 on notifications (or one of its
-// partitions) or push_hold_sets, a notification or a hold set of the slice existed.
+// partitions) or push_hold_sets, a notification or a hold set of the
+// slice existed.
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505" &&

@@ -21,13 +21,13 @@ func TestLoadGroupIsEachCommandAlone(t *testing.T) {
 	ctx := context.Background()
 	for _, q := range []string{
 		`INSERT INTO notifications (event_id, user_id, created_at) VALUES ('` + evB + `', '` + userB + `', now()), ('` + evB + `', '` + userC + `', now())`,
-		`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) VALUES ('` + evB + `', '` + userC + `', '` + userC + `', 'muted', ARRAY['` + userC + `'::uuid], 1)`,
 		`UPDATE users SET locale = 'ko-KR'`,
 	} {
 		if _, err := db.Pool.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}
+	schematest.InsertHold(t, db.Pool, evB, "muted", nil, []string{userC})
 	const lo, hi = "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"
 	cmds := func() []*loadCall {
 		return []*loadCall{

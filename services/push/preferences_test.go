@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/eventcontrol"
 	"github.com/notify-dev/notify/services/eventstatus"
 	"github.com/notify-dev/notify/services/fanout"
@@ -29,15 +30,9 @@ func TestHeldPushesThroughTheWorker(t *testing.T) {
 	}
 	later := time.Now().Add(time.Hour)
 	// Students 0–49 muted, 50–74 and 75–99 deferred for an hour, a set each.
-	hold := func(users []string, reason string, release *time.Time) {
-		t.Helper()
-		exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, release_at, user_ids, students)
-			SELECT $1, a[1], a[cardinality(a)], $3, $4, a, cardinality(a)
-			FROM (SELECT array_agg(u ORDER BY u) AS a FROM unnest($2::uuid[]) AS u) x`, f.eventID, users, reason, release)
-	}
-	hold(f.users[:50], "muted", nil)
-	hold(f.users[50:75], "deferred", &later)
-	hold(f.users[75:100], "deferred", &later)
+	schematest.InsertHold(t, f.db.Pool, f.eventID, "muted", nil, f.users[:50])
+	schematest.InsertHold(t, f.db.Pool, f.eventID, "deferred", &later, f.users[50:75])
+	schematest.InsertHold(t, f.db.Pool, f.eventID, "deferred", &later, f.users[75:100])
 	devicesOf := func(users []string) int64 {
 		return f.count(`SELECT count(*) FROM push_subscriptions WHERE user_id = ANY($1::uuid[])`, users)
 	}

@@ -156,7 +156,7 @@ func TestRetentionDropsOldDaysAndCreatesAhead(t *testing.T) {
 	// dropped event and a kept one.
 	for i, ev := range []uuid.UUID{oldEv, keptEv} {
 		e.exec(`INSERT INTO notification_events (event_id, type, sender_service, user_ids, created_at) VALUES ($1, 'grade.posted', 'grades', ARRAY[gen_random_uuid()], now())`, ev)
-		e.exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) SELECT $1, u, u, 'muted', ARRAY[u], 1 FROM gen_random_uuid() AS u`, ev)
+		schematest.InsertHold(t, e.pool, ev, "muted", nil, []uuid.UUID{uuid.New()})
 		e.exec(`INSERT INTO intake_events (source, id, event_id, ce_type, topic, partition, kafka_offset) VALUES ('/grades', $2, $1, 'grade.posted', 't', 0, $3)`, ev, ev.String(), i)
 		e.exec(`INSERT INTO event_receipt_counters (event_id, platform, shown) VALUES ($1, 'webpush', 3)`, ev)
 		e.exec(`INSERT INTO receipt_pending (event_id, platform, kind) VALUES ($1, 'webpush', 'clicked')`, ev)

@@ -127,10 +127,10 @@ func TestErasureLeavesNoRowAnywhere(t *testing.T) {
 		exec(`INSERT INTO push_subscriptions (user_id, platform, token, environment, app) VALUES ($1, 'apns', $2, 'sandbox', 'mobile')`, u, "apns-"+u.String())
 	}
 	// The shared event's muted set holds both, ann's own a deferred one.
-	exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, user_ids, students) VALUES ($1, $2, $3, 'muted', ARRAY[$2, $3]::uuid[], 2)`,
-		shared, ann, bob)
+	schematest.InsertHold(t, db.Pool, shared, "muted", nil, []uuid.UUID{ann, bob})
 	exec(`INSERT INTO notifications (event_id, user_id, created_at) VALUES ($1, $2, now())`, annOnly, ann)
-	exec(`INSERT INTO push_hold_sets (event_id, first_user, last_user, reason, release_at, user_ids, students) VALUES ($1, $2, $2, 'deferred', now() + interval '1 hour', ARRAY[$2]::uuid[], 1)`, annOnly, ann)
+	inAnHour := time.Now().Add(time.Hour)
+	schematest.InsertHold(t, db.Pool, annOnly, "deferred", &inAnHour, []uuid.UUID{ann})
 	exec(`INSERT INTO push_deliveries (event_id, subscription_id, status)
 		SELECT n.event_id, s.id, 'delivered' FROM notifications n JOIN push_subscriptions s USING (user_id)`)
 	exec(`INSERT INTO materials (id, course_id, author_id, title, body, published_at, event_id) VALUES ($1, $2, $3, 'M', 'B', now(), $4)`,
