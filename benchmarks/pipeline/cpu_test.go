@@ -61,7 +61,7 @@ func TestResultJSONNames(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"cpu_seconds_by_process", "crypto_only_us_per_message", "mock_cpu_seconds", "pipeline_cpu_us_per_delivery", "events"} {
+	for _, k := range []string{"cpu_seconds_by_process", "crypto_only_us_per_message", "mock_cpu_seconds", "pipeline_cpu_us_per_delivery", "events", "held_devices", "total_us_per_delivered"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("result JSON has no %q: %s", k, b)
 		}

@@ -110,7 +110,10 @@ type PlatformResult struct {
 	Delivered int64  `json:"delivered"`
 	Gone      int64  `json:"gone"`
 	Failed    int64  `json:"failed"`
-	// Lost is devices without a final outcome.
+	// Held is devices whose student's push the fan-out held back
+	// (Config.Preferences): not expected to be sent in the run.
+	Held int64 `json:"held"`
+	// Lost is devices without a final outcome and not held.
 	Lost int64 `json:"lost"`
 	// MockReceived, MockUnique and Duplicates are the mock's side for the
 	// platform: requests, distinct devices answered 2xx, and 2xx answers

@@ -137,6 +137,17 @@ type Config struct {
 	// has applied them all. The seed then writes the devices alone, for
 	// those students. Implies Scratch. Default false.
 	Roster bool
+	// Preferences, when set, gives these shares of the course's students
+	// preferences before the first event (seed.ApplyPreferences; the quiet
+	// hours end an hour later, past any run); without it the run database
+	// has none. What the fan-out holds back (push_hold_sets: muted, and
+	// deferred to the quiet hours' end) is not expected during the run:
+	// an event ends when every device of the students it did not hold has
+	// an outcome (Result.HeldDevices). A capped share is refused (the cap
+	// needs an earlier hour's pushes; `notify bench fanout --preferences`
+	// measures it), and so are Roster, CountersOff and Browser, whose
+	// accounting counts every device.
+	Preferences *seed.Preferences
 }
 
 // counterTriggers are the row-count triggers CountersOff disables: the
@@ -268,6 +279,14 @@ func (c *Config) defaults() error {
 		// The roster's rows are the run's, not a seed to reuse.
 		c.Scratch = true
 	}
+	if p := c.Preferences; p != nil {
+		switch {
+		case p.Capped > 0:
+			return errors.New("preferences: a capped share is not measured end to end (the cap needs an earlier hour's pushes); `notify bench fanout --preferences` measures it")
+		case c.Roster || c.CountersOff || c.Browser != nil:
+			return errors.New("preferences: not with the roster, --counters-off or the browser, whose accounting expects every device's push")
+		}
+	}
 	return nil
 }
 
@@ -377,6 +396,19 @@ type Result struct {
 	// the last enrollment applied.
 	Roster        bool    `json:"roster,omitempty"`
 	RosterSeconds float64 `json:"roster_seconds,omitempty"`
+	// Preferences is Config.Preferences' shares (seed.ParsePreferences'
+	// form; empty without), Seeded the students of each group.
+	// HeldStudents and HeldDevices are the (last) event's students whose
+	// push the fan-out held back and their devices, neither sent nor lost
+	// in the run. USPerDelivered is TotalSeconds per delivered push, in µs:
+	// what a run with preferences, which delivers fewer, is compared by.
+	Preferences    string                 `json:"preferences,omitempty"`
+	Seeded         *seed.PreferenceCounts `json:"seeded_preferences,omitempty"`
+	HeldStudents   int64                  `json:"held_students"`
+	HeldDevices    int64                  `json:"held_devices"`
+	USPerDelivered float64                `json:"total_us_per_delivered"`
+	// heldBy is HeldDevices per platform.
+	heldBy map[string]int64
 }
 
 // dropStaleRunSlots drops the replication slots of earlier runs on this
@@ -509,6 +541,9 @@ func (r *run) prepare(ctx context.Context) error {
 		if err := r.readCourse(ctx); err != nil {
 			return err
 		}
+		if err := r.applyPreferences(ctx); err != nil {
+			return err
+		}
 	}
 	topics, err := benchkit.CreateTopics(ctx, cfg.Brokers, streams.DefaultTopics().WithPrefix("run"+r.id+"."), "pipeline")
 	if err != nil {
@@ -516,6 +551,28 @@ func (r *run) prepare(ctx context.Context) error {
 	}
 	r.topics = topics
 	r.onCleanUp(topics.Delete)
+	return nil
+}
+
+// applyPreferences writes Config.Preferences' shares, or leaves the run
+// database without preferences (a seed is shared by runs with and
+// without them).
+func (r *run) applyPreferences(ctx context.Context) error {
+	if _, err := r.pool.Exec(ctx, "TRUNCATE user_preferences"); err != nil {
+		return fmt.Errorf("remove earlier preferences: %w", err)
+	}
+	if p := r.cfg.Preferences; p != nil {
+		p.Now, p.QuietEndsIn = time.Now(), time.Hour
+		c, err := seed.ApplyPreferences(ctx, r.pool, r.courseID, *p)
+		if err != nil {
+			return err
+		}
+		r.res.Preferences, r.res.Seeded = p.String(), &c
+		r.cfg.Say(fmt.Sprintf("preferences %s: %d muted, %d quiet until %s, %d with type rules", p, c.Muted, c.Quiet, c.QuietEnd.Format(time.TimeOnly), c.TypeRules))
+	}
+	if _, err := r.pool.Exec(ctx, "VACUUM ANALYZE user_preferences"); err != nil {
+		return fmt.Errorf("vacuum user_preferences: %w", err)
+	}
 	return nil
 }
 
@@ -890,6 +947,10 @@ func Print(w io.Writer, r Result) {
 	fmt.Fprintf(tw, "sends/s\t%.0f\t\n", r.SendsPerSecond)
 	fmt.Fprintf(tw, "push CPU seconds\t%.1f\t\n", r.PushCPUSeconds)
 	fmt.Fprintf(tw, "machine CPU busy\t%.0f%% (%.0f CPU-s)\t\n", r.MachineBusyPercent, r.MachineCPUSeconds)
+	if r.Preferences != "" {
+		fmt.Fprintf(tw, "held back by preferences (%s)\t%d students, %d devices (muted or deferred past the run)\t\n", r.Preferences, r.HeldStudents, r.HeldDevices)
+		fmt.Fprintf(tw, "publish → last push per delivered push\t%.1f µs\t\n", r.USPerDelivered)
+	}
 	fmt.Fprintf(tw, "delivered / gone / failed\t%d / %d / %d\t\n", r.Delivered, r.Gone, r.Failed)
 	fmt.Fprintf(tw, "lost\t%d\t0\n", r.Lost)
 	fmt.Fprintf(tw, "duplicates (mock)\t%d\t\n", r.Duplicates)
@@ -933,6 +994,10 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 	var snap Snapshot
 	snap.Users, snap.Subscriptions, snap.Published = res.Users, res.Subscriptions, true
 	firstNotified := false
+	// With preferences the devices expected are known once the fan-out
+	// has written its holds: at its end.
+	heldKnown := cfg.Preferences == nil
+	res.HeldStudents, res.HeldDevices, res.heldBy = 0, 0, nil
 	for {
 		select {
 		case <-ctx.Done():
@@ -978,7 +1043,14 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 			default:
 			}
 		}
-		if snap.Recorded >= res.Subscriptions && snap.Notified >= res.Users {
+		if !heldKnown && snap.Notified >= res.Users {
+			var err error
+			if heldKnown, err = loadHeld(ctx, pool, res); err != nil {
+				return err
+			}
+			snap.Subscriptions = res.Subscriptions - res.HeldDevices
+		}
+		if heldKnown && snap.Recorded >= res.Subscriptions-res.HeldDevices && snap.Notified >= res.Users {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -986,6 +1058,38 @@ func watch(ctx context.Context, cfg Config, pool *pgxpool.Pool, mock *benchkit.M
 				cfg.Timeout, snap.Notified, res.Users, snap.Recorded, res.Subscriptions, cfg.LogDir)
 		}
 	}
+}
+
+// loadHeld reads, once event res.EventID's fan-out has finished, the
+// students whose push it held back and their devices per platform into
+// res. It reports false while the fan-out runs.
+func loadHeld(ctx context.Context, pool *pgxpool.Pool, res *Result) (bool, error) {
+	var finished bool
+	if err := pool.QueryRow(ctx, "SELECT finished_at IS NOT NULL FROM fanout_runs WHERE event_id = $1", res.EventID).Scan(&finished); err != nil {
+		return false, fmt.Errorf("progress: the fan-out's end: %w", err)
+	}
+	if !finished {
+		return false, nil
+	}
+	if err := pool.QueryRow(ctx, "SELECT coalesce(sum(students), 0) FROM push_hold_sets WHERE event_id = $1", res.EventID).Scan(&res.HeldStudents); err != nil {
+		return false, fmt.Errorf("the event's holds: %w", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT s.platform, count(*) FROM push_hold_sets h CROSS JOIN LATERAL unnest(h.user_ids) AS u(id)
+		JOIN push_subscriptions s ON s.user_id = u.id WHERE h.event_id = $1 GROUP BY s.platform`, res.EventID)
+	if err != nil {
+		return false, fmt.Errorf("the held students' devices: %w", err)
+	}
+	res.heldBy = map[string]int64{}
+	var platform string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&platform, &n}, func() error {
+		res.heldBy[platform] += n
+		res.HeldDevices += n
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("the held students' devices: %w", err)
+	}
+	return true, nil
 }
 
 func measure(ctx context.Context, pool *pgxpool.Pool, res *Result, devs devices) error {
@@ -1016,7 +1120,11 @@ func measure(ctx context.Context, pool *pgxpool.Pool, res *Result, devs devices)
 			res.SendsPerSecond = float64(res.Delivered+res.Gone+res.Failed) / res.PushSeconds
 		}
 	}
-	res.Lost = res.Subscriptions - res.Delivered - res.Gone - res.Failed
+	res.Lost = res.Subscriptions - res.HeldDevices - res.Delivered - res.Gone - res.Failed
+	res.USPerDelivered = 0
+	if res.Delivered > 0 {
+		res.USPerDelivered = 1e6 * res.TotalSeconds / float64(res.Delivered)
+	}
 	// Per platform by the seed's id ranges (push_deliveries outlives a
 	// gone device's row, so the ids, not a join, tell the platform).
 	// A browser added beside the seed (Config.Browser) is Web Push.
@@ -1045,7 +1153,8 @@ func measure(ctx context.Context, pool *pgxpool.Pool, res *Result, devs devices)
 		if err != nil {
 			return fmt.Errorf("read %s deliveries: %w", r.platform, err)
 		}
-		p.Lost = p.Devices - p.Delivered - p.Gone - p.Failed
+		p.Held = res.heldBy[r.platform]
+		p.Lost = p.Devices - p.Held - p.Delivered - p.Gone - p.Failed
 		res.Platforms = append(res.Platforms, p)
 	}
 	return nil
@@ -1077,7 +1186,7 @@ func prepareDatabase(ctx context.Context, cfg Config, dbName string) (*pgxpool.P
 		if qerr == nil && users == int64(cfg.Users) && subs == want && fcmN == devs.fcm && apnsN == devs.apns &&
 			(devs.webpush == 0 || strings.HasPrefix(endpoint, pushBaseURL(cfg))) {
 			cfg.Say(fmt.Sprintf("reusing seeded database %s (%d students, %d subscriptions)", dbName, users, subs))
-			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, event_counters, event_platform_counters, event_target_ranges, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
+			_, err := pool.Exec(ctx, "TRUNCATE notifications, push_deliveries, push_hold_sets, event_counters, event_platform_counters, event_target_ranges, fanout_ranges, fanout_runs, outbox, materials, api_idempotency")
 			if err != nil {
 				pool.Close()
 				return nil, "", 0, 0, fmt.Errorf("empty run tables: %w", err)

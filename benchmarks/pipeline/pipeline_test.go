@@ -12,6 +12,7 @@ import (
 	"github.com/notify-dev/notify/internal/leaktest"
 	"github.com/notify-dev/notify/schema/schematest"
 	"github.com/notify-dev/notify/services/notify/notifytest"
+	"github.com/notify-dev/notify/services/seed"
 	"github.com/notify-dev/notify/streams/streamstest"
 )
 
@@ -129,6 +130,74 @@ func TestEndToEndMix(t *testing.T) {
 	if res.Subscriptions != 1850 || res.Delivered != 1850 || res.Lost != 0 || res.Duplicates != 0 || res.MockUnique != 1850 {
 		t.Errorf("totals: %d devices, delivered %d, lost %d, mock unique %d, duplicates %d; want 1850, 1850, 0, 1850, 0",
 			res.Subscriptions, res.Delivered, res.Lost, res.MockUnique, res.Duplicates)
+	}
+}
+
+// TestEndToEndPreferences runs the pipeline with students' preferences
+// (Config.Preferences, `bench e2e --preferences`) on phones and browsers:
+// the muted and quiet students' pushes are held back, the run ends when
+// every other device has its outcome, and nothing held reaches the mock.
+// A run without preferences on the same seed then delivers every device:
+// the seed keeps none behind.
+func TestEndToEndPreferences(t *testing.T) {
+	localtest.Short(t, "starts every service as a process")
+	bin := notifytest.Binary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	mix, err := pipeline.ParseMix("webpush=1.1,fcm=0.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefs, err := seed.ParsePreferences("muted=0.2,quiet=0.3,type_rules=0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.Config{
+		Binary:      bin,
+		DatabaseURL: schematest.ServerURL(),
+		Brokers:     streamstest.Brokers(t),
+		Users:       2000,
+		Seed:        79,
+		Mix:         &mix,
+		Latency:     10 * time.Millisecond,
+		PushPort:    28445,
+		Timeout:     3 * time.Minute,
+	}
+	with := cfg
+	with.Preferences, with.LogDir = &prefs, t.TempDir()
+	res, err := pipeline.Run(ctx, with)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.Seeded == nil || res.Seeded.Muted != 400 || res.Seeded.Quiet != 600 || res.HeldStudents != 1000 {
+		t.Fatalf("seeded %+v, held %d students; want 400 muted and 600 quiet held", res.Seeded, res.HeldStudents)
+	}
+	if res.HeldDevices <= 0 || res.Delivered+res.HeldDevices != res.Subscriptions || res.Lost != 0 || res.Gone != 0 || res.Failed != 0 {
+		t.Errorf("%d devices: delivered %d, held %d, lost %d, gone %d, failed %d; want delivered + held = devices", res.Subscriptions, res.Delivered, res.HeldDevices, res.Lost, res.Gone, res.Failed)
+	}
+	if res.MockReceived != res.Delivered || res.MockUnique != res.Delivered || res.Duplicates != 0 {
+		t.Errorf("the mock received %d (%d unique, %d duplicates), want exactly the %d delivered", res.MockReceived, res.MockUnique, res.Duplicates, res.Delivered)
+	}
+	var held int64
+	for _, p := range res.Platforms {
+		if p.Held <= 0 || p.Delivered+p.Held != p.Devices || p.Lost != 0 {
+			t.Errorf("%s: %d devices, delivered %d, held %d, lost %d", p.Platform, p.Devices, p.Delivered, p.Held, p.Lost)
+		}
+		held += p.Held
+	}
+	if held != res.HeldDevices || res.USPerDelivered <= 0 {
+		t.Errorf("held per platform sums to %d of %d; µs per delivered %v", held, res.HeldDevices, res.USPerDelivered)
+	}
+
+	without := cfg
+	without.LogDir = t.TempDir()
+	plain, err := pipeline.Run(ctx, without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Preferences != "" || plain.HeldDevices != 0 || plain.Delivered != plain.Subscriptions || plain.Lost != 0 {
+		t.Errorf("without preferences on the same seed: %q, held %d, delivered %d of %d, lost %d", plain.Preferences, plain.HeldDevices, plain.Delivered, plain.Subscriptions, plain.Lost)
 	}
 }
 

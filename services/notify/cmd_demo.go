@@ -22,6 +22,7 @@ import (
 	"github.com/notify-dev/notify/services/api/webapp/firefox"
 	"github.com/notify-dev/notify/services/progress"
 	"github.com/notify-dev/notify/services/push"
+	"github.com/notify-dev/notify/services/seed"
 )
 
 func init() {
@@ -217,7 +218,7 @@ func runDemo(ctx context.Context, args []string) error {
 }
 
 func runBenchE2E(ctx context.Context, args []string) error {
-	fs := newFlagSet("bench e2e", "--users N [--mix webpush=R,fcm=R,apns=R] [--push-workers K] [--latency 230ms] [--json FILE] [--fault kill-leader|rolling-restart]")
+	fs := newFlagSet("bench e2e", "--users N [--mix webpush=R,fcm=R,apns=R] [--push-workers K] [--latency 230ms] [--preferences SHARES] [--json FILE] [--fault kill-leader|rolling-restart]")
 	var p pipelineFlags
 	p.register(fs, 1_000_000)
 	var fc brokerfault.Config
@@ -227,8 +228,24 @@ func runBenchE2E(ctx context.Context, args []string) error {
 	fs.DurationVar(&fc.Down, "fault-down", 15*time.Second, "kill-leader: how long the killed node stays down")
 	fs.StringVar(&fc.Script, "kafka-script", "infra/local/kafka.sh", "the script that stops and starts one node (kafka.sh <cmd> --node N)")
 	fs.BoolVar(&p.cfg.CountersOff, "counters-off", false, "disable the per-event counter triggers in the run database, to measure what the counters cost (A/B against a run without it); progress then comes from the mock")
+	prefs := fs.String("preferences", "", "give these shares of the students preferences before the publish, e.g. muted=0.2,quiet=0.3,type_rules=0.1 "+
+		"(seed --preferences' form, no capped share): the run ends when every push the fan-out did not hold back has an outcome; "+
+		"compare total_us_per_delivered with a run without (the same seed: the run removes its preferences)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *prefs != "" {
+		sh, err := seed.ParsePreferences(*prefs)
+		if err != nil {
+			return usageError{msg: "--preferences: " + strings.TrimPrefix(err.Error(), "preferences: ")}
+		}
+		if sh.Capped > 0 {
+			return usageError{msg: "--preferences: no capped share end to end (the cap needs an earlier hour's pushes); notify bench fanout --preferences measures it"}
+		}
+		if p.cfg.CountersOff || fc.Kind != "" {
+			return usageError{msg: "--preferences: not with --counters-off or --fault, whose accounting expects every device's push"}
+		}
+		p.cfg.Preferences = &sh
 	}
 	if err := p.resolve(); err != nil {
 		return err
