@@ -412,25 +412,30 @@ CREATE FUNCTION public.fanout_runs_lifecycle() RETURNS trigger
 BEGIN
     IF TG_OP = 'INSERT' THEN
         -- A run planned for later ('scheduled') starts when its state
-        -- becomes 'running'.
+        -- becomes 'running'; a run inserted finished has both records.
         INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
-        SELECT gen_random_uuid(), 'lifecycle', n.event_id::text, 'FanoutStarted', jsonb_strip_nulls(
-                   jsonb_build_object('event_id', n.event_id, 'type', n.type, 'course_id', n.course_id, 'at', lifecycle_time(now()))
-                   || jsonb_build_object('material_id', n.material_id, 'published_at', lifecycle_time(n.published_at),
-                          'ranges', n.ranges, 'send_at', lifecycle_time(n.send_at), 'expires_at', lifecycle_time(n.expires_at)))
-        FROM new_runs n
-        WHERE n.state = 'running';
+        SELECT gen_random_uuid(), 'lifecycle', r.event_id::text, r.kind, jsonb_strip_nulls(r.payload)
+        FROM (
+            SELECT n.event_id, 1 AS k, 'FanoutStarted' AS kind,
+                   lifecycle_started_payload(n.event_id, n.type, n.course_id, n.material_id, n.published_at,
+                                             n.ranges, n.send_at, n.expires_at) AS payload
+            FROM new_runs n
+            WHERE n.state = 'running'
+            UNION ALL
+            SELECT n.event_id, 2, 'FanoutFinished',
+                   lifecycle_finished_payload(n.event_id, n.type, n.course_id, n.notified, n.finished_at, n.started_at)
+            FROM new_runs n
+            WHERE n.state = 'running' AND n.finished_at IS NOT NULL
+        ) r
+        ORDER BY r.event_id, r.k;
         RETURN NULL;
     END IF;
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
     SELECT gen_random_uuid(), 'lifecycle', r.event_id::text, r.kind, jsonb_strip_nulls(r.payload)
     FROM (
         SELECT n.event_id, 1 AS k, 'FanoutFinished' AS kind,
-               b.base || jsonb_build_object('notified', coalesce(n.notified, 0), 'at', lifecycle_time(n.finished_at),
-                                            'started_at', lifecycle_time(n.started_at)) AS payload
+               lifecycle_finished_payload(n.event_id, n.type, n.course_id, n.notified, n.finished_at, n.started_at) AS payload
         FROM new_runs n JOIN old_runs o ON o.event_id = n.event_id
-        CROSS JOIN LATERAL (SELECT jsonb_build_object('event_id', n.event_id, 'type', n.type, 'course_id', n.course_id,
-                                                      'at', lifecycle_time(now())) AS base) b
         WHERE o.finished_at IS NULL AND n.finished_at IS NOT NULL
         UNION ALL
         SELECT n.event_id, 2,
@@ -439,22 +444,24 @@ BEGIN
                     WHEN n.state = 'paused' THEN 'EventPaused'
                     WHEN n.state = 'cancelled' THEN 'EventCancelled'
                     ELSE 'PushFinished' END,
-               b.base || CASE
+               CASE
                    WHEN n.state = 'running' AND o.state = 'scheduled' THEN
-                       jsonb_build_object('material_id', n.material_id, 'published_at', lifecycle_time(n.published_at),
-                           'ranges', n.ranges, 'send_at', lifecycle_time(n.send_at), 'expires_at', lifecycle_time(n.expires_at))
-                   WHEN n.state IN ('running', 'paused', 'cancelled') THEN
-                       jsonb_build_object('previous_state', o.state)
-                   ELSE (
-                       -- The final counts, read in the transaction that
-                       -- finishes the event (at most 32 counter rows).
-                       SELECT jsonb_build_object(
-                           'notified', coalesce(sum(c.notified), 0), 'delivered', coalesce(sum(c.delivered), 0),
-                           'gone', coalesce(sum(c.gone), 0), 'failed', coalesce(sum(c.failed), 0),
-                           'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0),
-                           'muted', coalesce(sum(c.muted), 0), 'capped', coalesce(sum(c.capped), 0),
-                           'deferred', coalesce(sum(c.deferred), 0), 'silenced', coalesce(sum(c.silenced), 0))
-                       FROM event_counters c WHERE c.event_id = n.event_id)
+                       lifecycle_started_payload(n.event_id, n.type, n.course_id, n.material_id, n.published_at,
+                                                 n.ranges, n.send_at, n.expires_at)
+                   ELSE b.base || CASE
+                       WHEN n.state IN ('running', 'paused', 'cancelled') THEN
+                           jsonb_build_object('previous_state', o.state)
+                       ELSE (
+                           -- The final counts, read in the transaction that
+                           -- finishes the event (at most 32 counter rows).
+                           SELECT jsonb_build_object(
+                               'notified', coalesce(sum(c.notified), 0), 'delivered', coalesce(sum(c.delivered), 0),
+                               'gone', coalesce(sum(c.gone), 0), 'failed', coalesce(sum(c.failed), 0),
+                               'cancelled', coalesce(sum(c.cancelled), 0), 'expired', coalesce(sum(c.expired), 0),
+                               'muted', coalesce(sum(c.muted), 0), 'capped', coalesce(sum(c.capped), 0),
+                               'deferred', coalesce(sum(c.deferred), 0), 'silenced', coalesce(sum(c.silenced), 0))
+                           FROM event_counters c WHERE c.event_id = n.event_id)
+                   END
                END
         FROM new_runs n JOIN old_runs o ON o.event_id = n.event_id
         CROSS JOIN LATERAL (SELECT jsonb_build_object('event_id', n.event_id, 'type', n.type, 'course_id', n.course_id,
@@ -477,6 +484,32 @@ BEGIN
     INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
     VALUES (gen_random_uuid(), 'lifecycle', aggregate_id, event_type, jsonb_strip_nulls(payload));
 END $$;
+
+
+--
+-- Name: lifecycle_finished_payload(uuid, text, uuid, bigint, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.lifecycle_finished_payload(ev uuid, typ text, course uuid, n_notified bigint, finished timestamp with time zone, started timestamp with time zone) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object('event_id', ev, 'type', typ, 'course_id', course,
+                              'notified', coalesce(n_notified, 0), 'at', lifecycle_time(finished),
+                              'started_at', lifecycle_time(started))
+$$;
+
+
+--
+-- Name: lifecycle_started_payload(uuid, text, uuid, uuid, timestamp with time zone, integer, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.lifecycle_started_payload(ev uuid, typ text, course uuid, material uuid, published timestamp with time zone, n_ranges integer, send timestamp with time zone, expires timestamp with time zone) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object('event_id', ev, 'type', typ, 'course_id', course, 'at', lifecycle_time(now()),
+                              'material_id', material, 'published_at', lifecycle_time(published),
+                              'ranges', n_ranges, 'send_at', lifecycle_time(send), 'expires_at', lifecycle_time(expires))
+$$;
 
 
 --

@@ -72,6 +72,14 @@ type PlannerConfig struct {
 	// planning group's small events together, pipelined
 	// (SliceWorker.RunManyIn); unset, each runs through FirstSlice.
 	FirstSlices func(ctx context.Context, tx pgx.Tx, cmds []streams.SliceCommand) ([]SliceResult, error)
+	// FirstCommands, if set beside FirstSlice, lets the planner start
+	// small events whole, alone or in a group: the user lists smaller than a slice
+	// none of whose students has preferences get their slice, their run
+	// inserted finished and their range inserted done in one statement
+	// (sqlStartWholeRuns), and FirstCommands writes their push commands
+	// (SliceWorker.FirstCommandsIn). The others go through FirstSlices
+	// (or FirstSlice).
+	FirstCommands func(ctx context.Context, tx pgx.Tx, runs []StartedRun) error
 	// Group is the most events planned in one transaction. Events handled
 	// at once (the planner's consumer takes many at a time) share their
 	// transaction's costs — its commit, its WAL flush, and the CDC
@@ -389,6 +397,15 @@ func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 		if len(lists) == 0 {
 			return nil
 		}
+		if p.startsWhole() {
+			var err error
+			if lists, err = p.startWhole(ctx, tx, calls, lists, outs); err != nil {
+				return err
+			}
+			if len(lists) == 0 {
+				return nil
+			}
+		}
 		fresh, err := p.insertListRuns(ctx, tx, calls, lists)
 		if err != nil {
 			return err
@@ -440,6 +457,25 @@ func (p *Planner) planGroup(ctx context.Context, calls []*planCall) error {
 // and their one range each, in one statement (sqlInsertListRuns), and
 // returns the events it wrote (the others were planned before).
 func (p *Planner) insertListRuns(ctx context.Context, tx pgx.Tx, calls []*planCall, lists []int) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, sqlInsertListRuns, p.listRunArgs(calls, lists)...)
+	if err != nil {
+		return nil, fmt.Errorf("insert %d runs: %w", len(lists), err)
+	}
+	written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("insert %d runs: %w", len(lists), err)
+	}
+	fresh := make(map[string]bool, len(written))
+	for _, id := range written {
+		fresh[id] = true
+	}
+	return fresh, nil
+}
+
+// listRunArgs are the arguments of sqlInsertListRuns and
+// sqlStartWholeRuns for the user-list events calls[lists[…]]: their
+// contents as columns, the slice size and the one range's bounds.
+func (p *Planner) listRunArgs(calls []*planCall, lists []int) []any {
 	n := len(lists)
 	ids, titles := make([]string, n), make([]string, n)
 	urls, bodies, data, collapse, locales, defLocales := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
@@ -452,20 +488,64 @@ func (p *Planner) insertListRuns(ctx context.Context, tx pgx.Tx, calls []*planCa
 		collapse[j], locales[j], defLocales[j] = m.collapseKey, m.locales, m.defaultLocale
 		published[j], expires[j], types[j], priorities[j] = m.publishedAt, m.expiresAt, m.typ, m.priority
 	}
-	rows, err := tx.Query(ctx, sqlInsertListRuns, ids, titles, urls, published, expires, types, bodies, data, priorities,
-		collapse, locales, defLocales, p.cfg.SliceSize, p.single[0].Lo, p.single[0].Hi)
+	return []any{ids, titles, urls, published, expires, types, bodies, data, priorities,
+		collapse, locales, defLocales, p.cfg.SliceSize, p.single[0].Lo, p.single[0].Hi}
+}
+
+// startsWhole: small events are started whole (PlannerConfig.FirstCommands).
+func (p *Planner) startsWhole() bool { return p.cfg.FirstCommands != nil && p.cfg.FirstSlice != nil }
+
+// startWhole starts the small events of calls[lists[…]] whole
+// (sqlStartWholeRuns), writes their push commands (FirstCommands), fills
+// in their outs and returns the events left to plan the usual way: with
+// preferences, larger than a slice, or planned before.
+func (p *Planner) startWhole(ctx context.Context, tx pgx.Tx, calls []*planCall, lists []int, outs []planned) ([]int, error) {
+	rows, err := tx.Query(ctx, sqlStartWholeRuns, p.listRunArgs(calls, lists)...)
 	if err != nil {
-		return nil, fmt.Errorf("insert %d runs: %w", n, err)
+		return nil, fmt.Errorf("start %d small events whole: %w", len(lists), err)
 	}
-	written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var started []StartedRun
+	taken := make([]bool, len(lists))
+	var (
+		j           int32
+		students    int64
+		first, last *string
+		seconds     float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&j, &students, &first, &last, &seconds}, func() error {
+		if j < 1 || int(j) > len(lists) || taken[j-1] {
+			return fmt.Errorf("row of event %d of %d", j, len(lists))
+		}
+		taken[j-1] = true
+		m := calls[lists[j-1]].m
+		run := runStart{EventID: m.eventID, PublishedAt: m.publishedAt, SliceSize: p.cfg.SliceSize, ExpiresAt: m.expiresAt}
+		priority := m.priority
+		started = append(started, StartedRun{cmd: firstSlices(run, p.single)[0],
+			res: SliceResult{Students: students, Inserted: students, RunFinished: true}, first: first, last: last, seconds: seconds,
+			title: m.title, url: m.url, ev: eventContent{typ: m.typ, body: m.body, data: m.data, priority: &priority,
+				collapseKey: m.collapseKey, locales: m.locales, defaultLocale: m.defaultLocale}})
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("insert %d runs: %w", n, err)
+		return nil, fmt.Errorf("start %d small events whole: %w", len(lists), err)
 	}
-	fresh := make(map[string]bool, len(written))
-	for _, id := range written {
-		fresh[id] = true
+	if len(started) == 0 {
+		return lists, nil
 	}
-	return fresh, nil
+	if err := p.cfg.FirstCommands(ctx, tx, started); err != nil {
+		return nil, fmt.Errorf("push commands of %d small events: %w", len(started), err)
+	}
+	rest := make([]int, 0, len(lists)-len(started))
+	k := 0
+	for j, i := range lists {
+		if !taken[j] {
+			rest = append(rest, i)
+			continue
+		}
+		outs[i] = planned{ranges: p.single, planned: true, sliced: started[k].res}
+		k++
+	}
+	return rest, nil
 }
 
 // planAlone plans one event in its own transaction. The first slice of a
@@ -485,6 +565,17 @@ func (p *Planner) planAlone(ctx context.Context, c *planCall) error {
 		}
 		if err != nil {
 			return err
+		}
+		if inline && p.startsWhole() && c.m.courseID == nil && !c.m.scheduled() {
+			outs := make([]planned, 1)
+			rest, err := p.startWhole(ctx, tx, []*planCall{c}, []int{0}, outs)
+			if err != nil {
+				return err
+			}
+			if len(rest) == 0 {
+				out = outs[0]
+				return nil
+			}
 		}
 		out, err = p.planIn(ctx, tx, c.m, inline)
 		return err

@@ -137,7 +137,7 @@ func New(cfg Config) (*Service, error) {
 		s.releaser = rel
 		p, err := NewPlanner(cfg.Pool, PlannerConfig{Ranges: cfg.Ranges, SliceSize: cfg.SliceSize,
 			FanoutPartitions: cfg.Topics.FanoutPartitions, Logger: cfg.Logger.With("role", "planner"),
-			Scheduled: sch.Wake, FirstSlice: slices.RunIn, FirstSlices: slices.RunManyIn, Group: cfg.PlanGroup})
+			Scheduled: sch.Wake, FirstSlice: slices.RunIn, FirstSlices: slices.RunManyIn, FirstCommands: slices.FirstCommandsIn, Group: cfg.PlanGroup})
 		if err != nil {
 			return nil, err
 		}

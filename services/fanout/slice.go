@@ -568,9 +568,26 @@ func (wr *sliceWrites) queue(b *pgx.Batch) {
 }
 
 // addSliceWrites adds the writes of slice x, whose insert ran, to wr: its
-// push command, its range's next slice command and the range's progress
-// (the run's end follows all slices': queueFinishRuns).
+// commands (addCommands) and the range's progress (the run's end follows
+// all slices': queueFinishRuns).
 func (w *SliceWorker) addSliceWrites(wr *sliceWrites, x *slice) error {
+	if err := w.addCommands(wr, x); err != nil {
+		return err
+	}
+	cmd, res := x.cmd, x.res
+	var newCursor *string
+	if res.LastUser != "" {
+		newCursor = &res.LastUser
+	}
+	wr.events, wr.ranges = append(wr.events, cmd.EventID), append(wr.ranges, int32(cmd.RangeIndex))
+	wr.cursors, wr.notified, wr.done = append(wr.cursors, newCursor), append(wr.notified, res.Inserted), append(wr.done, res.RangeDone)
+	return nil
+}
+
+// addCommands adds slice x's commands to wr: its push command (to the
+// lane when its event is small) and, unless the slice ends its range, the
+// range's next slice command. It sets x.res's bounds and RangeDone.
+func (w *SliceWorker) addCommands(wr *sliceWrites, x *slice) error {
 	cmd, res := x.cmd, x.res
 	if x.first != nil {
 		res.FirstUser, res.LastUser = *x.first, *x.last
@@ -604,12 +621,48 @@ func (w *SliceWorker) addSliceWrites(wr *sliceWrites, x *slice) error {
 		}
 		wr.command(streams.AggregateFanout, cmd.EventID, streams.TypeSliceCommand, string(enc), int32(cmd.RangeIndex)%w.cfg.FanoutPartitions)
 	}
-	var newCursor *string
-	if res.LastUser != "" {
-		newCursor = &res.LastUser
+	return nil
+}
+
+// StartedRun is a small event a planning group started whole: its slice
+// ran and its run and range were inserted finished (sqlStartWholeRuns).
+// FirstCommandsIn writes its push command.
+type StartedRun struct {
+	cmd         streams.SliceCommand
+	res         SliceResult
+	first, last *string
+	title       string
+	url         *string
+	ev          eventContent
+	seconds     float64
+}
+
+// FirstCommandsIn writes the push commands of runs, started whole in tx
+// (PlannerConfig.FirstCommands), in one statement, and completes each
+// run's SliceResult as its slice's would be.
+func (w *SliceWorker) FirstCommandsIn(ctx context.Context, tx pgx.Tx, runs []StartedRun) error {
+	var wr sliceWrites
+	for i := range runs {
+		r := &runs[i]
+		x := slice{cmd: r.cmd, res: &r.res, first: r.first, last: r.last, title: r.title, url: r.url, ev: r.ev}
+		if err := w.addCommands(&wr, &x); err != nil {
+			return err
+		}
+		if !r.res.RangeDone {
+			// sqlStartWholeRuns takes only audiences smaller than a slice.
+			return fmt.Errorf("event %s started whole with %d students, a slice of %d", r.cmd.EventID, r.res.Students, r.cmd.SliceSize)
+		}
 	}
-	wr.events, wr.ranges = append(wr.events, cmd.EventID), append(wr.ranges, int32(cmd.RangeIndex))
-	wr.cursors, wr.notified, wr.done = append(wr.cursors, newCursor), append(wr.notified, res.Inserted), append(wr.done, res.RangeDone)
+	if len(wr.aggs) > 0 {
+		if _, err := tx.Exec(ctx, sqlInsertOutboxRows, wr.aggs, wr.keys, wr.types, wr.payloads, wr.parts); err != nil {
+			return fmt.Errorf("insert push commands: %w", err)
+		}
+	}
+	for i := range runs {
+		metricRunsFinished.Inc()
+		metricRunDuration.Update(runs[i].seconds)
+		w.cfg.Logger.Debug("fan-out finished", "event_id", runs[i].cmd.EventID, "notified", runs[i].res.Students, "seconds", runs[i].seconds)
+	}
 	return nil
 }
 

@@ -35,6 +35,64 @@ WITH run AS (
 )
 SELECT event_id::text FROM run`
 
+// sqlStartWholeRuns starts a planning group's small events whole: of the
+// user lists of sqlInsertListRuns' arguments, those not planned before,
+// with fewer students than a slice ($13) and none of whose students has a
+// preferences row, get their one slice (every student of the list: the
+// range is the whole uuid space, $14–$15), their run inserted finished and
+// their range inserted done, in one statement; it returns each such
+// event's position in $1, students, first and last student and the run's
+// seconds. The others are left for sqlInsertListRuns and the slice
+// pipeline. Inserting the rows finished spares a small event the range's
+// lock and progress and the run's lock and end (four statements a group,
+// and two non-HOT updates of each row, RESULTS.md "Small events started
+// whole"); the insert's trigger writes FanoutStarted and FanoutFinished
+// (migration 0032). An event twice in $1 is taken once (DISTINCT ON): the
+// second copy is then planned before, for sqlInsertListRuns. Two planners
+// starting the same event at once collide on notifications' or the runs'
+// key; the group is then planned item by item, as for any failed group.
+const sqlStartWholeRuns = `
+WITH r AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[],
+                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) WITH ORDINALITY
+         AS r(event_id, title, url, published_at, expires_at, type, body, data, priority, collapse_key, locales, default_locale, n)
+), whole AS MATERIALIZED (
+    SELECT DISTINCT ON (r.event_id) r.*, e.user_ids
+    FROM r JOIN notification_events e ON e.event_id = r.event_id
+    WHERE cardinality(e.user_ids) < $13
+      AND NOT EXISTS (SELECT FROM fanout_runs x WHERE x.event_id = r.event_id)
+      AND NOT EXISTS (SELECT FROM unnest(e.user_ids) AS u(user_id) JOIN user_preferences p ON p.user_id = u.user_id)
+    ORDER BY r.event_id, r.n
+), slice AS MATERIALIZED (
+    SELECT w.n, w.event_id, w.published_at, u.user_id
+    FROM whole w CROSS JOIN LATERAL unnest(w.user_ids) AS u(user_id)
+    WHERE u.user_id >= $14::uuid AND u.user_id <= $15::uuid
+), ins AS (
+    INSERT INTO notifications (event_id, user_id, created_at)
+    SELECT s.event_id, s.user_id, s.published_at FROM slice s
+), sliced AS MATERIALIZED (
+    SELECT w.n, w.event_id, count(s.user_id) AS students,
+           (array_agg(s.user_id ORDER BY s.user_id) FILTER (WHERE s.user_id IS NOT NULL))[1] AS first_user,
+           (array_agg(s.user_id ORDER BY s.user_id DESC) FILTER (WHERE s.user_id IS NOT NULL))[1] AS last_user
+    FROM whole w LEFT JOIN slice s ON s.n = w.n
+    GROUP BY w.n, w.event_id
+), run AS (
+    INSERT INTO fanout_runs (event_id, title, url, published_at, ranges, slice_size, state, expires_at,
+                             type, body, data, priority, collapse_key, locales, default_locale, finished_at, notified)
+    SELECT w.event_id, w.title, w.url, w.published_at, 1, $13, 'running', w.expires_at,
+           w.type, w.body, w.data::jsonb, w.priority, w.collapse_key, w.locales::jsonb, w.default_locale,
+           clock_timestamp(), s.students
+    FROM whole w JOIN sliced s ON s.n = w.n
+    ORDER BY w.n
+    RETURNING event_id, extract(epoch FROM finished_at - started_at)::float8 AS seconds
+), rng AS (
+    INSERT INTO fanout_ranges (event_id, range_index, lo, hi, cursor, slices_done, notified, done_at)
+    SELECT s.event_id, 0, $14::uuid, $15::uuid, s.last_user, 1, s.students, clock_timestamp() FROM sliced s
+)
+SELECT s.n::int, s.students, s.first_user::text, s.last_user::text, run.seconds
+FROM sliced s JOIN run ON run.event_id = s.event_id
+ORDER BY s.n`
+
 // sqlProbeAudience counts a course's audience at the publish time up to
 // $3 (Planner.rangesFor): the slice's own predicate, on the enrollments
 // primary key, stopping at the bound.
