@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -19,6 +20,7 @@ import (
 const (
 	DefaultFinishInterval = time.Second
 	DefaultFinishBatch    = 500
+	DefaultFinishMaxWait  = 4 * time.Second
 )
 
 // FinisherConfig configures a Finisher. Zero values take the documented
@@ -28,8 +30,18 @@ type FinisherConfig struct {
 	// a time, for a few milliseconds per pass.
 	Pool *pgxpool.Pool
 	// Interval is the pause between passes. An event is finished at most
-	// this long after its last outcome was recorded. Default 1 s.
+	// this long after its last outcome was recorded, or MaxWait when its
+	// push had been pending a while. Default 1 s.
 	Interval time.Duration
+	// MaxWait is the longest pause between two reads of one event's
+	// counters while its push is pending: each read that finds it pending
+	// doubles its pause, from Interval up to MaxWait. Without it every
+	// event waiting for the push workers had its counters read every pass:
+	// under a backlog of small events, reads grew with the backlog (nine
+	// per event at 1,000 events/s, RESULTS.md "Small events started
+	// whole"), taking the database's time from the backlog itself.
+	// Default 4 s; at least Interval.
+	MaxWait time.Duration
 	// Batch is how many candidate events one query of a pass reads (a pass
 	// pages through all of them). Default 500.
 	Batch int
@@ -46,6 +58,16 @@ type FinisherConfig struct {
 type Finisher struct {
 	startstop.Base
 	cfg FinisherConfig
+	// mu serialises passes (the service's and Pass); waits are the events
+	// found pending, each with when it is read again and its pause.
+	mu    sync.Mutex
+	waits map[string]wait
+}
+
+// wait is a pending event's next read and its current pause.
+type wait struct {
+	next  time.Time
+	pause time.Duration
 }
 
 var metricFinished = metrics.GetOrCreateCounter(`notify_lifecycle_events_finished_total`)
@@ -61,6 +83,9 @@ func NewFinisher(cfg FinisherConfig) (*Finisher, error) {
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultFinishBatch
 	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = max(DefaultFinishMaxWait, cfg.Interval)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -69,8 +94,10 @@ func NewFinisher(cfg FinisherConfig) (*Finisher, error) {
 		return nil, fmt.Errorf("lifecycle: finisher interval must be between 10ms and 1h, got %s", cfg.Interval)
 	case cfg.Batch < 1 || cfg.Batch > 100000:
 		return nil, fmt.Errorf("lifecycle: finisher batch must be between 1 and 100000, got %d", cfg.Batch)
+	case cfg.MaxWait < cfg.Interval || cfg.MaxWait > time.Hour:
+		return nil, fmt.Errorf("lifecycle: finisher max wait must be between the interval (%s) and 1h, got %s", cfg.Interval, cfg.MaxWait)
 	}
-	return &Finisher{cfg: cfg}, nil
+	return &Finisher{cfg: cfg, waits: map[string]wait{}}, nil
 }
 
 // Start runs a pass every Interval in the background until Stop (or the
@@ -84,7 +111,7 @@ func (f *Finisher) Start(ctx context.Context) error {
 	run.Every(f.cfg.Interval, func() {
 		// A pass in flight completes on a soft stop (its statements are
 		// short); the hard context abandons it.
-		if _, err := f.pass(run.Soft(), run.Hard()); err != nil && run.Soft().Err() == nil {
+		if _, err := f.pass(run.Soft(), run.Hard(), false); err != nil && run.Soft().Err() == nil {
 			f.cfg.Logger.Warn("finisher pass failed; retrying at the next", "err", err)
 		}
 	})
@@ -95,34 +122,55 @@ func (f *Finisher) Start(ctx context.Context) error {
 func (f *Finisher) Stop(ctx context.Context) error { return f.Base.Stop(ctx, nil) }
 
 // Pass runs one pass now and returns the events it finished (tests and
-// tools; the service runs passes by itself).
-func (f *Finisher) Pass(ctx context.Context) ([]string, error) { return f.pass(ctx, ctx) }
+// tools; the service runs passes by itself). It reads every candidate's
+// counters, whatever its pause.
+func (f *Finisher) Pass(ctx context.Context) ([]string, error) { return f.pass(ctx, ctx, true) }
 
 // pass pages through the running events whose fan-out finished (the
 // partial index fanout_runs_finishing) and finishes those whose push
-// accounting says nothing is pending. soft ends the paging early, hard
-// cancels statements.
-func (f *Finisher) pass(soft, hard context.Context) ([]string, error) {
+// accounting says nothing is pending; an event found pending is read
+// again after its pause (FinisherConfig.MaxWait). soft ends the paging
+// early, hard cancels statements.
+func (f *Finisher) pass(soft, hard context.Context, all bool) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var done []string
+	now := time.Now()
+	seen := make(map[string]bool, len(f.waits))
 	after := "00000000-0000-0000-0000-000000000000"
 	for soft.Err() == nil {
 		ids, err := f.candidates(hard, after)
 		if err != nil {
 			return done, err
 		}
+		due := ids[:0:0]
+		for _, id := range ids {
+			seen[id] = true
+			if w, ok := f.waits[id]; all || !ok || !now.Before(w.next) {
+				due = append(due, id)
+			}
+		}
 		// The page's counters in one round trip: a page of small events
 		// finished since the last pass is hundreds of events.
-		loaded, err := eventstatus.LoadPushMany(hard, f.cfg.Pool, ids)
+		loaded, err := eventstatus.LoadPushMany(hard, f.cfg.Pool, due)
 		if err != nil {
 			return done, fmt.Errorf("finisher: %w", err)
 		}
-		ready := make([]string, 0, len(ids))
-		pushes := make(map[string]eventstatus.Push, len(ids))
+		ready := make([]string, 0, len(due))
+		pushes := make(map[string]eventstatus.Push, len(due))
 		for _, p := range loaded {
 			if p.Done() {
 				ready = append(ready, p.EventID)
 				pushes[p.EventID] = p
+				continue
 			}
+			w, ok := f.waits[p.EventID]
+			w.pause = min(max(2*w.pause, f.cfg.Interval), f.cfg.MaxWait)
+			if !ok {
+				w.pause = f.cfg.Interval
+			}
+			w.next = now.Add(w.pause)
+			f.waits[p.EventID] = w
 		}
 		finished, err := f.finish(hard, ready, pushes)
 		done = append(done, finished...)
@@ -133,6 +181,15 @@ func (f *Finisher) pass(soft, hard context.Context) ([]string, error) {
 			break
 		}
 		after = ids[len(ids)-1]
+	}
+	if soft.Err() == nil {
+		// Events no longer candidates (finished, paused, cancelled) are
+		// forgotten; one that becomes a candidate again is read at once.
+		for id := range f.waits {
+			if !seen[id] {
+				delete(f.waits, id)
+			}
+		}
 	}
 	return done, nil
 }

@@ -37,6 +37,7 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 	slicesOnly := fs.Bool("slices-only", false, "run only the slice worker (consumes outbox.event.fanout)")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9102", `serve Prometheus metrics on this address at /metrics ("off" disables)`)
 	finishEvery := fs.Duration("finish-interval", lifecycle.DefaultFinishInterval, "how often running events whose pushes all have an outcome are moved to 'finished' (PushFinished on the lifecycle topic)")
+	finishMaxWait := fs.Duration("finish-max-wait", 0, "the longest pause between two checks of one event whose pushes are still pending: each check that finds it pending doubles its pause from --finish-interval (default 4s, or --finish-interval when longer)")
 	receiptEvery := fs.Duration("receipt-flush-interval", receipts.DefaultFlushInterval, "how often students' queued receipts are counted and announced, one ReceiptsCounted per event on the lifecycle topic")
 	var ret retentionFlags
 	ret.register(fs)
@@ -98,11 +99,11 @@ func fanoutFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			pool.Close()
 			return nil, usageError{msg: err.Error()}
 		}
-		fin, err := lifecycle.NewFinisher(lifecycle.FinisherConfig{Pool: pool, Interval: *finishEvery, Logger: log.With("role", "finisher")})
+		fin, err := lifecycle.NewFinisher(lifecycle.FinisherConfig{Pool: pool, Interval: *finishEvery, MaxWait: *finishMaxWait, Logger: log.With("role", "finisher")})
 		if err != nil {
 			_ = svc.Stop(context.Background()) // never started: releases its clients
 			pool.Close()
-			return nil, usageError{msg: err.Error()}
+			return nil, usageError{msg: "--finish-interval / --finish-max-wait: " + err.Error()}
 		}
 		flu, err := receipts.NewFlusher(receipts.FlusherConfig{Pool: pool, Interval: *receiptEvery, Logger: log.With("role", "receipt-flusher")})
 		if err != nil {
