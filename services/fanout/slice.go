@@ -624,7 +624,7 @@ func (w *SliceWorker) addCommands(wr *sliceWrites, x *slice) error {
 	return nil
 }
 
-// StartedRun is a small event a planning group started whole: its slice
+// StartedRun is a small event the planner started whole: its slice
 // ran and its run and range were inserted finished (sqlStartWholeRuns).
 // FirstCommandsIn writes its push command.
 type StartedRun struct {
