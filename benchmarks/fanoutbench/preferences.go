@@ -73,6 +73,12 @@ type PreferencesResult struct {
 	FanoutRuns      []float64 `json:"fanout_runs_seconds"`
 	PlainFanoutRuns []float64 `json:"plain_fanout_runs_seconds"`
 	PairRatios      []float64 `json:"pair_ratios"`
+	// FanoutCPU and PlainFanoutCPU are the CPU each kind of run spent,
+	// the medians per part (CPU; zero where Postgres runs elsewhere). On a
+	// machine whose speed drifts between runs, they show where the
+	// preferences' cost lies better than the wall clock does.
+	FanoutCPU      CPU `json:"fanout_cpu"`
+	PlainFanoutCPU CPU `json:"plain_fanout_cpu"`
 	// Rows is the notifications an event with preferences wrote (every
 	// student: muted, deferred and capped students get their inbox row).
 	Rows int64 `json:"rows"`
@@ -189,6 +195,7 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 	}
 	defer pl.stop()
 
+	var cpuWith, cpuPlain []CPU
 	one := func(pair int, with bool) error {
 		what := "without preferences"
 		var pp *seed.Preferences
@@ -202,7 +209,9 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 		if err := resetPreferences(ctx, pool, course, pp); err != nil {
 			return err
 		}
+		meter := startCPUMeter(ctx, pool)
 		event, rows, secs, err := pl.measure(ctx, course)
+		cpu := meter.finish()
 		if err != nil {
 			return err
 		}
@@ -218,6 +227,7 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 				return fmt.Errorf("without preferences the fan-out held back pushes: %+v", h)
 			}
 			res.PlainFanoutRuns = append(res.PlainFanoutRuns, secs)
+			cpuPlain = append(cpuPlain, cpu)
 			cfg.Say("pair %d/%d: %s: %d rows in %.2fs", pair+1, cfg.Pairs, what, rows, secs)
 			return nil
 		}
@@ -226,6 +236,7 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 		}
 		res.Rows, res.Muted, res.Deferred, res.Capped, res.Silenced = rows, h.muted, h.deferred, h.capped, h.silenced
 		res.FanoutRuns = append(res.FanoutRuns, secs)
+		cpuWith = append(cpuWith, cpu)
 		cfg.Say("pair %d/%d: %s: %d rows in %.2fs; muted %d, deferred %d, capped %d", pair+1, cfg.Pairs, what, rows, secs, h.muted, h.deferred, h.capped)
 		return nil
 	}
@@ -242,6 +253,7 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 		res.PairRatios = append(res.PairRatios, res.FanoutRuns[pair]/res.PlainFanoutRuns[pair])
 	}
 	res.FanoutSeconds, res.PlainFanoutSeconds = median(res.FanoutRuns), median(res.PlainFanoutRuns)
+	res.FanoutCPU, res.PlainFanoutCPU = medianCPU(cpuWith), medianCPU(cpuPlain)
 	if res.PlainFanoutSeconds > 0 {
 		res.Ratio = res.FanoutSeconds / res.PlainFanoutSeconds
 	}
@@ -497,6 +509,23 @@ func median(v []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// medianCPU is the median of each part of v.
+func medianCPU(v []CPU) CPU {
+	part := func(f func(CPU) float64) float64 {
+		x := make([]float64, len(v))
+		for i, c := range v {
+			x[i] = f(c)
+		}
+		return median(x)
+	}
+	return CPU{
+		Backends:   part(func(c CPU) float64 { return c.Backends }),
+		Walsender:  part(func(c CPU) float64 { return c.Walsender }),
+		Process:    part(func(c CPU) float64 { return c.Process }),
+		Autovacuum: part(func(c CPU) float64 { return c.Autovacuum }),
+	}
+}
+
 // PrintPreferences writes RunPreferences' table.
 func PrintPreferences(w io.Writer, res PreferencesResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -515,6 +544,13 @@ func PrintPreferences(w io.Writer, res PreferencesResult) {
 	fmt.Fprintf(tw, "fan-out, preferences\t%.2f s\t(median of %d: %s)\n", res.FanoutSeconds, len(res.FanoutRuns), runs(res.FanoutRuns))
 	fmt.Fprintf(tw, "fan-out, none\t%.2f s\t(median of %d: %s)\n", res.PlainFanoutSeconds, len(res.PlainFanoutRuns), runs(res.PlainFanoutRuns))
 	fmt.Fprintf(tw, "ratio\t%.3f\t(with / without; target ≤ 1.15; per pair: %s)\n", res.Ratio, runs(res.PairRatios))
+	if res.FanoutCPU.Backends > 0 {
+		cpu := func(c CPU) string {
+			return fmt.Sprintf("backends %.2f, walsender %.2f, this process %.2f", c.Backends, c.Walsender, c.Process)
+		}
+		fmt.Fprintf(tw, "CPU s, preferences\t%s\t(medians; Kafka's broker not counted)\n", cpu(res.FanoutCPU))
+		fmt.Fprintf(tw, "CPU s, none\t%s\n", cpu(res.PlainFanoutCPU))
+	}
 	fmt.Fprintf(tw, "held back per event\tmuted %d, deferred %d, capped %d, silenced %d\t(of %d notified)\n", res.Muted, res.Deferred, res.Capped, res.Silenced, res.Rows)
 	if r := res.Release; r != nil {
 		fmt.Fprintf(tw, "release\t%d deferred devices (%d students), %d released in %d commands\n", r.DeferredDevices, r.DeferredStudents, r.ReleasedDevices, r.Commands)

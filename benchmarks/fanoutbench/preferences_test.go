@@ -63,6 +63,20 @@ func TestRunPreferencesSmall(t *testing.T) {
 			t.Errorf("JSON %s = %v, want %v", k, j[k], want)
 		}
 	}
+	t.Logf("CPU with preferences %+v, without %+v", res.FanoutCPU, res.PlainFanoutCPU)
+	// The CPU of each kind of run: Postgres runs on this machine in the
+	// tests, so its backends' CPU is read; a run of 1,000 students takes
+	// at least a clock tick of it.
+	for _, k := range []string{"fanout_cpu", "plain_fanout_cpu"} {
+		c, ok := j[k].(map[string]any)
+		if !ok {
+			t.Errorf("JSON has no %s: %s", k, b)
+			continue
+		}
+		if v, ok := c["backends_seconds"].(float64); !ok || v <= 0 {
+			t.Errorf("JSON %s.backends_seconds = %v, want a positive number", k, c["backends_seconds"])
+		}
+	}
 	if len(res.FanoutRuns) != 2 || len(res.PlainFanoutRuns) != 2 || len(res.PairRatios) != 2 {
 		t.Errorf("runs: %v with, %v without, ratios %v; want two of each", res.FanoutRuns, res.PlainFanoutRuns, res.PairRatios)
 	}

@@ -30,7 +30,10 @@ With --preferences SHARES (seed --preferences' form, e.g. muted=0.2,quiet=0.3,ty
   hour after it; a capped student gets a push ten minutes old, which its cap of 1 counts) and
   without any (user_preferences empty), the order alternating per pair, every run from the same
   reset. fanout_seconds and plain_fanout_seconds are the medians; muted, deferred and capped
-  are the students the fan-out held back per event, checked against the seed.
+  are the students the fan-out held back per event, checked against the seed. fanout_cpu and
+  plain_fanout_cpu are each kind's CPU seconds (medians: Postgres' backends, its walsender,
+  this process; with Postgres on this machine), steadier than the wall clock on a machine that
+  drifts, and they say where the preferences' cost lies.
   --release then times the deferred release: one more event with preferences whose quiet hours
   end --release-lead after they are written; each of its push commands has its devices loaded
   as a push worker does (recording the deferred ones), nothing is sent; at the end the releaser
