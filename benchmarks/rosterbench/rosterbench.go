@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	svcCfg := roster.Config{
 		Pool: pool, Brokers: cfg.Brokers, Topics: topics, IDs: ids.New(uuid.MustParse(benchNamespace)),
 		UsersTopic: usersT, CoursesTopic: coursesT, EnrollmentsTopic: enrollT,
-		MaxBatch: cfg.MaxBatch, Parallel: cfg.Parallel, Logger: log,
+		BatchTuning: streams.BatchTuning{MaxBatch: cfg.MaxBatch, Parallel: cfg.Parallel}, Logger: log,
 	}
 	for _, c := range []struct {
 		dst         *roster.Columns

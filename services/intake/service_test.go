@@ -224,7 +224,7 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.cfg = intake.Config{Pool: f.db.Pool, Topics: f.topics, SourceTopics: []string{f.topicA, f.topicB}, Sources: sources, MaxBatch: 4}
+	f.cfg = intake.Config{Pool: f.db.Pool, Topics: f.topics, SourceTopics: []string{f.topicA, f.topicB}, Sources: sources, BatchTuning: streams.BatchTuning{MaxBatch: 4}}
 	return f
 }
 

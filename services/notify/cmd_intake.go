@@ -9,6 +9,7 @@ import (
 
 	"github.com/notify-dev/notify/services/ids"
 	"github.com/notify-dev/notify/services/intake"
+	"github.com/notify-dev/notify/streams"
 )
 
 func init() {
@@ -55,7 +56,7 @@ func intakeFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 		}
 		svc, err := intake.NewService(intake.Config{
 			Pool: pool, Brokers: brokers, Topics: infra.topics(), SourceTopics: list, Sources: rules,
-			IDs: mapper, MaxBatch: bf.batch, Parallel: bf.parallel, Logger: log,
+			IDs: mapper, BatchTuning: streams.BatchTuning{MaxBatch: bf.batch, Parallel: bf.parallel}, Logger: log,
 			ClientOpts: bf.clientOpts(),
 		})
 		if err != nil {

@@ -102,7 +102,7 @@ func rosterFlags(fs *flag.FlagSet) func(ctx context.Context, log *slog.Logger) (
 			Pool: pool, Brokers: brokers, Topics: infra.topics(),
 			UsersTopic: tf.users, CoursesTopic: tf.courses, EnrollmentsTopic: tf.enrollments,
 			UsersColumns: users, CoursesColumns: courses, EnrollmentsColumns: enrollments,
-			IDs: mapper, MaxBatch: bf.batch, Parallel: bf.parallel, Logger: log,
+			IDs: mapper, BatchTuning: streams.BatchTuning{MaxBatch: bf.batch, Parallel: bf.parallel}, Logger: log,
 			ClientOpts: bf.clientOpts(),
 		})
 		if err != nil {

@@ -45,19 +45,10 @@ type Config struct {
 	// IDs maps the platform's ids. Default: the zero Mapper (uuids only);
 	// the binary passes ids.FromEnv.
 	IDs ids.Mapper
-	// MaxBatch is how many records of one partition one transaction
-	// applies at most. Default DefaultMaxBatch.
-	MaxBatch int
-	// Parallel is how many partitions are applied at once, each in its
-	// own transactions. Default DefaultParallel.
-	Parallel int
-	// MaxPoll bounds the records one poll takes across partitions.
-	// Default DefaultMaxPoll.
-	MaxPoll int
-	// RetryMin and RetryMax bound the backoff between attempts of a batch
-	// whose transaction failed (Postgres down, a deadlock). Defaults 100 ms
-	// and 10 s.
-	RetryMin, RetryMax time.Duration
+	// BatchTuning: MaxBatch (at most 1000,000) default DefaultMaxBatch,
+	// Parallel (at most 64) DefaultParallel, MaxPoll DefaultMaxPoll, the
+	// retry backoff 100 ms to 10 s.
+	streams.BatchTuning
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 	// ClientOpts are extra franz-go options, appended last (tests).
@@ -68,21 +59,7 @@ func (c Config) withDefaults() Config {
 	if c.Topics == (streams.Topics{}) {
 		c.Topics = streams.DefaultTopics()
 	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = DefaultMaxBatch
-	}
-	if c.Parallel == 0 {
-		c.Parallel = DefaultParallel
-	}
-	if c.MaxPoll == 0 {
-		c.MaxPoll = DefaultMaxPoll
-	}
-	if c.RetryMin == 0 {
-		c.RetryMin = 100 * time.Millisecond
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = 10 * time.Second
-	}
+	c.BatchTuning = c.BatchTuning.WithDefaults(streams.BatchTuning{MaxBatch: DefaultMaxBatch, Parallel: DefaultParallel, MaxPoll: DefaultMaxPoll})
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -121,14 +98,9 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("roster: Kafka brokers are required")
 	case cfg.UsersTopic == "" && cfg.CoursesTopic == "" && cfg.EnrollmentsTopic == "":
 		return nil, errors.New("roster: no topic to consume: set at least one of --users-topic, --courses-topic, --enrollments-topic (NOTIFY_ROSTER_USERS_TOPIC, NOTIFY_ROSTER_COURSES_TOPIC, NOTIFY_ROSTER_ENROLLMENTS_TOPIC)")
-	case cfg.MaxBatch < 1 || cfg.MaxBatch > 1000000:
-		return nil, fmt.Errorf("roster: max batch must be between 1 and 1000000, got %d", cfg.MaxBatch)
-	case cfg.Parallel < 1 || cfg.Parallel > 64:
-		return nil, fmt.Errorf("roster: parallel must be between 1 and 64, got %d", cfg.Parallel)
-	case cfg.MaxPoll < 1:
-		return nil, fmt.Errorf("roster: max poll must be positive, got %d", cfg.MaxPoll)
-	case cfg.RetryMin <= 0 || cfg.RetryMax < cfg.RetryMin:
-		return nil, fmt.Errorf("roster: retry backoff must satisfy 0 < min ≤ max, got %s and %s", cfg.RetryMin, cfg.RetryMax)
+	}
+	if err := cfg.BatchTuning.Validate("roster", 1000000); err != nil {
+		return nil, err
 	}
 	if err := cfg.Topics.Validate(); err != nil {
 		return nil, fmt.Errorf("roster: %w", err)

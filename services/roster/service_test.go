@@ -194,7 +194,7 @@ func TestServiceAppliesAndDeadLetters(t *testing.T) {
 	)
 	produce(t, cl, recs...)
 
-	startService(t, roster.Config{Pool: db.Pool, Topics: topics, UsersTopic: usersT, CoursesTopic: coursesT, EnrollmentsTopic: enrollT, MaxBatch: 7})
+	startService(t, roster.Config{Pool: db.Pool, Topics: topics, UsersTopic: usersT, CoursesTopic: coursesT, EnrollmentsTopic: enrollT, BatchTuning: streams.BatchTuning{MaxBatch: 7}})
 	adm := streamstest.Admin(t)
 	waitCommitted(t, adm, topics.Group(streams.GroupRoster), usersT, coursesT, enrollT)
 
@@ -253,7 +253,7 @@ func TestServiceConfig(t *testing.T) {
 		{roster.Config{Brokers: []string{"x:1"}, UsersTopic: "u"}, "pool"},
 		{roster.Config{Pool: db.Pool, UsersTopic: "u"}, "brokers"},
 		{roster.Config{Pool: db.Pool, Brokers: []string{"x:1"}, UsersTopic: "u", CoursesTopic: "u"}, "two tables"},
-		{roster.Config{Pool: db.Pool, Brokers: []string{"x:1"}, UsersTopic: "u", MaxBatch: -1}, "max batch"},
+		{roster.Config{Pool: db.Pool, Brokers: []string{"x:1"}, UsersTopic: "u", BatchTuning: streams.BatchTuning{MaxBatch: -1}}, "max batch"},
 	} {
 		if _, err := roster.NewService(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.want)
@@ -286,7 +286,7 @@ func TestServiceReplayFromEarliest(t *testing.T) {
 	adm := streamstest.Admin(t)
 	group := topics.Group(streams.GroupRoster)
 	for pass := 0; pass < 2; pass++ {
-		s := startService(t, roster.Config{Pool: db.Pool, Topics: topics, UsersTopic: usersT, CoursesTopic: coursesT, EnrollmentsTopic: enrollT, MaxBatch: 50})
+		s := startService(t, roster.Config{Pool: db.Pool, Topics: topics, UsersTopic: usersT, CoursesTopic: coursesT, EnrollmentsTopic: enrollT, BatchTuning: streams.BatchTuning{MaxBatch: 50}})
 		waitCommitted(t, adm, group, usersT, coursesT, enrollT)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := s.Stop(ctx); err != nil {
