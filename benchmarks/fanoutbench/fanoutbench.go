@@ -156,23 +156,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	name := "notify_bench_fanout_" + strconv.Itoa(cfg.Users)
 	res.Database = name
-	db, _, err := benchkit.OpenDatabase(ctx, cfg.DatabaseURL, name)
+	db, pool, err := openBenchDatabase(ctx, cfg.DatabaseURL, name, cfg.Ranges+4)
 	if err != nil {
 		return res, err
-	}
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return res, err
-	}
-	pcfg.MaxConns = int32(cfg.Ranges + 4)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return res, fmt.Errorf("connect to %s: %w", name, err)
 	}
 	defer pool.Close()
-	if err := refuseSlots(ctx, pool); err != nil {
-		return res, err
-	}
 
 	course, err := ensureSeeded(ctx, pool, cfg, &res)
 	if err != nil {
@@ -249,6 +237,30 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// openBenchDatabase opens (creating it if need be) the benchmark's
+// database name on the server of url, with a pool of conns connections,
+// and refuses to go on while a replication slot of it exists (refuseSlots).
+func openBenchDatabase(ctx context.Context, url, name string, conns int) (benchkit.Database, *pgxpool.Pool, error) {
+	db, _, err := benchkit.OpenDatabase(ctx, url, name)
+	if err != nil {
+		return db, nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		return db, nil, err
+	}
+	pcfg.MaxConns = int32(conns)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return db, nil, fmt.Errorf("connect to %s: %w", name, err)
+	}
+	if err := refuseSlots(ctx, pool); err != nil {
+		pool.Close()
+		return db, nil, err
+	}
+	return db, pool, nil
 }
 
 // refuseSlots stops when a logical slot already exists on the benchmark

@@ -159,23 +159,11 @@ func RunPreferences(ctx context.Context, cfg PreferencesConfig) (PreferencesResu
 
 	name := "notify_bench_fanout_prefs_" + strconv.Itoa(cfg.Users)
 	res.Database = name
-	db, _, err := benchkit.OpenDatabase(ctx, cfg.DatabaseURL, name)
+	db, pool, err := openBenchDatabase(ctx, cfg.DatabaseURL, name, cfg.Ranges+8)
 	if err != nil {
 		return res, err
-	}
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		return res, err
-	}
-	pcfg.MaxConns = int32(cfg.Ranges + 8)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return res, fmt.Errorf("connect to %s: %w", name, err)
 	}
 	defer pool.Close()
-	if err := refuseSlots(ctx, pool); err != nil {
-		return res, err
-	}
 	// One app device per student (token only, never sent): the release
 	// needs devices to record deferred and release; the fan-out reads none.
 	course, secs, err := ensureSeededWith(ctx, pool, cfg.Config, name, seed.Options{Users: cfg.Users, NoSubscriptions: true,
