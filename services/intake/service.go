@@ -18,11 +18,13 @@ import (
 	"github.com/notify-dev/notify/streams"
 )
 
-// Defaults of Config.
+// Defaults and limits of Config.
 const (
 	DefaultMaxBatch = 500
 	DefaultParallel = 2
 	DefaultMaxPoll  = 10000
+	// MaxBatchLimit is the largest Config.MaxBatch.
+	MaxBatchLimit = 100_000
 )
 
 // Config configures a Service. Zero values take the documented defaults.
@@ -43,7 +45,7 @@ type Config struct {
 	// IDs maps the platform's ids of audiences. Default: the zero Mapper
 	// (uuids only); the binary passes ids.FromEnv.
 	IDs ids.Mapper
-	// BatchTuning: MaxBatch (at most 100,000) default DefaultMaxBatch,
+	// BatchTuning: MaxBatch (at most MaxBatchLimit) default DefaultMaxBatch,
 	// Parallel (at most 64) DefaultParallel, MaxPoll DefaultMaxPoll, the
 	// retry backoff 100 ms to 10 s.
 	streams.BatchTuning
@@ -96,7 +98,7 @@ func NewService(cfg Config) (*Service, error) {
 	case len(cfg.SourceTopics) == 0:
 		return nil, errors.New("intake: no topic to consume: set --topic (NOTIFY_INTAKE_TOPICS)")
 	}
-	if err := cfg.BatchTuning.Validate("intake", 100000); err != nil {
+	if err := cfg.BatchTuning.Validate("intake", MaxBatchLimit); err != nil {
 		return nil, err
 	}
 	if err := cfg.Sources.Validate(); err != nil {

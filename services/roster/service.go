@@ -17,11 +17,13 @@ import (
 	"github.com/notify-dev/notify/streams"
 )
 
-// Defaults of Config.
+// Defaults and limits of Config.
 const (
 	DefaultMaxBatch = 5000
 	DefaultParallel = 2
 	DefaultMaxPoll  = 100000
+	// MaxBatchLimit is the largest Config.MaxBatch.
+	MaxBatchLimit = 1_000_000
 )
 
 // Config configures a Service. Zero values take the documented defaults.
@@ -45,7 +47,7 @@ type Config struct {
 	// IDs maps the platform's ids. Default: the zero Mapper (uuids only);
 	// the binary passes ids.FromEnv.
 	IDs ids.Mapper
-	// BatchTuning: MaxBatch (at most 1000,000) default DefaultMaxBatch,
+	// BatchTuning: MaxBatch (at most MaxBatchLimit) default DefaultMaxBatch,
 	// Parallel (at most 64) DefaultParallel, MaxPoll DefaultMaxPoll, the
 	// retry backoff 100 ms to 10 s.
 	streams.BatchTuning
@@ -99,7 +101,7 @@ func NewService(cfg Config) (*Service, error) {
 	case cfg.UsersTopic == "" && cfg.CoursesTopic == "" && cfg.EnrollmentsTopic == "":
 		return nil, errors.New("roster: no topic to consume: set at least one of --users-topic, --courses-topic, --enrollments-topic (NOTIFY_ROSTER_USERS_TOPIC, NOTIFY_ROSTER_COURSES_TOPIC, NOTIFY_ROSTER_ENROLLMENTS_TOPIC)")
 	}
-	if err := cfg.BatchTuning.Validate("roster", 1000000); err != nil {
+	if err := cfg.BatchTuning.Validate("roster", MaxBatchLimit); err != nil {
 		return nil, err
 	}
 	if err := cfg.Topics.Validate(); err != nil {
