@@ -241,6 +241,7 @@ func (d *dispatcher) send(q queued) {
 // on the wire, records what is known on a short detached deadline and
 // returns the failure, so the next owner repeats as little as possible.
 func (w *Worker) record(ctx context.Context, src *kgo.Record, cmd streams.PushCommand, n int, d *dispatcher) error {
+	started := time.Now()
 	b := newBatch(cmd, w.cfg.MaxAttempts)
 	received, total := 0, -1
 	tick := time.NewTicker(w.cfg.FlushInterval)
@@ -279,7 +280,10 @@ func (w *Worker) record(ctx context.Context, src *kgo.Record, cmd streams.PushCo
 		failure = fmt.Errorf("dispatched %d of %d sends", total, n)
 	}
 	if failure == nil {
+		answered := time.Now()
 		failure = w.flush(ctx, src, cmd, b, true)
+		w.log.Debug("command answered and recorded", "event", cmd.EventID, "first_user", cmd.FirstUser, "attempt", cmd.Attempt,
+			"answered_ms", answered.Sub(started).Milliseconds(), "record_ms", time.Since(answered).Milliseconds())
 	}
 	if failure == nil {
 		return nil

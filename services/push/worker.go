@@ -357,6 +357,8 @@ func (w *Worker) handle(ctx context.Context, r *kgo.Record) error {
 		start = time.Now()
 		recips, err = w.load(ctx, cmd)
 		w.m.loadDuration.UpdateDuration(start)
+		w.log.Debug("command loaded", "event", cmd.EventID, "first_user", cmd.FirstUser, "attempt", cmd.Attempt,
+			"recipients", len(recips), "ms", time.Since(start).Milliseconds())
 		if err != nil {
 			return err
 		}
