@@ -29,8 +29,15 @@ const (
 	// DefaultLaneCommands and DefaultLaneInFlight size the transactional
 	// lane's worker (Config.Lane) in `notify run push`: its commands are
 	// one or a few students each, so many at once — each waits out the
-	// push service's latency — with send slots of their own.
-	DefaultLaneCommands = 512
+	// push service's latency — with send slots of their own. Half the
+	// command slots load and send (the other half hold early retries),
+	// and beside a running broadcast a small command takes 0.4–2 s on two
+	// cores, so at 200 events/s 512 slots filled up and commands queued
+	// for one: p99 of that wait 0.8–0.9 s. With 2048 none waited, and the
+	// trickle's p99 fell from 2.6–2.9 s to 1.8–2.2 s, the broadcast's time
+	// the same (bench transactional --broadcast-users 1000000 --rate 200,
+	// interleaved pairs, benchmarks/RESULTS.md).
+	DefaultLaneCommands = 2048
 	DefaultLaneInFlight = 1000
 	// DefaultLaneRecordGroup is the lane worker's Config.RecordGroup.
 	DefaultLaneRecordGroup = 64
