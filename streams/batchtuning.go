@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -36,28 +37,13 @@ type BatchTuning struct {
 // backoff's from DefaultBatchRetryMin and DefaultBatchRetryMax where d has
 // none.
 func (t BatchTuning) WithDefaults(d BatchTuning) BatchTuning {
-	if d.RetryMin == 0 {
-		d.RetryMin = DefaultBatchRetryMin
+	return BatchTuning{
+		MaxBatch: cmp.Or(t.MaxBatch, d.MaxBatch),
+		Parallel: cmp.Or(t.Parallel, d.Parallel),
+		MaxPoll:  cmp.Or(t.MaxPoll, d.MaxPoll),
+		RetryMin: cmp.Or(t.RetryMin, d.RetryMin, DefaultBatchRetryMin),
+		RetryMax: cmp.Or(t.RetryMax, d.RetryMax, DefaultBatchRetryMax),
 	}
-	if d.RetryMax == 0 {
-		d.RetryMax = DefaultBatchRetryMax
-	}
-	if t.MaxBatch == 0 {
-		t.MaxBatch = d.MaxBatch
-	}
-	if t.Parallel == 0 {
-		t.Parallel = d.Parallel
-	}
-	if t.MaxPoll == 0 {
-		t.MaxPoll = d.MaxPoll
-	}
-	if t.RetryMin == 0 {
-		t.RetryMin = d.RetryMin
-	}
-	if t.RetryMax == 0 {
-		t.RetryMax = d.RetryMax
-	}
-	return t
 }
 
 // Validate refuses a tuning out of range, naming the component (e.g.
